@@ -1,0 +1,5 @@
+import sys
+
+from mpbench.cli import main
+
+sys.exit(main())

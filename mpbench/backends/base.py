@@ -1,0 +1,162 @@
+"""What the runner hands a backend (CellSpec) and what a backend hands back (Measurements).
+
+Both frameworks implement one function, `run_cell(spec, progress) -> Measurements`, in
+`mpbench/backends/<framework>/backend.py`; the runner turns Measurements into a CellRecord.
+"""
+
+from __future__ import annotations
+
+import math
+import resource
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from mpbench.results.schema import DeviceInfo, LossScaleStats, MemoryStats
+
+# progress(step, total_steps): called after every training step.
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class CellSpec:
+    """One cell, fully resolved: JSON-serialisable, sent to the child process."""
+
+    run_id: str
+    cell_id: str
+    framework: str  # "torch" | "tensorflow"
+    workload: str
+    policy: str  # canonical name
+    repeat: int
+    device: str  # "cpu", "cuda", "cuda:1", "mps"
+    batch_size: int
+    epochs: int
+    max_steps: int | None  # cap on total training steps (warm-up included)
+    warmup_steps: int
+    units: int | None  # dense width (mnist_dense); None where the workload has none
+    seed: int
+    data: str = "auto"  # auto | real | synthetic
+    data_dir: str | None = None
+    allow_download: bool = True
+    synthetic_train_size: int | None = None  # None: the real split sizes
+    synthetic_test_size: int | None = None
+    loop: str = "fit"  # TensorFlow only: fit | custom
+    jit: bool = False  # TensorFlow only: XLA jit_compile
+    verbose: bool = False
+
+    def config(self) -> dict[str, Any]:
+        """The effective configuration stored in the record (what makes two cells comparable)."""
+        keys = ("batch_size", "epochs", "max_steps", "warmup_steps", "units", "seed", "data")
+        out = {k: getattr(self, k) for k in keys}
+        if self.framework == "tensorflow":
+            out.update(loop=self.loop, jit=self.jit)
+        return out
+
+
+@dataclass
+class Dataset:
+    """Preprocessed arrays a backend trains on (float32 in [0, 1], int labels)."""
+
+    x_train: Any
+    y_train: Any
+    x_test: Any
+    y_test: Any
+    info: Any  # mpbench.results.DataInfo
+
+
+@dataclass
+class Measurements:
+    framework_version: str
+    device: DeviceInfo
+    precision: dict[str, Any]  # effective state read back from the framework (DESIGN §2)
+    step_times_s: list[float]  # every timed step, warm-up included
+    warmup_steps: int
+    samples_per_step: int
+    epoch_losses: list[float]
+    test_accuracy: float | None
+    test_loss: float | None
+    params: int
+    memory: MemoryStats = field(default_factory=MemoryStats)
+    loss_scale: LossScaleStats | None = None
+    data: Any = None  # DataInfo
+    extra_config: dict[str, Any] = field(default_factory=dict)  # e.g. the optimizer settings
+
+
+class Diverged(Exception):
+    """The training loss became non-finite: the cell ends with status `diverged`."""
+
+
+class Unsupported(Exception):
+    """The framework cannot run this cell here (e.g. CUDA asked for, a CPU-only build):
+    the cell ends with status `skipped` and this reason."""
+
+
+def check_finite(loss: float, step: int) -> float:
+    if not math.isfinite(loss):
+        raise Diverged(f"loss became {loss} at step {step}")
+    return loss
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    steps_per_epoch: int
+    epochs: int  # epochs actually started (the last may be cut short by max_steps)
+    total_steps: int
+    warmup_steps: int
+
+
+def plan_steps(
+    train_size: int, batch_size: int, epochs: int, max_steps: int | None, warmup_steps: int
+) -> StepPlan:
+    """Full batches only (drop the ragged last one) so every timed step does equal work."""
+    steps_per_epoch = train_size // batch_size
+    if steps_per_epoch < 1:
+        raise ValueError(f"batch size {batch_size} exceeds the training set ({train_size})")
+    total = steps_per_epoch * epochs
+    if max_steps is not None:
+        total = min(total, max_steps)
+    if total <= warmup_steps:
+        raise ValueError(
+            f"{total} training steps leave none to time after {warmup_steps} warm-up steps; "
+            "raise --max-steps/--epochs or lower --warmup-steps"
+        )
+    return StepPlan(steps_per_epoch, math.ceil(total / steps_per_epoch), total, warmup_steps)
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident set size of this (the cell's) process."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB
+
+
+def load_dataset(spec: CellSpec, workload: Any, warn: Callable[[str], None]) -> Dataset:
+    """Load the workload's data (real or synthetic) as float32 arrays in the workload's shape."""
+    import numpy as np
+
+    from mpbench import data as datasets
+    from mpbench.results.schema import DataInfo
+
+    loaded = datasets.load(
+        workload.dataset,
+        mode=spec.data,
+        data_dir=spec.data_dir,
+        allow_download=spec.allow_download,
+        seed=spec.seed,
+        synthetic_train_size=spec.synthetic_train_size,
+        synthetic_test_size=spec.synthetic_test_size,
+        warn=warn,
+    )
+    shape = (-1, *workload.input_shape)
+
+    def prepare(images: Any) -> Any:
+        return (images.astype(np.float32) / 255.0).reshape(shape)
+
+    info = DataInfo(**loaded.describe())
+    return Dataset(
+        prepare(loaded.x_train),
+        loaded.y_train.astype(np.int64),
+        prepare(loaded.x_test),
+        loaded.y_test.astype(np.int64),
+        info,
+    )

@@ -1,0 +1,177 @@
+"""The `mpbench` command: parses, validates, delegates. No logic of its own.
+
+Start-up must stay fast: this module imports no framework and no pandas; every verb imports
+what it needs inside its own function.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+from typer.exceptions import Abort, Exit, TyperException
+
+from mpbench import __version__
+from mpbench.errors import InvalidInput
+
+app = typer.Typer(
+    name="mpbench",
+    help="Measure what float16, bfloat16 and TF32 really buy you in training, on this machine.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"mpbench {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Show the version and exit."
+    ),
+) -> None:
+    """mpbench: detect, run, compare."""
+
+
+@app.command()
+def detect(
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable JSON (schema in docs)."),
+    probe: bool = typer.Option(
+        False, "--probe", help="Also import each installed framework in a child process."
+    ),
+) -> None:
+    """Report the hardware, what each precision policy does on it, and a recommendation."""
+    from mpbench.detect import collect
+    from mpbench.detect.render import print_report, report_json
+
+    report = collect(probe=probe)
+    if as_json:
+        typer.echo(report_json(report))
+    else:
+        print_report(report)
+
+
+@app.command()
+def data(
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="Look here first."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable JSON."),
+) -> None:
+    """Show which datasets mpbench finds, where, and how to fetch the missing ones."""
+    from mpbench.data.status import collect_status, print_status, status_json
+
+    statuses = collect_status(data_dir)
+    if as_json:
+        typer.echo(status_json(statuses))
+    else:
+        print_status(statuses)
+
+
+@app.command()
+def run(
+    config: Path | None = typer.Option(
+        None, "--config", "-c", help="TOML run configuration [default: configs/default.toml]."
+    ),
+    framework: list[str] | None = typer.Option(
+        None, "--framework", "-f", help="torch, tensorflow or all [default: installed ones]."
+    ),
+    workload: list[str] | None = typer.Option(
+        None, "--workload", "-w", help="mnist_dense, cifar10_cnn (repeatable) [default: both]."
+    ),
+    policy: list[str] | None = typer.Option(
+        None,
+        "--policy",
+        "-p",
+        help="float32|fp32, tf32, mixed_float16|fp16, mixed_bfloat16|bf16, auto, all "
+        "(repeatable) [default: auto].",
+    ),
+    device: str | None = typer.Option(None, "--device", help="auto, cpu, cuda, cuda:N, mps."),
+    epochs: int | None = typer.Option(None, "--epochs", min=1),
+    max_steps: int | None = typer.Option(None, "--max-steps", min=1, help="Cap on steps per cell."),
+    warmup_steps: int | None = typer.Option(None, "--warmup-steps", min=0),
+    batch_size: int | None = typer.Option(None, "--batch-size", min=1),
+    units: int | None = typer.Option(None, "--units", min=1, help="Dense width (mnist_dense)."),
+    repeat: int | None = typer.Option(None, "--repeat", min=1, help="Runs of each cell."),
+    seed: int | None = typer.Option(None, "--seed"),
+    data_mode: str | None = typer.Option(None, "--data", help="auto, real or synthetic."),
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="Look for datasets here first."),
+    loop: str | None = typer.Option(None, "--loop", help="TensorFlow training loop: fit|custom."),
+    jit: str | None = typer.Option(None, "--jit", help="TensorFlow XLA jit_compile: on|off."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Run directory [results/<run-id>]."),
+    timeout: float | None = typer.Option(None, "--timeout", min=1, help="Seconds per cell."),
+    resume: bool = typer.Option(False, "--resume", help="Skip cells already done in --out."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show framework logs."),
+) -> None:
+    """Train the reference workloads under each precision policy, one process per cell."""
+    from mpbench.runner import RunOptions, run_matrix
+
+    options = RunOptions(
+        config=config,
+        frameworks=framework or [],
+        workloads=workload or [],
+        policies=policy or [],
+        device=device,
+        epochs=epochs,
+        max_steps=max_steps,
+        warmup_steps=warmup_steps,
+        batch_size=batch_size,
+        units=units,
+        repeat=repeat,
+        seed=seed,
+        data=data_mode,
+        data_dir=data_dir,
+        loop=loop,
+        jit=jit,
+        out=out,
+        timeout=timeout,
+        resume=resume,
+        verbose=verbose,
+        command_line=" ".join(["mpbench", *sys.argv[1:]]),
+    )
+    raise typer.Exit(run_matrix(options))
+
+
+# --- compare: owned by the compare/ package; keep this function a thin delegate. ---
+@app.command()
+def compare(
+    paths: list[Path] | None = typer.Argument(
+        None, help="Result files or run directories [default: the latest run under results/]."
+    ),
+) -> None:
+    """Speed-up, memory and accuracy against float32; gates for CI (exit 1 on regression)."""
+    from mpbench.compare import run_compare
+
+    raise typer.Exit(run_compare(paths or []))
+
+
+def _one_line(message: str) -> str:
+    return " ".join(message.split())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: bad input becomes one line on stderr and exit code 2, never a traceback."""
+    try:
+        result = app(args=argv, prog_name="mpbench", standalone_mode=False)
+    except TyperException as exc:  # typer's usage errors: unknown option, bad value, ...
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+        print(f"mpbench: error: {_one_line(exc.format_message())}{hint}", file=sys.stderr)
+        return 2
+    except InvalidInput as exc:
+        print(f"mpbench: error: {_one_line(str(exc))}", file=sys.stderr)
+        return 2
+    except Exit as exc:
+        return exc.exit_code
+    except (Abort, KeyboardInterrupt):
+        print("mpbench: interrupted", file=sys.stderr)
+        return 130
+    return result if isinstance(result, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

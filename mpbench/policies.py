@@ -1,0 +1,224 @@
+"""The precision contract (DESIGN.md §2): policy names, aliases and device support rules.
+
+This module is a leaf: it imports nothing else from mpbench and no framework, so that
+`detect` (to rate devices) and `run` (to choose and skip cells) share one set of rules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from mpbench.errors import unknown_choice
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    aliases: tuple[str, ...]
+    compute_dtype: str  # dtype of matmuls/convolutions: float32, float16, bfloat16
+    tf32: bool  # float32 matmuls may use TF32 Tensor Core math
+    loss_scaling: bool  # dynamic loss scaling (GradScaler / LossScaleOptimizer)
+    peak_key: str  # which column of the peak TFLOP/s table bounds this policy
+
+
+FLOAT32 = Policy("float32", ("fp32",), "float32", False, False, "fp32")
+TF32 = Policy("tf32", (), "float32", True, False, "tf32")
+MIXED_FLOAT16 = Policy("mixed_float16", ("fp16", "amp_fp16"), "float16", False, True, "fp16")
+MIXED_BFLOAT16 = Policy("mixed_bfloat16", ("bf16", "amp_bf16"), "bfloat16", False, False, "bf16")
+
+POLICIES: dict[str, Policy] = {p.name: p for p in (FLOAT32, TF32, MIXED_FLOAT16, MIXED_BFLOAT16)}
+BASELINE = FLOAT32.name
+
+# Selectors accepted wherever a *set* of policies is named (`--policy auto`, `--policy all`).
+SELECTORS = ("auto", "all")
+
+
+def _lookup_table() -> dict[str, Policy]:
+    table = {}
+    for policy in POLICIES.values():
+        table[policy.name] = policy
+        for alias in policy.aliases:
+            table[alias] = policy
+    return table
+
+
+_BY_NAME = _lookup_table()
+
+
+def valid_names() -> list[str]:
+    """Every accepted spelling, canonical names first (for error messages)."""
+    names = list(POLICIES)
+    names += [a for p in POLICIES.values() for a in p.aliases]
+    return names
+
+
+def resolve(name: str) -> Policy:
+    """Canonical policy for a name or alias (case-insensitive); InvalidInput otherwise."""
+    policy = _BY_NAME.get(name.strip().lower())
+    if policy is None:
+        raise unknown_choice("policy", name, [*valid_names(), *SELECTORS])
+    return policy
+
+
+class Rating(str, Enum):
+    FAST = "fast"
+    SLOW = "slow"
+    UNSUPPORTED = "unsupported"
+
+
+@dataclass(frozen=True)
+class DeviceTraits:
+    """What the rules need to know about one device, whatever probed it."""
+
+    kind: str  # cuda, rocm, cpu, tpu, mps
+    name: str
+    compute_capability: tuple[int, int] | None = None  # NVIDIA only
+    cpu_flags: frozenset[str] | None = None  # CPU only; None when the flags are unknown
+
+
+@dataclass(frozen=True)
+class PolicyRating:
+    policy: str
+    rating: Rating
+    reason: str
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    policy: str
+    reason: str
+
+
+def _cc(device: DeviceTraits) -> str:
+    major, minor = device.compute_capability or (0, 0)
+    return f"{major}.{minor}"
+
+
+def _rate_nvidia(policy: Policy, device: DeviceTraits) -> PolicyRating:
+    cc = device.compute_capability or (0, 0)
+    here = f"compute capability {_cc(device)}"
+    if policy is FLOAT32:
+        return PolicyRating(policy.name, Rating.FAST, "baseline: float32 with TF32 off")
+    if policy is TF32:
+        if cc >= (8, 0):
+            return PolicyRating(policy.name, Rating.FAST, f"TF32 Tensor Cores ({here} >= 8.0)")
+        return PolicyRating(
+            policy.name, Rating.UNSUPPORTED, f"TF32 needs compute capability >= 8.0; {here}"
+        )
+    if policy is MIXED_FLOAT16:
+        if cc >= (7, 0):
+            return PolicyRating(policy.name, Rating.FAST, f"fp16 Tensor Cores ({here} >= 7.0)")
+        return PolicyRating(
+            policy.name,
+            Rating.SLOW,
+            f"no Tensor Cores ({here} < 7.0): saves memory, little or no speed-up",
+        )
+    if cc >= (8, 0):
+        return PolicyRating(policy.name, Rating.FAST, f"bf16 Tensor Cores ({here} >= 8.0)")
+    return PolicyRating(
+        policy.name, Rating.SLOW, f"no native bf16 ({here} < 8.0): emulated, slower than fp16"
+    )
+
+
+def _has_any(flags: frozenset[str], *names: str) -> str | None:
+    return next((n for n in names if n in flags), None)
+
+
+def _rate_cpu(policy: Policy, device: DeviceTraits) -> PolicyRating:
+    flags = device.cpu_flags
+    if policy is FLOAT32:
+        return PolicyRating(policy.name, Rating.FAST, "baseline")
+    if policy is TF32:
+        return PolicyRating(
+            policy.name, Rating.UNSUPPORTED, "TF32 is an NVIDIA GPU math mode; CPUs have none"
+        )
+    if flags is None:
+        return PolicyRating(
+            policy.name, Rating.SLOW, "CPU features unknown: assume emulated and slow"
+        )
+    if policy is MIXED_BFLOAT16:
+        found = _has_any(flags, "amx_bf16", "avx512_bf16")
+        if found:
+            return PolicyRating(policy.name, Rating.FAST, f"native bf16 matmul ({found})")
+        return PolicyRating(
+            policy.name,
+            Rating.SLOW,
+            "no amx_bf16/avx512_bf16: bf16 is emulated, usually slower than float32",
+        )
+    found = _has_any(flags, "amx_fp16", "avx512_fp16")
+    if found:
+        return PolicyRating(policy.name, Rating.FAST, f"native fp16 arithmetic ({found})")
+    return PolicyRating(
+        policy.name,
+        Rating.SLOW,
+        "no amx_fp16/avx512_fp16: fp16 works but is emulated, much slower than float32",
+    )
+
+
+def _rate_tpu(policy: Policy) -> PolicyRating:
+    return {
+        "float32": PolicyRating(policy.name, Rating.FAST, "baseline"),
+        "tf32": PolicyRating(policy.name, Rating.UNSUPPORTED, "TF32 is an NVIDIA GPU math mode"),
+        "mixed_float16": PolicyRating(
+            policy.name, Rating.UNSUPPORTED, "TPUs compute in bfloat16, not float16"
+        ),
+        "mixed_bfloat16": PolicyRating(policy.name, Rating.FAST, "TPU matrix units are bf16"),
+    }[policy.name]
+
+
+def _rate_other_gpu(policy: Policy, device: DeviceTraits) -> PolicyRating:
+    vendor = "Apple GPU (MPS)" if device.kind == "mps" else "AMD GPU (ROCm)"
+    if policy is FLOAT32:
+        return PolicyRating(policy.name, Rating.FAST, "baseline")
+    if policy is TF32:
+        return PolicyRating(
+            policy.name, Rating.UNSUPPORTED, f"TF32 is an NVIDIA math mode; not on an {vendor}"
+        )
+    if policy is MIXED_FLOAT16:
+        return PolicyRating(policy.name, Rating.FAST, f"native fp16 on an {vendor}")
+    if device.kind == "mps":
+        return PolicyRating(
+            policy.name, Rating.SLOW, "bf16 on MPS needs macOS 14+ and is not faster than fp16"
+        )
+    return PolicyRating(policy.name, Rating.FAST, f"native bf16 on an {vendor}")
+
+
+def rate(policy: Policy | str, device: DeviceTraits) -> PolicyRating:
+    """How well `device` runs `policy`: fast, slow (works, little gain) or unsupported."""
+    if isinstance(policy, str):
+        policy = resolve(policy)
+    if device.kind == "cuda":
+        return _rate_nvidia(policy, device)
+    if device.kind == "cpu":
+        return _rate_cpu(policy, device)
+    if device.kind == "tpu":
+        return _rate_tpu(policy)
+    return _rate_other_gpu(policy, device)
+
+
+def rate_all(device: DeviceTraits) -> list[PolicyRating]:
+    return [rate(p, device) for p in POLICIES.values()]
+
+
+def auto_policies(device: DeviceTraits) -> list[Policy]:
+    """The default set: float32 plus every policy rated fast on the device."""
+    fast = [p for p in POLICIES.values() if rate(p, device).rating is Rating.FAST]
+    return [FLOAT32, *(p for p in fast if p is not FLOAT32)]
+
+
+def recommend(device: DeviceTraits) -> Recommendation:
+    ratings = {r.policy: r for r in rate_all(device)}
+    bf16, fp16 = ratings["mixed_bfloat16"], ratings["mixed_float16"]
+    if bf16.rating is Rating.FAST and fp16.rating is Rating.FAST:
+        return Recommendation(
+            "mixed_bfloat16",
+            "bf16 and fp16 are both fast; bf16 needs no loss scaling (fp16 equally good)",
+        )
+    if bf16.rating is Rating.FAST:
+        return Recommendation("mixed_bfloat16", bf16.reason)
+    if fp16.rating is Rating.FAST:
+        return Recommendation("mixed_float16", f"{fp16.reason}; keep dynamic loss scaling on")
+    return Recommendation(
+        "float32", "no fast reduced-precision math here: mixed precision only saves memory"
+    )

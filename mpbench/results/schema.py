@@ -1,0 +1,179 @@
+"""The result record (DESIGN.md §7): one per cell, the contract between `run` and `compare`.
+
+Records are plain dataclasses; `to_dict`/`from_dict` are the only (de)serialisation, and
+`from_dict` is strict about the schema version so that old readers never misread new files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from mpbench.errors import InvalidInput
+
+SCHEMA_VERSION = 1
+
+
+class Status(str, Enum):
+    OK = "ok"
+    SKIPPED = "skipped"
+    DIVERGED = "diverged"
+    OOM = "oom"
+    TIMEOUT = "timeout"
+    ERROR = "error"
+
+
+class SchemaError(InvalidInput):
+    """A record or file that does not follow this schema (bad input: exit 2)."""
+
+
+@dataclass
+class StepTimeStats:
+    """Raw per-step times (seconds, warm-up excluded) and every statistic derived from them."""
+
+    raw_s: list[float]
+    warmup_steps: int  # how many leading steps were excluded from raw_s
+    count: int = 0
+    median_s: float | None = None
+    mean_s: float | None = None
+    p10_s: float | None = None
+    p90_s: float | None = None
+    stdev_s: float | None = None
+
+    @classmethod
+    def from_samples(cls, raw_s: list[float], warmup_steps: int) -> StepTimeStats:
+        raw = [float(t) for t in raw_s]
+        if not raw:
+            return cls(raw_s=[], warmup_steps=warmup_steps)
+        return cls(
+            raw_s=raw,
+            warmup_steps=warmup_steps,
+            count=len(raw),
+            median_s=statistics.median(raw),
+            mean_s=statistics.fmean(raw),
+            p10_s=_percentile(raw, 10),
+            p90_s=_percentile(raw, 90),
+            stdev_s=statistics.stdev(raw) if len(raw) > 1 else 0.0,
+        )
+
+
+def _percentile(values: list[float], pct: float) -> float:
+    """Linear-interpolated percentile (numpy's default method), without numpy."""
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * pct / 100
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+@dataclass
+class DeviceInfo:
+    kind: str  # cpu, cuda, mps, ...
+    name: str
+    capability: str | None = None  # "8.0" on NVIDIA; CPU flags summary elsewhere
+    index: int | None = None
+
+
+@dataclass
+class DataInfo:
+    name: str  # "mnist", "cifar10", "synthetic-mnist", "synthetic-cifar10"
+    source: str  # "real" or "synthetic"
+    origin: str | None = None  # file or folder it came from; None for synthetic
+    sha256: dict[str, str] | None = None  # file name -> digest of what was read
+    train_size: int = 0
+    test_size: int = 0
+
+
+@dataclass
+class MemoryStats:
+    device_peak_allocated_bytes: int | None = None
+    device_peak_reserved_bytes: int | None = None
+    host_peak_rss_bytes: int | None = None
+
+
+@dataclass
+class AccuracyStats:
+    test_accuracy: float | None = None
+    test_loss: float | None = None
+    train_loss_per_epoch: list[float] = field(default_factory=list)
+
+
+@dataclass
+class LossScaleStats:
+    final_scale: float | None = None
+    skipped_steps: int | None = None
+
+
+@dataclass
+class CellRecord:
+    run_id: str
+    cell_id: str
+    timestamp: str
+    framework: str
+    framework_version: str | None
+    workload: str
+    policy: str
+    repeat: int
+    device: DeviceInfo
+    status: Status
+    reason: str | None = None
+    config: dict[str, Any] = field(default_factory=dict)  # the effective config of the cell
+    precision: dict[str, Any] = field(default_factory=dict)  # state read back after applying
+    data: DataInfo | None = None
+    step_time: StepTimeStats | None = None
+    throughput_samples_per_s: float | None = None
+    memory: MemoryStats = field(default_factory=MemoryStats)
+    accuracy: AccuracyStats = field(default_factory=AccuracyStats)
+    loss_scale: LossScaleStats | None = None
+    params: int | None = None
+    flops_per_step: float | None = None
+    achieved_tflops: float | None = None
+    peak_tflops: float | None = None
+    mfu: float | None = None
+    hardware_fingerprint: str = ""
+    wall_s: float | None = None
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["status"] = self.status.value
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> CellRecord:
+        if not isinstance(raw, dict):
+            raise SchemaError("a record must be a JSON object")
+        version = raw.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise SchemaError(
+                f"unknown schema version {version!r} (this mpbench reads version {SCHEMA_VERSION})"
+            )
+        try:
+            values = dict(raw)
+            values["status"] = Status(values["status"])
+            values["device"] = DeviceInfo(**values["device"])
+            for key, kind in _NESTED.items():
+                if values.get(key) is not None:
+                    values[key] = kind(**values[key])
+            names = {f.name for f in dataclasses.fields(cls)}
+            unknown = set(values) - names
+            if unknown:
+                raise SchemaError(f"unknown fields {sorted(unknown)}")
+            return cls(**values)
+        except SchemaError:
+            raise
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SchemaError(f"malformed record: {exc}") from exc
+
+
+_NESTED = {
+    "data": DataInfo,
+    "step_time": StepTimeStats,
+    "memory": MemoryStats,
+    "accuracy": AccuracyStats,
+    "loss_scale": LossScaleStats,
+}
