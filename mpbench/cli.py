@@ -142,11 +142,61 @@ def compare(
     paths: list[Path] | None = typer.Argument(
         None, help="Result files or run directories [default: the latest run under results/]."
     ),
+    results_dir: Path = typer.Option(
+        Path("results"), "--results-dir", help="Where to look for the latest run."
+    ),
+    baseline: Path | None = typer.Option(
+        None, "--baseline", "-b", help="Baseline results file or run directory to gate against."
+    ),
+    max_slowdown: str | None = typer.Option(
+        None, "--max-slowdown", help="Median step time per cell vs baseline: 10% or 0.1."
+    ),
+    max_memory_increase: str | None = typer.Option(
+        None, "--max-memory-increase", help="Peak memory per cell vs baseline: 10% or 0.1."
+    ),
+    max_accuracy_drop: str | None = typer.Option(
+        None, "--max-accuracy-drop", help="Test accuracy per cell vs baseline, in points: 0.5."
+    ),
+    min_speedup: list[str] | None = typer.Option(
+        None,
+        "--min-speedup",
+        help="POLICY=X: speed-up vs float32 of the same run, e.g. bf16=1.5 (repeatable).",
+    ),
+    max_accuracy_delta: str | None = typer.Option(
+        None, "--max-accuracy-delta", help="Accuracy vs float32 of the same run, ± points."
+    ),
+    allow_different_hardware: bool = typer.Option(
+        False, "--allow-different-hardware", help="Compare to a baseline from another machine."
+    ),
+    output_format: str = typer.Option(
+        "table", "--format", help="table, markdown, json, csv or benchmark-action."
+    ),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write the report here."),
+    plot: Path | None = typer.Option(None, "--plot", help="Write grouped bar charts (PNG)."),
 ) -> None:
     """Speed-up, memory and accuracy against float32; gates for CI (exit 1 on regression)."""
-    from mpbench.compare import run_compare
+    from mpbench.compare import (
+        CompareOptions,
+        parse_fraction,
+        parse_min_speedup,
+        parse_points,
+        run_compare,
+    )
 
-    raise typer.Exit(run_compare(paths or []))
+    options = CompareOptions(
+        results_dir=results_dir,
+        baseline=baseline,
+        max_slowdown=parse_fraction("--max-slowdown", max_slowdown),
+        max_memory_increase=parse_fraction("--max-memory-increase", max_memory_increase),
+        max_accuracy_drop_pp=parse_points("--max-accuracy-drop", max_accuracy_drop),
+        min_speedup=parse_min_speedup(min_speedup),
+        max_accuracy_delta_pp=parse_points("--max-accuracy-delta", max_accuracy_delta),
+        allow_different_hardware=allow_different_hardware,
+        format=output_format,
+        output=output,
+        plot=plot,
+    )
+    raise typer.Exit(run_compare(paths or [], options=options))
 
 
 def _one_line(message: str) -> str:

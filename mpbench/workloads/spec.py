@@ -132,9 +132,7 @@ CIFAR10_CNN = Workload(
     dataset="cifar10",
     input_shape=(32, 32, 3),
     num_classes=10,
-    optimizer=OptimizerSpec(
-        "adam", 1e-3, {"beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-7}
-    ),
+    optimizer=OptimizerSpec("adam", 1e-3, {"beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-7}),
     batch_size=128,
     epochs=50,
     description="Conv32-3x3→MaxPool→Conv64-3x3→MaxPool→Dense128→Dense10, Adam",

@@ -1,0 +1,1 @@
+"""PyTorch backend (imports torch only from its modules, never from here)."""

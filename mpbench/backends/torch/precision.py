@@ -1,0 +1,95 @@
+"""Apply a policy to PyTorch and read the effective state back (DESIGN.md §2).
+
+TF32 is set through the fp32_precision API where torch has it (2.9+), else the legacy
+allow_tf32 flags — never both in one process, which torch rejects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from mpbench.policies import Policy
+
+_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass
+class TorchPrecision:
+    device_type: str  # "cuda", "cpu", "mps"
+    autocast_dtype: torch.dtype | None  # None: no autocast (float32 / tf32)
+    scaler: Any  # torch.amp.GradScaler, or None without loss scaling
+
+    def autocast(self) -> torch.autocast:
+        return torch.autocast(
+            self.device_type,
+            dtype=self.autocast_dtype or torch.float32,
+            enabled=self.autocast_dtype is not None,
+        )
+
+
+def _new_tf32_api() -> bool:
+    return hasattr(torch.backends.cuda.matmul, "fp32_precision")
+
+
+def set_tf32(enabled: bool) -> None:
+    if _new_tf32_api():
+        value = "tf32" if enabled else "ieee"
+        torch.backends.cuda.matmul.fp32_precision = value
+        torch.backends.cudnn.conv.fp32_precision = value
+        torch.backends.cudnn.rnn.fp32_precision = value
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = enabled
+        torch.backends.cudnn.allow_tf32 = enabled
+
+
+def read_tf32() -> dict[str, Any]:
+    """The flags as torch reports them now, whichever API this torch has."""
+    if _new_tf32_api():
+        matmul = torch.backends.cuda.matmul.fp32_precision
+        conv = torch.backends.cudnn.conv.fp32_precision
+        return {
+            "tf32_api": "fp32_precision",
+            "matmul_fp32_precision": matmul,
+            "cudnn_conv_fp32_precision": conv,
+            "tf32_enabled": matmul == "tf32" or conv == "tf32",
+        }
+    matmul, conv = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    return {
+        "tf32_api": "allow_tf32",
+        "matmul_allow_tf32": matmul,
+        "cudnn_allow_tf32": conv,
+        "tf32_enabled": bool(matmul or conv),
+    }
+
+
+def apply_policy(policy: Policy, device: torch.device) -> TorchPrecision:
+    set_tf32(policy.tf32)
+    autocast_dtype = _DTYPES.get(policy.compute_dtype)
+    scaler = _grad_scaler(device.type) if policy.loss_scaling else None
+    return TorchPrecision(device.type, autocast_dtype, scaler)
+
+
+def _grad_scaler(device_type: str) -> Any:
+    # torch.amp.GradScaler(device) arrived in torch 2.3; 2.2 only has the per-device classes.
+    if hasattr(torch.amp, "GradScaler"):
+        return torch.amp.GradScaler(device_type)
+    return torch.cuda.amp.GradScaler() if device_type == "cuda" else torch.cpu.amp.GradScaler()
+
+
+def read_autocast(device_type: str) -> dict[str, Any]:
+    """Call inside the autocast context: what torch will actually do with matmuls there."""
+    try:
+        enabled = torch.is_autocast_enabled(device_type)
+        dtype = torch.get_autocast_dtype(device_type) if enabled else None
+    except TypeError:  # torch < 2.4: per-device getters only
+        cpu = device_type == "cpu"
+        enabled = torch.is_autocast_cpu_enabled() if cpu else torch.is_autocast_enabled()
+        getter = torch.get_autocast_cpu_dtype if cpu else torch.get_autocast_gpu_dtype
+        dtype = getter() if enabled else None
+    return {
+        "autocast_enabled": enabled,
+        "autocast_dtype": str(dtype).replace("torch.", "") if dtype is not None else None,
+    }

@@ -1,0 +1,155 @@
+"""Run one cell in a child process with a timeout, and turn whatever happens into an outcome.
+
+The child gets its own session (process group) so that a timeout or Ctrl-C kills it and
+everything it started, and so the terminal's Ctrl-C reaches only the parent, which decides.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mpbench.backends.base import CellSpec
+
+
+@dataclass
+class Outcome:
+    status: str  # ok, skipped, diverged, oom, timeout, error
+    reason: str | None = None
+    measurements: dict[str, Any] | None = None
+    warnings: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _last_line(log_path: Path) -> str:
+    try:
+        lines = [line.strip() for line in log_path.read_text(errors="replace").splitlines()]
+    except OSError:
+        return ""
+    lines = [line for line in lines if line]
+    return lines[-1][:300] if lines else ""
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    """SIGTERM the cell's process group, then SIGKILL whatever is left after a grace period."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=5)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def run_in_child(
+    spec: CellSpec,
+    timeout_s: float,
+    log_path: Path,
+    on_step: Callable[[int, int], None],
+    verbose: bool = False,
+) -> Outcome:
+    started = time.monotonic()
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    read_fd, write_fd = os.pipe()
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
+        json.dump(asdict(spec), fh)
+        spec_file = fh.name
+    log = None if verbose else open(log_path, "w", encoding="utf-8")  # noqa: SIM115
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "mpbench.runner.child", spec_file, str(write_fd)],
+            pass_fds=(write_fd,),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT if log else None,
+            start_new_session=True,
+        )
+        os.close(write_fd)
+        outcome = _collect(process, read_fd, started + timeout_s, on_step)
+    except BaseException:
+        # Ctrl-C (KeyboardInterrupt) or anything else: never leave an orphaned cell running.
+        if "process" in locals() and process.poll() is None:
+            _kill_group(process)
+        raise
+    finally:
+        os.close(read_fd)
+        os.unlink(spec_file)
+        if log:
+            log.close()
+
+    if outcome is None:  # no final event: the child died or timed out
+        outcome = _from_exit(process, timeout_s, log_path, verbose)
+    outcome.wall_s = time.monotonic() - started
+    return outcome
+
+
+def _collect(
+    process: subprocess.Popen, read_fd: int, deadline: float, on_step: Callable[[int, int], None]
+) -> Outcome | None:
+    buffer = b""
+    warnings: list[str] = []
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            _kill_group(process)
+            process.timed_out = True  # type: ignore[attr-defined]
+            return None
+        ready, _, _ = select.select([read_fd], [], [], min(remaining, 0.5))
+        if not ready:
+            continue
+        chunk = os.read(read_fd, 65536)
+        if not chunk:  # the child closed its end: it exited
+            process.wait()
+            return None
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            event = json.loads(line)
+            kind = event["event"]
+            if kind == "step":
+                on_step(event["step"], event["total"])
+            elif kind == "warning":
+                warnings.append(event["message"])
+            elif kind in ("done", "failed"):
+                process.wait()
+                if kind == "done":
+                    return Outcome("ok", None, event["measurements"], warnings)
+                return Outcome(event["status"], event["reason"], None, warnings)
+
+
+def _from_exit(
+    process: subprocess.Popen, timeout_s: float, log_path: Path, verbose: bool
+) -> Outcome:
+    where = "" if verbose else f" (log: {log_path})"
+    if getattr(process, "timed_out", False):
+        return Outcome("timeout", f"no result after the {timeout_s:g} s timeout{where}")
+    code = process.returncode
+    if code is not None and code < 0:
+        name = _signal_name(-code)
+        if -code == signal.SIGKILL:
+            return Outcome(
+                "oom", f"killed by {name}, most likely by the system's out-of-memory killer{where}"
+            )
+        return Outcome("error", f"cell process crashed with {name}{where}")
+    last = "" if verbose else _last_line(log_path)
+    detail = f": {last}" if last else ""
+    return Outcome("error", f"cell process exited with code {code} without a result{detail}{where}")

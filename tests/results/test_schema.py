@@ -1,0 +1,94 @@
+import json
+import statistics
+
+import pytest
+
+from mpbench.results import (
+    SCHEMA_VERSION,
+    CellRecord,
+    DataInfo,
+    DeviceInfo,
+    LossScaleStats,
+    SchemaError,
+    Status,
+    StepTimeStats,
+    append_record,
+    read_records,
+    write_csv,
+)
+
+
+def make_record(cell="torch/mnist_dense/float32/r0", status=Status.OK) -> CellRecord:
+    return CellRecord(
+        run_id="run-1",
+        cell_id=cell,
+        timestamp="2026-11-21T12:00:00+00:00",
+        framework="torch",
+        framework_version="torch 2.13.0",
+        workload="mnist_dense",
+        policy="float32",
+        repeat=0,
+        device=DeviceInfo("cpu", "AMD EPYC"),
+        status=status,
+        config={"batch_size": 1024},
+        precision={"tf32_enabled": False},
+        data=DataInfo("synthetic-mnist", "synthetic", train_size=60000, test_size=10000),
+        step_time=StepTimeStats.from_samples([0.01, 0.03, 0.02, 0.04], warmup_steps=2),
+        loss_scale=LossScaleStats(32768.0, 2),
+    )
+
+
+def test_step_stats_derive_from_the_raw_samples():
+    stats = StepTimeStats.from_samples([0.4, 0.1, 0.3, 0.2, 0.5], warmup_steps=3)
+    assert stats.count == 5 and stats.warmup_steps == 3
+    assert stats.median_s == pytest.approx(0.3)
+    assert stats.mean_s == pytest.approx(0.3)
+    assert stats.p10_s == pytest.approx(0.14)  # numpy's linear interpolation
+    assert stats.p90_s == pytest.approx(0.46)
+    assert stats.stdev_s == pytest.approx(statistics.stdev([0.4, 0.1, 0.3, 0.2, 0.5]))
+    assert StepTimeStats.from_samples([], 5).median_s is None
+
+
+def test_records_round_trip_through_jsonl(tmp_path):
+    first, second = make_record(), make_record("torch/mnist_dense/tf32/r0", Status.SKIPPED)
+    append_record(tmp_path, first)
+    append_record(tmp_path, second)
+    back = read_records(tmp_path)
+    assert [r.to_dict() for r in back] == [first.to_dict(), second.to_dict()]
+    assert back[1].status is Status.SKIPPED
+
+
+def test_csv_is_flat_and_loads_in_pandas(tmp_path):
+    import pandas as pd
+
+    write_csv(tmp_path, [make_record()])
+    frame = pd.read_csv(tmp_path / "results.csv")
+    assert frame.loc[0, "step_time.median_s"] == pytest.approx(0.025)
+    assert frame.loc[0, "loss_scale.final_scale"] == 32768.0
+    assert "step_time.raw_s" not in frame.columns
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"schema_version": 99}\n', "unknown schema version 99"),
+        ("{not json\n", "not valid JSON"),
+        ("", "contains no records"),
+    ],
+)
+def test_bad_files_are_rejected_with_a_clear_message(tmp_path, content, message):
+    path = tmp_path / "results.jsonl"
+    path.write_text(content)
+    with pytest.raises(SchemaError, match=message):
+        read_records(path)
+
+
+def test_unknown_fields_and_missing_files_are_rejected(tmp_path):
+    raw = make_record().to_dict()
+    raw["surprise"] = 1
+    (tmp_path / "results.jsonl").write_text(json.dumps(raw) + "\n")
+    with pytest.raises(SchemaError, match="unknown fields"):
+        read_records(tmp_path)
+    with pytest.raises(SchemaError, match="no such results file"):
+        read_records(tmp_path / "missing")
+    assert SCHEMA_VERSION == 1

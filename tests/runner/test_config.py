@@ -1,0 +1,72 @@
+from pathlib import Path
+
+import pytest
+
+from mpbench.errors import InvalidInput
+from mpbench.runner.config import RunOptions, build_config, parse_file
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+@pytest.mark.parametrize("name", ["default", "quick", "full"])
+def test_shipped_configs_parse(name):
+    config = build_config(RunOptions(config=CONFIGS / f"{name}.toml"))
+    assert set(config.workload_names) == {"mnist_dense", "cifar10_cnn"}
+
+
+def test_default_config_is_reference_faithful_for_mnist():
+    config = build_config(RunOptions(config=CONFIGS / "default.toml"))
+    mnist = config.workloads["mnist_dense"]
+    assert (mnist.batch_size, mnist.epochs, mnist.max_steps, mnist.units) == (8192, 5, None, None)
+    assert config.policies == ["auto"]
+
+
+def test_full_config_trains_cifar_for_fifty_epochs():
+    config = build_config(RunOptions(config=CONFIGS / "full.toml"))
+    cifar = config.workloads["cifar10_cnn"]
+    assert (cifar.batch_size, cifar.epochs, cifar.max_steps) == (128, 50, None)
+
+
+def test_command_line_overrides_the_file():
+    options = RunOptions(
+        config=CONFIGS / "default.toml",
+        batch_size=64,
+        max_steps=7,
+        units=32,
+        policies=["bf16"],
+        data="synthetic",
+        loop="custom",
+        jit="on",
+    )
+    config = build_config(options)
+    for settings in config.workloads.values():
+        assert (settings.batch_size, settings.max_steps, settings.units) == (64, 7, 32)
+    assert config.policies == ["bf16"] and config.data == "synthetic"
+    assert config.loop == "custom" and config.jit is True
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[run]\nrepeat = 'two'\n", "repeat must be a int"),
+        ("[run]\nbogus = 1\n", "unknown key"),
+        ("[workloads.resnet]\nepochs = 1\n", "unknown workload"),
+        ("[run\n", "not valid TOML"),
+        ("[extras]\n", "unknown table"),
+        ("[workloads.mnist_dense]\nepochs = -1\n", "must not be negative"),
+    ],
+)
+def test_malformed_configs_are_invalid_input(tmp_path, text, message):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(InvalidInput, match=message):
+        parse_file(path)
+
+
+def test_bad_choices_name_the_valid_ones():
+    with pytest.raises(InvalidInput, match="auto, real, synthetic"):
+        build_config(RunOptions(config=CONFIGS / "quick.toml", data="imagenet"))
+    with pytest.raises(InvalidInput, match="fit, custom"):
+        build_config(RunOptions(config=CONFIGS / "quick.toml", loop="eager"))
+    with pytest.raises(InvalidInput, match="no such file"):
+        build_config(RunOptions(config=Path("/nonexistent.toml")))

@@ -1,0 +1,337 @@
+"""`mpbench run` end to end with real PyTorch training in real child processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+TINY = """
+[run]
+data = "synthetic"
+warmup_steps = 3
+timeout = 120
+
+[workloads.mnist_dense]
+batch_size = 256
+epochs = 4
+max_steps = 40
+units = 64
+synthetic_train_size = 4096
+synthetic_test_size = 1024
+
+[workloads.cifar10_cnn]
+batch_size = 64
+epochs = 1
+max_steps = 8
+synthetic_train_size = 1024
+synthetic_test_size = 256
+"""
+
+
+@pytest.fixture
+def tiny_config(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY)
+    return path
+
+
+def mpbench(*args: str, env: dict | None = None, timeout: float = 300):
+    return subprocess.run(
+        [sys.executable, "-m", "mpbench", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def records(run_dir: Path) -> dict[str, dict]:
+    lines = (run_dir / "results.jsonl").read_text().splitlines()
+    return {r["policy"]: r for r in map(json.loads, lines)}
+
+
+def test_each_policy_trains_and_records_its_effective_precision(tmp_path, tiny_config):
+    out = tmp_path / "run"
+    result = mpbench(
+        "run",
+        "--config",
+        str(tiny_config),
+        "--framework",
+        "torch",
+        "--workload",
+        "mnist_dense",
+        "--policy",
+        "fp32",
+        "--policy",
+        "bf16",
+        "--policy",
+        "fp16",
+        "--policy",
+        "tf32",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    got = records(out)
+    assert set(got) == {"float32", "mixed_bfloat16", "mixed_float16", "tf32"}
+
+    tf32 = got["tf32"]
+    assert tf32["status"] == "skipped" and "TF32" in tf32["reason"]
+
+    for policy in ("float32", "mixed_bfloat16", "mixed_float16"):
+        record = got[policy]
+        assert record["status"] == "ok", record["reason"]
+        assert record["step_time"]["count"] == 40 - 3
+        assert record["step_time"]["warmup_steps"] == 3
+        assert len(record["step_time"]["raw_s"]) == 37
+        assert record["accuracy"]["test_accuracy"] > 0.5  # ten classes: chance is 0.1
+        assert len(record["accuracy"]["train_loss_per_epoch"]) == 3  # 16 steps/epoch, 40 steps
+        assert record["data"]["source"] == "synthetic"
+        assert record["data"]["name"] == "synthetic-mnist"
+        assert record["params"] == 784 * 64 + 64 + 64 * 64 + 64 + 64 * 10 + 10
+        assert record["throughput_samples_per_s"] == pytest.approx(
+            256 / record["step_time"]["median_s"]
+        )
+        assert record["memory"]["host_peak_rss_bytes"] > 0
+        assert record["mfu"] is None  # no datasheet peak for a CPU
+        assert record["precision"]["tf32_enabled"] is False
+        assert record["precision"]["output_dtype"] == "float32"
+        assert record["precision"]["variable_dtype"] == "float32"
+
+    fp32, bf16, fp16 = got["float32"], got["mixed_bfloat16"], got["mixed_float16"]
+    assert fp32["precision"]["autocast_enabled"] is False
+    assert fp32["precision"]["compute_dtype"] == "float32"
+    assert fp32["loss_scale"] is None
+    assert bf16["precision"]["autocast_dtype"] == "bfloat16"
+    assert bf16["precision"]["compute_dtype"] == "bfloat16"
+    assert bf16["precision"]["loss_scaling"] is False and bf16["loss_scale"] is None
+    assert fp16["precision"]["compute_dtype"] == "float16"
+    assert fp16["precision"]["loss_scaling"] is True
+    assert fp16["loss_scale"]["final_scale"] > 0
+    assert fp16["loss_scale"]["skipped_steps"] >= 0
+
+    assert (out / "results.csv").exists()
+    environment = json.loads((out / "environment.json").read_text())
+    assert "mpbench run" in environment["command_line"]
+    assert environment["detect"]
+    assert "torch/mnist_dense/mixed_float16/r0" in result.stdout
+
+
+def test_the_cifar_cnn_trains(tmp_path, tiny_config):
+    out = tmp_path / "run"
+    result = mpbench(
+        "run",
+        "--config",
+        str(tiny_config),
+        "--framework",
+        "torch",
+        "--workload",
+        "cifar10_cnn",
+        "--policy",
+        "bf16",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    record = records(out)["mixed_bfloat16"]
+    assert record["status"] == "ok"
+    assert record["params"] == 315_722
+    assert record["data"]["name"] == "synthetic-cifar10"
+    assert record["step_time"]["count"] == 8 - 3
+
+
+@pytest.mark.parametrize(
+    ("fault", "status", "reason"),
+    [
+        ("raise", "error", "injected failure"),
+        ("oom", "oom", "MemoryError"),
+        ("crash", "error", "SIGABRT"),
+        ("diverge", "diverged", "loss became"),
+    ],
+)
+def test_a_failing_cell_leaves_the_others_intact(tmp_path, tiny_config, fault, status, reason):
+    out = tmp_path / "run"
+    result = mpbench(
+        "run",
+        "--config",
+        str(tiny_config),
+        "--framework",
+        "torch",
+        "--workload",
+        "mnist_dense",
+        "--policy",
+        "fp32",
+        "--policy",
+        "bf16",
+        "--device",
+        "cpu",
+        "--max-steps",
+        "10",
+        "--out",
+        str(out),
+        env={"MPBENCH_FAULT": f"{fault}@mixed_bfloat16"},
+    )
+    got = records(out)
+    assert got["float32"]["status"] == "ok"
+    assert got["mixed_bfloat16"]["status"] == status
+    assert reason in got["mixed_bfloat16"]["reason"]
+    assert "Traceback" not in result.stdout
+    assert result.returncode == (1 if status == "error" else 0)
+
+
+def test_a_hanging_cell_times_out(tmp_path, tiny_config):
+    out = tmp_path / "run"
+    started = time.monotonic()
+    result = mpbench(
+        "run",
+        "--config",
+        str(tiny_config),
+        "--framework",
+        "torch",
+        "--workload",
+        "mnist_dense",
+        "--policy",
+        "fp32",
+        "--device",
+        "cpu",
+        "--timeout",
+        "3",
+        "--out",
+        str(out),
+        env={"MPBENCH_FAULT": "hang"},
+    )
+    assert result.returncode == 1
+    record = records(out)["float32"]
+    assert record["status"] == "timeout" and "3 s timeout" in record["reason"]
+    assert time.monotonic() - started < 60
+
+
+def test_resume_runs_only_the_missing_cells(tmp_path, tiny_config):
+    out = tmp_path / "run"
+    common = [
+        "run",
+        "--config",
+        str(tiny_config),
+        "--framework",
+        "torch",
+        "--workload",
+        "mnist_dense",
+        "--device",
+        "cpu",
+        "--max-steps",
+        "6",
+        "--out",
+        str(out),
+    ]
+    first = mpbench(*common, "--policy", "fp32")
+    assert first.returncode == 0, first.stderr
+    again = mpbench(*common, "--policy", "fp32")
+    assert again.returncode == 2 and "--resume" in again.stderr
+
+    resumed = mpbench(*common, "--policy", "fp32", "--policy", "bf16", "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "already done (--resume)" in resumed.stdout
+    lines = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    assert [r["policy"] for r in lines] == ["float32", "mixed_bfloat16"]
+    assert lines[0]["run_id"] == lines[1]["run_id"]
+
+
+def test_ctrl_c_stops_cleanly_and_keeps_finished_cells(tmp_path, tiny_config):
+    out = tmp_path / "run"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mpbench",
+            "run",
+            "--config",
+            str(tiny_config),
+            "--framework",
+            "torch",
+            "--workload",
+            "mnist_dense",
+            "--policy",
+            "fp32",
+            "--policy",
+            "bf16",
+            "--device",
+            "cpu",
+            "--max-steps",
+            "6",
+            "--out",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "MPBENCH_FAULT": "hang@mixed_bfloat16", "MPBENCH_MARK": str(out)},
+    )
+    results = out / "results.jsonl"
+    deadline = time.monotonic() + 120
+    while not (results.exists() and results.read_text().strip()):
+        assert process.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+    time.sleep(1.0)  # the bf16 cell is now hanging in its child
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stdout + stderr
+    assert "Traceback" not in stdout + stderr
+    assert "--resume" in stdout
+    kept = [json.loads(x) for x in results.read_text().splitlines()]
+    assert [r["policy"] for r in kept] == ["float32"]
+    assert (out / "results.csv").exists()
+    assert not cell_processes_marked(str(out)), "the hanging cell's process was left running"
+
+
+def cell_processes_marked(mark: str) -> list:
+    import psutil
+
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            command = " ".join(process.info["cmdline"] or [])
+            if "mpbench.runner.child" in command and process.environ().get("MPBENCH_MARK") == mark:
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--policy", "fp8"], "unknown policy 'fp8'; valid choices: float32"),
+        (["--workload", "resnet"], "unknown workload 'resnet'; valid choices: mnist_dense"),
+        (["--framework", "jax"], "unknown framework 'jax'; valid choices: torch, tensorflow"),
+        (["--device", "tpu"], "unknown device 'tpu'"),
+        (["--data", "imagenet"], "valid choices: auto, real, synthetic"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
+    result = mpbench("run", "--out", str(tmp_path / "run"), *args)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.stderr
+
+
+def test_a_malformed_config_is_one_line_and_exit_2(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[run]\npolicies = 'bf16'\n")
+    result = mpbench("run", "--config", str(bad), "--out", str(tmp_path / "run"))
+    assert result.returncode == 2
+    assert "policies must be a list" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
