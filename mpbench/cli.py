@@ -140,7 +140,7 @@ def run(
 @app.command()
 def compare(
     paths: list[Path] | None = typer.Argument(
-        None, help="Result files or run directories [default: the latest run under results/]."
+        None, help="Result files or run directories (default: the latest run in --results-dir)."
     ),
     results_dir: Path = typer.Option(
         Path("results"), "--results-dir", help="Where to look for the latest run."

@@ -1,0 +1,84 @@
+"""Number formatting shared by every renderer, so a value reads the same in each format."""
+
+from __future__ import annotations
+
+DASH = "—"
+
+
+def ms(seconds: float | None) -> str:
+    """Milliseconds with three significant digits: 0.412, 4.12, 41.2, 412."""
+    if seconds is None:
+        return DASH
+    value = seconds * 1000
+    if value >= 100:
+        return f"{value:.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    if value >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3f}"
+
+
+def ms_range(low: float | None, high: float | None) -> str:
+    if low is None or high is None:
+        return DASH
+    return f"{ms(low)}–{ms(high)}"
+
+
+def size(num_bytes: float | None) -> str:
+    if num_bytes is None:
+        return DASH
+    mib = num_bytes / 2**20
+    if mib >= 1024:
+        return f"{mib / 1024:.2f} GiB"
+    if mib >= 100:
+        return f"{mib:.0f} MiB"
+    return f"{mib:.1f} MiB"
+
+
+def ratio(value: float | None) -> str:
+    return DASH if value is None else f"{value:.2f}×"
+
+
+def ratio_range(low: float, high: float) -> str:
+    return f"{low:.2f}–{high:.2f}×"
+
+
+def percent_change(fraction: float | None) -> str:
+    """+0.213 -> '+21.3 %'."""
+    if fraction is None:
+        return DASH
+    return f"{0.0 if abs(fraction) < 0.0005 else fraction * 100:+.1f} %"  # no "-0.0 %"
+
+
+def limit_percent(fraction: float) -> str:
+    return f"{fraction * 100:g} %"
+
+
+def accuracy(fraction: float | None) -> str:
+    return DASH if fraction is None else f"{fraction * 100:.2f} %"
+
+
+def points(pp: float | None) -> str:
+    if pp is None:
+        return DASH
+    return f"{0.0 if abs(pp) < 0.005 else pp:+.2f} pp"  # no "-0.00"
+
+
+def throughput(samples_per_s: float | None) -> str:
+    if samples_per_s is None:
+        return DASH
+    if samples_per_s >= 100:
+        return f"{samples_per_s:,.0f}"
+    return f"{samples_per_s:.1f}"
+
+
+def loss_scale(scale: float | None, skipped: int | None) -> str:
+    if scale is None and skipped is None:
+        return DASH
+    parts = []
+    if scale is not None:
+        parts.append(f"{scale:g}")
+    if skipped is not None:
+        parts.append(f"{skipped} skipped")
+    return " / ".join(parts)

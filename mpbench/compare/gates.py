@@ -1,0 +1,313 @@
+"""The CI gates: against a baseline (absolute, same machine) and within one run (ratios).
+
+Every gate returns one `GateResult` per cell it checked, passed or failed, with the numbers
+that decided it. A threshold crossed inside the measured spread is reported as noise and
+passes (docs/compare.md, "Noise").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from mpbench.compare import fmt
+from mpbench.compare.cells import CellKey, CellSummary, PolicyGroup, Section
+from mpbench.compare.estimate import Estimate, differs
+from mpbench.compare.labels import Labeler
+from mpbench.compare.options import CompareOptions
+from mpbench.errors import InvalidInput
+from mpbench.policies import BASELINE
+
+_EPS = 1e-9  # a value exactly at the limit passes, whatever the float rounding
+
+
+@dataclass
+class GateResult:
+    gate: str  # the option's name without dashes: max-slowdown, min-speedup, ..., status
+    cell: str  # the cell's label
+    passed: bool
+    message: str  # the numbers that decided it
+    value: float | None = None  # in the gate's unit (fraction, ratio or pp)
+    limit: float | None = None
+    noise: bool = False  # the threshold was crossed, but inside the measured spread
+
+    def pressure(self) -> float | None:
+        """How close the value came to the limit: 1.0 at the limit, above 1 beyond it."""
+        if self.value is None or self.limit is None:
+            return None
+        if self.gate == "min-speedup":
+            return self.limit / self.value if self.value > 0 else math.inf
+        value = abs(self.value) if self.gate == "max-accuracy-delta" else self.value
+        if self.limit == 0:
+            return math.inf if value > 0 else 0.0
+        return value / self.limit
+
+
+@dataclass
+class BaselineMatch:
+    """A cell of this run and the same cell (same machine unless allowed) in the baseline."""
+
+    key: CellKey
+    label: str
+    candidate: CellSummary
+    baseline: CellSummary
+
+    @property
+    def comparable(self) -> bool:
+        return self.candidate.all_ok and self.baseline.all_ok
+
+    def step_change(self) -> Estimate | None:
+        c, b = self.candidate.step_time_s, self.baseline.step_time_s
+        return c.ratio_to(b) if self.comparable and c and b else None
+
+    def memory_change(self) -> Estimate | None:
+        c, b = self.candidate.memory_bytes, self.baseline.memory_bytes
+        same = self.candidate.memory_source == self.baseline.memory_source
+        return c.ratio_to(b) if self.comparable and same and c and b else None
+
+    def accuracy_change_pp(self) -> Estimate | None:
+        c, b = self.candidate.accuracy, self.baseline.accuracy
+        return c.minus(b).scaled(100) if self.comparable and c and b else None
+
+
+def _status(cell: CellSummary) -> str:
+    reason = cell.reason
+    return f"{cell.status}: {reason}" if reason else cell.status
+
+
+# --- against a baseline -------------------------------------------------------------------
+
+
+def check_baseline(matches: list[BaselineMatch], options: CompareOptions) -> list[GateResult]:
+    results: list[GateResult] = []
+    counted = {"max-slowdown": 0, "max-memory-increase": 0, "max-accuracy-drop": 0}
+    for match in matches:
+        status = _status_gate(match)
+        if status is not None:
+            results.append(status)
+        if not match.comparable:
+            continue
+        for gate, check in (
+            ("max-slowdown", _slowdown),
+            ("max-memory-increase", _memory_increase),
+            ("max-accuracy-drop", _accuracy_drop),
+        ):
+            result = check(match, options)
+            if result is not None:
+                counted[gate] += 1
+                results.append(result)
+    asked = {
+        "max-slowdown": options.max_slowdown,
+        "max-memory-increase": options.max_memory_increase,
+        "max-accuracy-drop": options.max_accuracy_drop_pp,
+    }
+    for gate, limit in asked.items():
+        if limit is not None and counted[gate] == 0:
+            raise InvalidInput(
+                f"--{gate}: nothing comparable: no cell finished with a {_measure(gate)} "
+                "in both this run and the baseline"
+            )
+    return results
+
+
+def _measure(gate: str) -> str:
+    return {
+        "max-slowdown": "step time",
+        "max-memory-increase": "peak memory of the same kind",
+        "max-accuracy-drop": "test accuracy",
+    }[gate]
+
+
+def _status_gate(match: BaselineMatch) -> GateResult | None:
+    """A cell that finished in the baseline and no longer does is a regression by itself."""
+    base, cand = match.baseline, match.candidate
+    if base.failed or not base.ok:
+        return None  # nothing to regress from
+    if cand.all_ok:
+        return GateResult("status", match.label, True, "ok in both")
+    message = f"was ok in the baseline; now {_status(cand)}"
+    return GateResult("status", match.label, False, message)
+
+
+def _slowdown(match: BaselineMatch, options: CompareOptions) -> GateResult | None:
+    limit = options.max_slowdown
+    cand, base = match.candidate.step_time_s, match.baseline.step_time_s
+    if limit is None or cand is None or base is None:
+        return None
+    change = cand.value / base.value - 1
+    numbers = (
+        f"median step {fmt.ms(cand.value)} ms vs baseline {fmt.ms(base.value)} ms: "
+        f"{fmt.percent_change(change)} (limit +{fmt.limit_percent(limit)})"
+    )
+    spreads = f"baseline spread {fmt.ms_range(base.low, base.high)} ms"
+    return _verdict(
+        "max-slowdown", match.label, change, limit, differs(cand, base), numbers, spreads
+    )
+
+
+def _memory_increase(match: BaselineMatch, options: CompareOptions) -> GateResult | None:
+    limit = options.max_memory_increase
+    change = match.memory_change()
+    if limit is None or change is None:
+        return None
+    cand, base = match.candidate.memory_bytes, match.baseline.memory_bytes
+    assert cand is not None and base is not None
+    numbers = (
+        f"peak {match.candidate.memory_source} {fmt.size(cand.value)} vs baseline "
+        f"{fmt.size(base.value)}: {fmt.percent_change(change.value - 1)} "
+        f"(limit +{fmt.limit_percent(limit)})"
+    )
+    spreads = f"baseline spread {fmt.size(base.low)}–{fmt.size(base.high)}"
+    real = differs(cand, base)
+    return _verdict(
+        "max-memory-increase", match.label, change.value - 1, limit, real, numbers, spreads
+    )
+
+
+def _accuracy_drop(match: BaselineMatch, options: CompareOptions) -> GateResult | None:
+    limit = options.max_accuracy_drop_pp
+    cand, base = match.candidate.accuracy, match.baseline.accuracy
+    if limit is None or cand is None or base is None:
+        return None
+    drop = (base.value - cand.value) * 100
+    numbers = (
+        f"test accuracy {fmt.accuracy(cand.value)} vs baseline {fmt.accuracy(base.value)}: "
+        f"{fmt.points(-drop)} (limit -{limit:g} pp)"
+    )
+    spreads = f"baseline spread {fmt.accuracy(base.low)}–{fmt.accuracy(base.high)}"
+    real = differs(cand, base)
+    return _verdict("max-accuracy-drop", match.label, drop, limit, real, numbers, spreads)
+
+
+def _verdict(
+    gate: str, label: str, value: float, limit: float, real: bool, numbers: str, spreads: str
+) -> GateResult:
+    crossed = value > limit + _EPS
+    if crossed and not real:
+        message = f"{numbers}; inside the {spreads}: noise, not a regression"
+        return GateResult(gate, label, True, message, value, limit, noise=True)
+    return GateResult(gate, label, not crossed, numbers, value, limit)
+
+
+# --- within one run -----------------------------------------------------------------------
+
+
+def check_ratios(
+    sections: list[Section], options: CompareOptions, labeler: Labeler
+) -> tuple[list[GateResult], list[str]]:
+    """--min-speedup and --max-accuracy-delta, each cell against float32 of its own group."""
+    results: list[GateResult] = []
+    notes: list[str] = []
+    groups = [g for s in sections for g in s.groups]
+    for policy, minimum in options.min_speedup.items():
+        checked = 0
+        for group in groups:
+            result = _min_speedup(group, policy, minimum, labeler, notes)
+            if result is not None:
+                checked += 1
+                results.append(result)
+        if checked == 0:
+            raise InvalidInput(
+                f"--min-speedup {policy}={minimum:g}: nothing comparable: no framework × workload "
+                f"has both a float32 and a {policy} cell"
+            )
+    limit = options.max_accuracy_delta_pp
+    if limit is not None:
+        checked = 0
+        for group in groups:
+            for policy in group.cells:
+                if policy == BASELINE:
+                    continue
+                result = _accuracy_delta(group, policy, limit, labeler, notes)
+                if result is not None:
+                    checked += 1
+                    results.append(result)
+        if checked == 0:
+            raise InvalidInput(
+                f"--max-accuracy-delta {limit:g}: nothing comparable: no cell has a test "
+                "accuracy next to a float32 cell of the same framework and workload"
+            )
+    return results, notes
+
+
+def _reference_problem(group: PolicyGroup, policy: str) -> tuple[str, bool] | None:
+    """Why the ratio cannot be taken: (message, is_failure), or None when it can."""
+    ref, cell = group.cells.get(BASELINE), group.cells.get(policy)
+    if ref is None or cell is None:
+        return f"this run has no {BASELINE if ref is None else policy} cell there", False
+    if not ref.ok and not ref.failed and not cell.ok and not cell.failed:
+        return f"both float32 and {policy} were skipped ({_status(cell)})", False
+    if not ref.all_ok:
+        return f"the float32 reference did not finish: {_status(ref)}", True
+    return None
+
+
+def _min_speedup(
+    group: PolicyGroup, policy: str, minimum: float, labeler: Labeler, notes: list[str]
+) -> GateResult | None:
+    label = labeler.cell(CellKey(group.key, policy))
+    problem = _reference_problem(group, policy)
+    if problem is not None:
+        message, failure = problem
+        if failure:
+            return GateResult("min-speedup", label, False, message, None, minimum)
+        notes.append(f"--min-speedup not checked for {label}: {message}")
+        return None
+    cell = group.cells[policy]
+    if not cell.all_ok:
+        return GateResult(
+            "min-speedup", label, False, f"did not finish: {_status(cell)}", None, minimum
+        )
+    speedup = group.speedup(policy)
+    if speedup is None:
+        notes.append(f"--min-speedup not checked for {label}: no step times")
+        return None
+    numbers = (
+        f"speed-up vs float32 {fmt.ratio(speedup.value)} "
+        f"(spread {fmt.ratio_range(speedup.low, speedup.high)}; minimum {minimum:g}×)"
+    )
+    below = speedup.value < minimum - _EPS
+    if below and speedup.high >= minimum - _EPS:
+        message = f"{numbers}; the minimum is inside the measured spread: noise, not a failure"
+        return GateResult("min-speedup", label, True, message, speedup.value, minimum, True)
+    return GateResult("min-speedup", label, not below, numbers, speedup.value, minimum)
+
+
+def _accuracy_delta(
+    group: PolicyGroup, policy: str, limit: float, labeler: Labeler, notes: list[str]
+) -> GateResult | None:
+    label = labeler.cell(CellKey(group.key, policy))
+    problem = _reference_problem(group, policy)
+    if problem is not None:
+        message, failure = problem
+        if failure:
+            return GateResult("max-accuracy-delta", label, False, message, None, limit)
+        if group.cells.get(BASELINE) is not None:
+            notes.append(f"--max-accuracy-delta not checked for {label}: {message}")
+        return None
+    cell = group.cells[policy]
+    if cell.failed:
+        return GateResult(
+            "max-accuracy-delta", label, False, f"did not finish: {_status(cell)}", None, limit
+        )
+    if not cell.ok:
+        return None  # skipped by design (the table says why): nothing to check
+    delta = group.accuracy_delta_pp(policy)
+    if delta is None:
+        notes.append(f"--max-accuracy-delta not checked for {label}: no test accuracy")
+        return None
+    ref, acc = group.cells[BASELINE].accuracy, cell.accuracy
+    assert ref is not None and acc is not None
+    numbers = (
+        f"test accuracy {fmt.accuracy(acc.value)} vs float32 {fmt.accuracy(ref.value)}: "
+        f"{fmt.points(delta.value)} (limit ±{limit:g} pp)"
+    )
+    crossed = abs(delta.value) > limit + _EPS
+    outside = delta.low > limit + _EPS or delta.high < -limit - _EPS
+    if crossed and not outside:
+        message = (
+            f"{numbers}; inside the measured spread "
+            f"({fmt.points(delta.low)} to {fmt.points(delta.high)}): noise, not a failure"
+        )
+        return GateResult("max-accuracy-delta", label, True, message, delta.value, limit, True)
+    return GateResult("max-accuracy-delta", label, not crossed, numbers, delta.value, limit)

@@ -1,0 +1,121 @@
+"""What `mpbench compare` was asked to do, parsed from the user's spelling of it.
+
+Thresholds are parsed here (not in the CLI) so that every front end accepts the same forms:
+`10%` or `0.1` for relative limits, `0.5` or `0.5pp` for percentage points, `bf16=1.5` for a
+minimum speed-up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mpbench.errors import InvalidInput, unknown_choice
+from mpbench.policies import BASELINE, resolve
+
+FORMATS = ("table", "markdown", "json", "csv", "benchmark-action")
+
+
+@dataclass
+class CompareOptions:
+    """Everything `run_compare` needs; the CLI fills it from its options."""
+
+    paths: list[Path] = field(default_factory=list)  # none: the latest run under results_dir
+    results_dir: Path = Path("results")
+    baseline: Path | None = None
+    max_slowdown: float | None = None  # fraction: 0.10 = 10 % slower step time allowed
+    max_memory_increase: float | None = None  # fraction
+    max_accuracy_drop_pp: float | None = None  # percentage points
+    min_speedup: dict[str, float] = field(default_factory=dict)  # canonical policy -> ratio
+    max_accuracy_delta_pp: float | None = None  # percentage points, either direction
+    allow_different_hardware: bool = False
+    format: str = "table"
+    output: Path | None = None
+    plot: Path | None = None
+
+    @property
+    def has_baseline_gates(self) -> bool:
+        return any(
+            v is not None
+            for v in (self.max_slowdown, self.max_memory_increase, self.max_accuracy_drop_pp)
+        )
+
+    @property
+    def has_ratio_gates(self) -> bool:
+        return bool(self.min_speedup) or self.max_accuracy_delta_pp is not None
+
+
+def parse_fraction(option: str, text: str | float | None) -> float | None:
+    """`10%` or `0.1` -> 0.1. A bare number above 1 is refused: `10` could mean 10 % or 10x."""
+    if text is None:
+        return None
+    raw = str(text).strip()
+    percent = raw.endswith("%")
+    number = _number(option, raw[:-1] if percent else raw, "a percentage like 10% or 0.1")
+    if number < 0:
+        raise InvalidInput(f"{option} {raw!r}: must not be negative")
+    if percent:
+        return number / 100
+    if number > 1:
+        raise InvalidInput(
+            f"{option} {raw!r} is ambiguous: write {number:g}% for a percentage "
+            f"or {number / 100:g} for a fraction"
+        )
+    return number
+
+
+def parse_points(option: str, text: str | float | None) -> float | None:
+    """Percentage points: `0.5` or `0.5pp`. `0.5%` is refused (relative or absolute?)."""
+    if text is None:
+        return None
+    raw = str(text).strip()
+    if raw.endswith("%"):
+        raise InvalidInput(
+            f"{option} {raw!r}: accuracy limits are percentage points; write {raw[:-1]} or "
+            f"{raw[:-1]}pp (0.5 means 91.0 % -> 90.5 % is allowed)"
+        )
+    body = raw[:-2] if raw.lower().endswith("pp") else raw
+    number = _number(option, body, "percentage points like 0.5 or 0.5pp")
+    if number < 0:
+        raise InvalidInput(f"{option} {raw!r}: must not be negative")
+    return number
+
+
+def parse_min_speedup(specs: list[str] | None) -> dict[str, float]:
+    """`["bf16=1.5", "mixed_float16=1.0x"]` -> `{"mixed_bfloat16": 1.5, "mixed_float16": 1.0}`."""
+    out: dict[str, float] = {}
+    for spec in specs or []:
+        name, sep, value = spec.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            raise InvalidInput(
+                f"--min-speedup {spec!r}: expected POLICY=RATIO, e.g. mixed_bfloat16=1.5"
+            )
+        policy = resolve(name).name
+        if policy == BASELINE:
+            raise InvalidInput(
+                "--min-speedup float32: speed-ups are measured against float32 itself; "
+                "name another policy"
+            )
+        text = value.strip().rstrip("x×").strip()
+        ratio = _number("--min-speedup", text, "a ratio like 1.5 or 1.5x")
+        if ratio <= 0:
+            raise InvalidInput(f"--min-speedup {spec!r}: the ratio must be positive")
+        out[policy] = ratio
+    return out
+
+
+def parse_format(text: str) -> str:
+    value = text.strip().lower()
+    if value not in FORMATS:
+        raise unknown_choice("format", text, FORMATS)
+    return value
+
+
+def _number(option: str, text: str, expected: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise InvalidInput(f"{option} {text!r}: expected {expected}") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise InvalidInput(f"{option} {text!r}: expected {expected}")
+    return value

@@ -1,0 +1,132 @@
+"""The comparison as data: tables, baseline matches, gate results and notes.
+
+Renderers read a `Report` and nothing else; no formatting decisions are made here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mpbench.compare.cells import (
+    CellKey,
+    CellSummary,
+    Section,
+    build_sections,
+    display_order,
+    summarize_all,
+)
+from mpbench.compare.gates import BaselineMatch, GateResult, check_baseline, check_ratios
+from mpbench.compare.labels import Labeler, short_fingerprint
+from mpbench.compare.options import CompareOptions
+from mpbench.errors import InvalidInput
+from mpbench.results import CellRecord
+
+
+@dataclass
+class Report:
+    runs: list[str]  # run ids of the compared records, in order of appearance
+    sections: list[Section]
+    labeler: Labeler
+    options: CompareOptions
+    baseline_runs: list[str] = field(default_factory=list)
+    matches: list[BaselineMatch] = field(default_factory=list)
+    results: list[GateResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def failures(self) -> list[GateResult]:
+        return [r for r in self.results if not r.passed]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.failures else 0
+
+    @property
+    def verdict(self) -> str:
+        if not self.results:
+            return "no gates checked"
+        failed = len(self.failures)
+        if failed:
+            return f"FAIL: {failed} of {len(self.results)} gate checks failed"
+        return f"PASS: all {len(self.results)} gate checks passed"
+
+
+def _run_ids(records: list[CellRecord]) -> list[str]:
+    return list(dict.fromkeys(r.run_id for r in records))
+
+
+def build_report(
+    records: list[CellRecord], options: CompareOptions, baseline: list[CellRecord] | None = None
+) -> Report:
+    cells = summarize_all(records)
+    sections = build_sections(cells)
+    labeler = Labeler(k.group for k in cells)
+    report = Report(_run_ids(records), sections, labeler, options)
+    if baseline is not None:
+        report.baseline_runs = _run_ids(baseline)
+        report.matches = _match(cells, summarize_all(baseline), options, labeler, report.notes)
+        report.results += check_baseline(report.matches, options)
+    if options.has_ratio_gates:
+        results, notes = check_ratios(sections, options, labeler)
+        report.results += results
+        report.notes += notes
+    return report
+
+
+def _machines(cells: dict[CellKey, CellSummary]) -> dict[str, str]:
+    return {k.group.fingerprint: k.group.device for k in cells}
+
+
+def _describe(machines: dict[str, str]) -> str:
+    return ", ".join(f"{device} [{short_fingerprint(fp)}]" for fp, device in machines.items())
+
+
+def _match(
+    cells: dict[CellKey, CellSummary],
+    base_cells: dict[CellKey, CellSummary],
+    options: CompareOptions,
+    labeler: Labeler,
+    notes: list[str],
+) -> list[BaselineMatch]:
+    here, there = _machines(cells), _machines(base_cells)
+    same_hardware = set(here) <= set(there)
+    if not same_hardware:
+        if not options.allow_different_hardware:
+            raise InvalidInput(
+                f"the baseline was measured on different hardware (baseline: {_describe(there)}; "
+                f"this run: {_describe(here)}); absolute times from different machines are not "
+                "comparable: use --min-speedup/--max-accuracy-delta, or pass "
+                "--allow-different-hardware"
+            )
+        notes.append(
+            f"different hardware, compared anyway (--allow-different-hardware): baseline "
+            f"{_describe(there)}; this run {_describe(here)}"
+        )
+
+    def identity(key: CellKey) -> CellKey:
+        return key if same_hardware else key.machine_free()
+
+    by_identity = {identity(k): cell for k, cell in base_cells.items()}
+    matches = []
+    for key in sorted(cells, key=display_order):
+        cell = cells[key]
+        base = by_identity.pop(identity(key), None)
+        if base is None:
+            notes.append(f"{labeler.cell(key)}: not in the baseline (new cell, not gated)")
+            continue
+        matches.append(BaselineMatch(key, labeler.cell(key), cell, base))
+    for key in sorted(by_identity, key=display_order):
+        notes.append(
+            f"{Labeler([key.group]).cell(key)}: in the baseline but not in this run "
+            f"(config {_config(key)})"
+        )
+    if not matches:
+        raise InvalidInput(
+            "nothing comparable: no cell of this run matches a baseline cell by framework, "
+            "workload, policy and config"
+        )
+    return matches
+
+
+def _config(key: CellKey) -> str:
+    return ", ".join(f"{name}={value}" for name, value in key.group.config)

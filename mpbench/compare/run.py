@@ -1,0 +1,139 @@
+"""`mpbench compare`: read results, build the report, write it where asked, return the exit code.
+
+Exit codes: 0 every gate passed (or none was asked for), 1 a gate failed; invalid input
+raises `InvalidInput`, which the CLI turns into one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from mpbench.compare.options import CompareOptions, parse_format
+from mpbench.compare.report import Report, build_report
+from mpbench.errors import InvalidInput
+from mpbench.results import CellRecord, read_records
+from mpbench.results.io import RESULTS_FILE
+
+_HUMAN = ("table", "markdown")
+
+
+def latest_run(results_dir: Path) -> Path:
+    """The run directory under `results_dir` whose results.jsonl changed last."""
+    if not results_dir.is_dir():
+        raise InvalidInput(
+            f"no results to compare: {results_dir}/ does not exist "
+            "(pass result files or run directories, or run 'mpbench run' first)"
+        )
+    runs = [d for d in results_dir.iterdir() if (d / RESULTS_FILE).is_file()]
+    if not runs:
+        raise InvalidInput(
+            f"no results to compare: no run directory with {RESULTS_FILE} under {results_dir}/ "
+            "(pass result files or run directories, or run 'mpbench run' first)"
+        )
+    return max(runs, key=lambda d: ((d / RESULTS_FILE).stat().st_mtime, d.name))
+
+
+def load(paths: list[Path]) -> list[CellRecord]:
+    records: list[CellRecord] = []
+    for path in paths:
+        records += read_records(Path(path))
+    return records
+
+
+def run_compare(paths: list[Path] | None = None, **options: object) -> int:
+    """Compare result files; `options` are `CompareOptions` fields (or pass `options=`)."""
+    given = options.pop("options", None)
+    if given is not None and not isinstance(given, CompareOptions):
+        raise TypeError("options= must be a CompareOptions")
+    opts = given or CompareOptions(**options)  # type: ignore[arg-type]
+    if paths:
+        opts.paths = [Path(p) for p in paths]
+    return compare(opts)
+
+
+def compare(options: CompareOptions, stdout: TextIO | None = None) -> int:
+    options.format = parse_format(options.format)
+    paths = options.paths or [latest_run(options.results_dir)]
+    records = load(paths)
+    baseline = read_records(options.baseline) if options.baseline is not None else None
+    if options.has_baseline_gates and baseline is None:
+        raise InvalidInput(
+            "--max-slowdown, --max-memory-increase and --max-accuracy-drop need --baseline "
+            "(within one run, use --min-speedup and --max-accuracy-delta)"
+        )
+    report = build_report(records, options, baseline)
+    write_outputs(report, options, stdout or sys.stdout)
+    return report.exit_code
+
+
+def write_outputs(report: Report, options: CompareOptions, stdout: TextIO) -> None:
+    """The chosen format to --output or stdout; markdown to the step summary; the plot."""
+    if options.plot is not None:
+        from mpbench.compare.plot import write_plot
+
+        write_plot(report, options.plot)
+    if options.output is not None:
+        _write_file(options.output, render(report, options.format, terminal=False))
+    elif options.format == "table":
+        _print_table(report, stdout)
+    else:
+        stdout.write(render(report, options.format, terminal=False))
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        from mpbench.compare.render_text import render_markdown
+
+        _write_file(Path(summary), render_markdown(report) + "\n", append=True)
+    if options.output is not None or options.format not in _HUMAN:
+        _print_failures(report)
+
+
+def render(report: Report, format: str, terminal: bool) -> str:
+    if format == "table":
+        import io
+
+        buffer = io.StringIO()
+        _print_table(report, buffer, terminal=terminal)
+        return buffer.getvalue()
+    if format == "markdown":
+        from mpbench.compare.render_text import render_markdown
+
+        return render_markdown(report)
+    from mpbench.compare import render_data
+
+    renderers = {
+        "json": render_data.render_json,
+        "csv": render_data.render_csv,
+        "benchmark-action": render_data.render_benchmark_action,
+    }
+    return renderers[format](report)
+
+
+def _print_table(report: Report, out: TextIO, terminal: bool | None = None) -> None:
+    from rich.console import Console
+
+    from mpbench.compare.render_text import print_report
+
+    console = Console(file=out, force_terminal=terminal, soft_wrap=False)
+    if not console.is_terminal:
+        console = Console(file=out, width=200, force_terminal=False, no_color=True)
+    print_report(report, console)
+
+
+def _write_file(path: Path, text: str, append: bool = False) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a" if append else "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as exc:
+        raise InvalidInput(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _print_failures(report: Report) -> None:
+    """When the report went to a file or is machine-readable, CI logs still say why."""
+    for failure in report.failures:
+        print(f"FAIL {failure.gate} {failure.cell}: {failure.message}", file=sys.stderr)
+    if report.results:
+        print(report.verdict, file=sys.stderr)

@@ -1,0 +1,233 @@
+"""Result records shaped like a real `mpbench run` on this CPU (2-core AMD EPYC, avx512_bf16).
+
+The committed fixtures under fixtures/ are written from these builders by make_fixtures.py;
+tests build variations of them (slower cells, repeats, other machines) with the same code.
+Numbers follow what this CPU measures: bf16 about 2.5x faster than float32, fp16 several
+times slower (emulated), TF32 skipped (no such math mode on a CPU).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+import zlib
+from pathlib import Path
+
+from mpbench.results import (
+    AccuracyStats,
+    CellRecord,
+    DataInfo,
+    DeviceInfo,
+    LossScaleStats,
+    MemoryStats,
+    Status,
+    StepTimeStats,
+    append_record,
+)
+
+CPU = DeviceInfo(kind="cpu", name="AMD EPYC")
+CPU_FINGERPRINT = "cpu-3f9a1c07d2b84e51"
+OTHER_CPU = DeviceInfo(kind="cpu", name="Intel Xeon Platinum 8488C")
+OTHER_FINGERPRINT = "cpu-77c0e2a9b1d34f08"
+MIB = 2**20
+TF32_SKIP = "tf32 is unsupported on AMD EPYC: TF32 is an NVIDIA GPU math mode; CPUs have none"
+
+VERSIONS = {"torch": "torch 2.13.0+cpu", "tensorflow": "tensorflow 2.21.0"}
+PRECISION = {
+    "float32": {"autocast_dtype": None, "tf32_enabled": False, "loss_scaling": False},
+    "tf32": {},
+    "mixed_float16": {"autocast_dtype": "float16", "tf32_enabled": False, "loss_scaling": True},
+    "mixed_bfloat16": {"autocast_dtype": "bfloat16", "tf32_enabled": False, "loss_scaling": False},
+}
+OPTIMIZER = {
+    "mnist_dense": {"optimizer": "rmsprop", "learning_rate": 0.001, "rho": 0.9, "epsilon": 1e-07},
+    "cifar10_cnn": {
+        "optimizer": "adam",
+        "learning_rate": 0.001,
+        "beta_1": 0.9,
+        "beta_2": 0.999,
+        "epsilon": 1e-07,
+    },
+}
+WORKLOAD_CONFIG = {
+    "mnist_dense": {"batch_size": 128, "epochs": 1, "max_steps": 60, "units": 64},
+    "cifar10_cnn": {"batch_size": 128, "epochs": 1, "max_steps": 40, "units": None},
+}
+DATA = {
+    "mnist_dense": DataInfo("synthetic-mnist", "synthetic", train_size=8192, test_size=2048),
+    "cifar10_cnn": DataInfo("synthetic-cifar10", "synthetic", train_size=6144, test_size=1024),
+}
+
+
+def config(framework: str, workload: str, **overrides: object) -> dict:
+    out = {**WORKLOAD_CONFIG[workload], "warmup_steps": 5, "seed": 0, "data": "synthetic"}
+    if framework == "tensorflow":
+        out.update(loop="fit", jit=False)
+    out.update(device="cpu", data_dir=None, **OPTIMIZER[workload])
+    out.update(overrides)
+    return out
+
+
+def step_times(median_ms: float, count: int, spread: float, seed_text: str) -> list[float]:
+    """`count` step times (s) with a lognormal spread, rescaled so the median is exact."""
+    rng = random.Random(zlib.crc32(seed_text.encode()))
+    raw = [math.exp(rng.gauss(0.0, spread)) for _ in range(count)]
+    ordered = sorted(raw)
+    middle = (
+        ordered[count // 2] if count % 2 else (ordered[count // 2 - 1] + ordered[count // 2]) / 2
+    )
+    return [median_ms / 1000 * t / middle for t in raw]
+
+
+def record(
+    framework: str,
+    workload: str,
+    policy: str,
+    *,
+    median_ms: float | None = None,
+    accuracy: float | None = None,
+    rss_mib: float | None = None,
+    device_mib: float | None = None,
+    status: Status = Status.OK,
+    reason: str | None = None,
+    repeat: int = 0,
+    run_id: str = "20260301-101500-cpu",
+    fingerprint: str = CPU_FINGERPRINT,
+    device: DeviceInfo = CPU,
+    loss_scale: tuple[float, int] | None = None,
+    steps: int = 55,
+    spread: float = 0.05,
+    config_overrides: dict | None = None,
+) -> CellRecord:
+    cfg = config(framework, workload, **(config_overrides or {}))
+    cell_id = f"{framework}/{workload}/{policy}/r{repeat}"
+    rec = CellRecord(
+        run_id=run_id,
+        cell_id=cell_id,
+        timestamp=f"2026-03-01T10:{15 + repeat:02d}:00+00:00",
+        framework=framework,
+        framework_version=VERSIONS.get(framework),
+        workload=workload,
+        policy=policy,
+        repeat=repeat,
+        device=dataclasses.replace(device),
+        status=status,
+        reason=reason,
+        config=cfg,
+        precision=dict(PRECISION.get(policy, {})),
+        hardware_fingerprint=fingerprint,
+    )
+    if status is Status.SKIPPED:
+        return rec  # decided before the cell started: no data loaded, nothing measured
+    rec.data = dataclasses.replace(DATA[workload])
+    if status is not Status.OK:
+        return rec
+    assert median_ms is not None
+    raw = step_times(median_ms, steps, spread, f"{run_id}/{cell_id}")
+    rec.step_time = StepTimeStats.from_samples(raw, warmup_steps=cfg["warmup_steps"])
+    rec.throughput_samples_per_s = cfg["batch_size"] / rec.step_time.median_s
+    rec.memory = MemoryStats(
+        device_peak_allocated_bytes=int(device_mib * MIB) if device_mib is not None else None,
+        device_peak_reserved_bytes=int(device_mib * 1.25 * MIB) if device_mib is not None else None,
+        host_peak_rss_bytes=int(rss_mib * MIB) if rss_mib is not None else None,
+    )
+    rec.accuracy = AccuracyStats(
+        test_accuracy=accuracy,
+        test_loss=None if accuracy is None else round(2.3 * (1 - accuracy), 4),
+        train_loss_per_epoch=[] if accuracy is None else [round(2.4 * (1 - accuracy) + 0.05, 4)],
+    )
+    if loss_scale is not None:
+        rec.loss_scale = LossScaleStats(final_scale=loss_scale[0], skipped_steps=loss_scale[1])
+    rec.wall_s = round(median_ms * (steps + 5) / 1000 + 3.0, 3)
+    return rec
+
+
+# (median ms, test accuracy, peak RSS MiB, loss scale) per framework, workload and policy.
+CPU_RUN = {
+    ("torch", "mnist_dense"): {
+        "float32": (2.40, 0.9712, 612, None),
+        "mixed_float16": (13.1, 0.9706, 618, (65536.0, 1)),
+        "mixed_bfloat16": (0.98, 0.9699, 604, None),
+    },
+    ("torch", "cifar10_cnn"): {
+        "float32": (48.0, 0.4512, 1130, None),
+        "mixed_float16": (262.0, 0.4489, 1152, (32768.0, 2)),
+        "mixed_bfloat16": (19.5, 0.4475, 1098, None),
+    },
+    ("tensorflow", "mnist_dense"): {
+        "float32": (3.10, 0.9708, 1480, None),
+        "mixed_float16": (16.8, 0.9701, 1502, (32768.0, 0)),
+        "mixed_bfloat16": (1.45, 0.9690, 1466, None),
+    },
+    ("tensorflow", "cifar10_cnn"): {
+        "float32": (61.0, 0.4470, 1890, None),
+        "mixed_float16": "timeout",
+        "mixed_bfloat16": (27.5, 0.4431, 1844, None),
+    },
+}
+
+
+def cpu_run(run_id: str = "20260301-101500-cpu", **overrides: object) -> list[CellRecord]:
+    """Every cell of a default run on this CPU: 2 frameworks x 2 workloads x 4 policies."""
+    records = []
+    for (framework, workload), cells in CPU_RUN.items():
+        records.append(
+            record(
+                framework,
+                workload,
+                "tf32",
+                status=Status.SKIPPED,
+                reason=TF32_SKIP,
+                run_id=run_id,
+                **overrides,
+            )
+        )
+        for policy, numbers in cells.items():
+            if numbers == "timeout":
+                records.append(
+                    record(
+                        framework,
+                        workload,
+                        policy,
+                        status=Status.TIMEOUT,
+                        reason="cell exceeded the 600 s timeout; killed",
+                        run_id=run_id,
+                        **overrides,
+                    )
+                )
+                continue
+            median_ms, accuracy, rss, scale = numbers
+            records.append(
+                record(
+                    framework,
+                    workload,
+                    policy,
+                    median_ms=median_ms,
+                    accuracy=accuracy,
+                    rss_mib=rss,
+                    loss_scale=scale,
+                    run_id=run_id,
+                    **overrides,
+                )
+            )
+    return sorted(records, key=lambda r: (r.framework != "torch", r.workload, r.policy))
+
+
+def slower(records: list[CellRecord], factor: float, **where: str) -> list[CellRecord]:
+    """Copies of `records` whose cells matching `where` take `factor` times as long per step."""
+    out = []
+    for rec in records:
+        rec = CellRecord.from_dict(rec.to_dict())
+        if rec.step_time is not None and all(getattr(rec, k) == v for k, v in where.items()):
+            raw = [t * factor for t in rec.step_time.raw_s]
+            rec.step_time = StepTimeStats.from_samples(raw, rec.step_time.warmup_steps)
+            rec.throughput_samples_per_s = rec.config["batch_size"] / rec.step_time.median_s
+        out.append(rec)
+    return out
+
+
+def write_run(run_dir: Path, records: list[CellRecord]) -> Path:
+    for rec in records:
+        append_record(run_dir, rec)
+    return run_dir

@@ -1,0 +1,353 @@
+"""Every gate, passing and failing, on result files written in the real format."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from compare_helpers import run_inprocess
+from compare_records import (
+    OTHER_CPU,
+    OTHER_FINGERPRINT,
+    cpu_run,
+    record,
+    slower,
+    write_run,
+)
+
+from mpbench.compare import CompareOptions, build_report
+from mpbench.errors import InvalidInput
+from mpbench.results import CellRecord, Status, read_records
+
+F32 = "torch/mnist_dense/float32"
+
+
+def _report(candidate: list[CellRecord], baseline: list[CellRecord] | None = None, **options):
+    return build_report(candidate, CompareOptions(**options), baseline)
+
+
+def _failed(report) -> dict[tuple[str, str], object]:
+    return {(r.gate, r.cell): r for r in report.failures}
+
+
+def _with(records: list[CellRecord], change, **where: str) -> list[CellRecord]:
+    out = []
+    for rec in records:
+        rec = CellRecord.from_dict(rec.to_dict())
+        if all(getattr(rec, k) == v for k, v in where.items()):
+            change(rec)
+        out.append(rec)
+    return out
+
+
+# --- --max-slowdown ---------------------------------------------------------------------
+
+
+def test_slowdown_beyond_the_limit_fails_and_names_the_cell() -> None:
+    baseline = slower(
+        cpu_run("base"), 1 / 1.2, framework="torch", workload="mnist_dense", policy="float32"
+    )
+    report = _report(cpu_run(), baseline, max_slowdown=0.10)
+    assert report.exit_code == 1
+    (failure,) = report.failures
+    assert (failure.gate, failure.cell) == ("max-slowdown", F32)
+    assert failure.value == pytest.approx(0.2)
+    assert "2.40 ms vs baseline 2.00 ms: +20.0 % (limit +10 %)" in failure.message
+
+
+def test_slowdown_within_the_limit_passes() -> None:
+    baseline = slower(cpu_run("base"), 1 / 1.05)  # every cell 5 % slower now
+    report = _report(cpu_run(), baseline, max_slowdown=0.10)
+    assert report.exit_code == 0
+    checked = [r for r in report.results if r.gate == "max-slowdown"]
+    assert len(checked) == 11  # every cell that finished in both
+    assert all(r.value == pytest.approx(0.05) for r in checked)
+
+
+def test_a_run_against_itself_passes_every_baseline_gate() -> None:
+    report = _report(
+        cpu_run(), cpu_run(), max_slowdown=0.0, max_memory_increase=0.0, max_accuracy_drop_pp=0.0
+    )
+    assert report.exit_code == 0 and report.results
+
+
+def _repeats(medians: list[float], run_id: str) -> list[CellRecord]:
+    return [
+        record(
+            "torch",
+            "mnist_dense",
+            "float32",
+            median_ms=m,
+            accuracy=0.97,
+            rss_mib=600,
+            repeat=i,
+            run_id=run_id,
+        )
+        for i, m in enumerate(medians)
+    ]
+
+
+def test_slowdown_inside_the_measured_spread_is_noise_not_a_regression() -> None:
+    baseline = _repeats([2.0, 2.2, 2.7], "base")  # median 2.2, spread 2.0-2.7
+    candidate = _repeats([2.5, 2.55, 2.6], "now")  # +15.9 %, but inside the baseline's spread
+    report = _report(candidate, baseline, max_slowdown=0.10)
+    (result,) = [r for r in report.results if r.gate == "max-slowdown"]
+    assert result.passed and result.noise
+    assert result.value == pytest.approx(2.55 / 2.2 - 1)
+    assert "noise, not a regression" in result.message
+
+
+def test_the_same_slowdown_with_tight_repeats_fails() -> None:
+    baseline = _repeats([2.18, 2.2, 2.22], "base")
+    candidate = _repeats([2.5, 2.55, 2.6], "now")
+    report = _report(candidate, baseline, max_slowdown=0.10)
+    (failure,) = report.failures
+    assert failure.gate == "max-slowdown" and not failure.noise
+
+
+# --- --max-memory-increase --------------------------------------------------------------
+
+
+def _rss(mib: float):
+    def change(rec: CellRecord) -> None:
+        rec.memory.host_peak_rss_bytes = int(mib * 2**20)
+
+    return change
+
+
+def test_memory_increase_beyond_the_limit_fails() -> None:
+    candidate = _with(
+        cpu_run(), _rss(700), framework="torch", workload="mnist_dense", policy="mixed_bfloat16"
+    )
+    report = _report(candidate, cpu_run("base"), max_memory_increase=0.10)
+    (failure,) = report.failures
+    assert (failure.gate, failure.cell) == (
+        "max-memory-increase",
+        "torch/mnist_dense/mixed_bfloat16",
+    )
+    assert failure.value == pytest.approx(700 / 604 - 1, rel=1e-4)
+    assert "peak host RSS 700 MiB vs baseline 604 MiB: +15.9 %" in failure.message
+
+
+def test_memory_increase_within_the_limit_passes() -> None:
+    candidate = _with(
+        cpu_run(), _rss(620), framework="torch", workload="mnist_dense", policy="mixed_bfloat16"
+    )
+    assert _report(candidate, cpu_run("base"), max_memory_increase=0.10).exit_code == 0
+
+
+def test_memory_of_different_kinds_is_never_compared() -> None:
+    def on_device(rec: CellRecord) -> None:
+        rec.memory.device_peak_allocated_bytes = 100 * 2**20
+
+    candidate = _with(cpu_run(), on_device)
+    with pytest.raises(InvalidInput, match="--max-memory-increase: nothing comparable"):
+        _report(candidate, cpu_run("base"), max_memory_increase=0.10)
+
+
+# --- --max-accuracy-drop ----------------------------------------------------------------
+
+
+def _accuracy(value: float):
+    def change(rec: CellRecord) -> None:
+        rec.accuracy.test_accuracy = value
+
+    return change
+
+
+@pytest.mark.parametrize(("now", "fails"), [(0.9650, True), (0.9690, False), (0.9662, False)])
+def test_accuracy_drop(now: float, fails: bool) -> None:
+    # float32 had 97.12 %; 96.62 % is exactly 0.5 pp lower: at the limit passes
+    candidate = _with(
+        cpu_run(), _accuracy(now), framework="torch", workload="mnist_dense", policy="float32"
+    )
+    report = _report(candidate, cpu_run("base"), max_accuracy_drop_pp=0.5)
+    assert report.exit_code == int(fails)
+    (result,) = [r for r in report.results if r.gate == "max-accuracy-drop" and r.cell == F32]
+    assert result.value == pytest.approx((0.9712 - now) * 100)
+
+
+# --- status against the baseline --------------------------------------------------------
+
+
+def test_a_cell_that_no_longer_finishes_fails_the_status_gate() -> None:
+    def crash(rec: CellRecord) -> None:
+        rec.status, rec.reason, rec.step_time = Status.ERROR, "RuntimeError: boom", None
+
+    candidate = _with(
+        cpu_run(), crash, framework="tensorflow", workload="mnist_dense", policy="mixed_bfloat16"
+    )
+    report = _report(candidate, cpu_run("base"))
+    (failure,) = report.failures
+    assert (failure.gate, failure.cell) == ("status", "tensorflow/mnist_dense/mixed_bfloat16")
+    assert failure.message == "was ok in the baseline; now error: RuntimeError: boom"
+
+
+def test_cells_failing_in_both_or_skipped_in_both_are_not_regressions() -> None:
+    report = _report(cpu_run(), cpu_run("base"))  # tf32 skipped, TF cifar fp16 timed out
+    assert report.exit_code == 0
+
+
+# --- matching ---------------------------------------------------------------------------
+
+
+def test_different_hardware_is_invalid_input_unless_allowed() -> None:
+    other = cpu_run("other", fingerprint=OTHER_FINGERPRINT, device=OTHER_CPU)
+    with pytest.raises(InvalidInput, match=r"different hardware.*--allow-different-hardware"):
+        _report(cpu_run(), other, max_slowdown=0.1)
+    slow = slower(other, 1 / 1.5)  # that machine was 1.5x faster
+    report = _report(cpu_run(), slow, max_slowdown=0.1, allow_different_hardware=True)
+    assert report.exit_code == 1
+    assert any("different hardware, compared anyway" in note for note in report.notes)
+
+
+def test_a_different_config_is_nothing_comparable() -> None:
+    baseline = cpu_run("base")
+    for rec in baseline:
+        rec.config["batch_size"] = 256
+    with pytest.raises(InvalidInput, match="nothing comparable: no cell of this run matches"):
+        _report(cpu_run(), baseline, max_slowdown=0.1)
+
+
+def test_new_and_missing_cells_are_reported_not_gated() -> None:
+    baseline = [r for r in cpu_run("base") if r.workload == "mnist_dense"]
+    candidate = [r for r in cpu_run() if r.framework == "torch"]
+    report = _report(candidate, baseline, max_slowdown=0.1)
+    assert report.exit_code == 0
+    assert "torch/cifar10_cnn/float32: not in the baseline (new cell, not gated)" in report.notes
+    assert any(
+        n.startswith("tensorflow/mnist_dense/float32: in the baseline but not")
+        for n in report.notes
+    )
+
+
+def test_baseline_gates_need_a_baseline(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "run", cpu_run())
+    with pytest.raises(InvalidInput, match="need --baseline"):
+        run_inprocess(run, max_slowdown=0.1)
+
+
+# --- --min-speedup ----------------------------------------------------------------------
+
+
+def test_min_speedup_bf16_passes_and_fp16_fails_on_this_cpu() -> None:
+    report = _report(cpu_run(), min_speedup={"mixed_bfloat16": 1.5, "mixed_float16": 1.0})
+    failed = _failed(report)
+    assert {cell for gate, cell in failed if gate == "min-speedup"} == {
+        "torch/mnist_dense/mixed_float16",
+        "tensorflow/mnist_dense/mixed_float16",
+        "torch/cifar10_cnn/mixed_float16",
+        "tensorflow/cifar10_cnn/mixed_float16",  # timed out: cannot show any speed-up
+    }
+    fp16 = failed[("min-speedup", "torch/mnist_dense/mixed_float16")]
+    assert fp16.value == pytest.approx(2.40 / 13.1)
+    assert "speed-up vs float32 0.18×" in fp16.message and "minimum 1×" in fp16.message
+    timeout = failed[("min-speedup", "tensorflow/cifar10_cnn/mixed_float16")]
+    assert timeout.message.startswith("did not finish: timeout: cell exceeded")
+    passed = [r for r in report.results if r.passed and r.cell.endswith("mixed_bfloat16")]
+    assert len(passed) == 4
+
+
+def test_min_speedup_on_a_skipped_policy_fails() -> None:
+    report = _report(cpu_run(), min_speedup={"tf32": 1.0})
+    assert len(report.failures) == 4
+    assert all("did not finish: skipped: tf32 is unsupported" in r.message for r in report.failures)
+
+
+def test_min_speedup_for_a_policy_nobody_ran_is_nothing_comparable() -> None:
+    records = [r for r in cpu_run() if r.policy != "mixed_bfloat16"]
+    with pytest.raises(
+        InvalidInput, match="no framework × workload has both a float32 and a mixed_bf"
+    ):
+        _report(records, min_speedup={"mixed_bfloat16": 1.5})
+
+
+def test_min_speedup_just_under_the_minimum_but_inside_the_spread_passes_as_noise() -> None:
+    records = _repeats([2.0, 2.9, 3.2], "now") + [
+        record(
+            "torch",
+            "mnist_dense",
+            "mixed_bfloat16",
+            median_ms=m,
+            accuracy=0.97,
+            rss_mib=600,
+            repeat=i,
+            run_id="now",
+        )
+        for i, m in enumerate([1.6, 2.0, 2.4])
+    ]
+    report = _report(records, min_speedup={"mixed_bfloat16": 1.5})
+    (result,) = report.results
+    assert result.value == pytest.approx(2.9 / 2.0)  # 1.45x, below 1.5x
+    assert result.passed and result.noise
+
+
+def test_a_failed_float32_reference_fails_the_ratio_gate() -> None:
+    def crash(rec: CellRecord) -> None:
+        rec.status, rec.reason, rec.step_time = Status.OOM, "out of memory", None
+
+    records = _with(cpu_run(), crash, framework="torch", workload="mnist_dense", policy="float32")
+    report = _report(records, min_speedup={"mixed_bfloat16": 1.5})
+    (failure,) = report.failures
+    assert failure.cell == "torch/mnist_dense/mixed_bfloat16"
+    assert failure.message == "the float32 reference did not finish: oom: out of memory"
+
+
+# --- --max-accuracy-delta ---------------------------------------------------------------
+
+
+def test_max_accuracy_delta_passes_within_the_limit() -> None:
+    records = [r for r in cpu_run() if r.workload == "mnist_dense"]
+    report = _report(records, max_accuracy_delta_pp=1.0)
+    assert report.exit_code == 0
+    assert len(report.results) == 4  # fp16 and bf16 of torch and TF; tf32 was skipped
+
+
+def test_max_accuracy_delta_fails_beyond_the_limit_in_either_direction() -> None:
+    records = _with(
+        [r for r in cpu_run() if r.workload == "mnist_dense"],
+        _accuracy(0.9850),
+        framework="tensorflow",
+        policy="mixed_float16",
+    )
+    report = _report(records, max_accuracy_delta_pp=0.15)
+    failed = _failed(report)
+    assert set(failed) == {
+        ("max-accuracy-delta", "tensorflow/mnist_dense/mixed_float16"),  # +1.42 pp
+        ("max-accuracy-delta", "tensorflow/mnist_dense/mixed_bfloat16"),  # -0.18 pp
+    }
+    gain = failed[("max-accuracy-delta", "tensorflow/mnist_dense/mixed_float16")]
+    assert gain.value == pytest.approx(1.42)
+    assert "+1.42 pp (limit ±0.15 pp)" in gain.message
+
+
+def test_a_diverged_cell_fails_the_accuracy_delta_gate() -> None:
+    def diverge(rec: CellRecord) -> None:
+        rec.status, rec.reason, rec.step_time = Status.DIVERGED, "loss became nan at step 12", None
+
+    records = _with(
+        [r for r in cpu_run() if r.workload == "mnist_dense"],
+        diverge,
+        framework="torch",
+        policy="mixed_float16",
+    )
+    report = _report(records, max_accuracy_delta_pp=1.0)
+    (failure,) = report.failures
+    assert failure.cell == "torch/mnist_dense/mixed_float16"
+    assert "diverged: loss became nan at step 12" in failure.message
+
+
+def test_config_variants_get_labels_that_tell_them_apart(tmp_path: Path) -> None:
+    small = cpu_run()
+    large = cpu_run("big", config_overrides={"batch_size": 256})
+    report = _report(small + large, min_speedup={"mixed_float16": 1.0})
+    cells = {r.cell for r in report.failures}
+    assert "torch/mnist_dense/mixed_float16 [batch_size=128]" in cells
+    assert "torch/mnist_dense/mixed_float16 [batch_size=256]" in cells
+
+
+def test_reads_the_records_it_wrote(tmp_path: Path) -> None:
+    # the gates see exactly what the real reader returns from the real writer's files
+    run = write_run(tmp_path / "run", cpu_run())
+    report = _report(read_records(run), min_speedup={"mixed_bfloat16": 1.5})
+    assert report.exit_code == 0
