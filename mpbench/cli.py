@@ -75,34 +75,40 @@ def data(
 @app.command()
 def run(
     config: Path | None = typer.Option(
-        None, "--config", "-c", help="TOML run configuration [default: configs/default.toml]."
+        None, "--config", "-c", help="TOML run configuration (default: configs/default.toml)."
     ),
     framework: list[str] | None = typer.Option(
-        None, "--framework", "-f", help="torch, tensorflow or all [default: installed ones]."
+        None, "--framework", "-f", help="torch, tensorflow or all (default: installed ones)."
     ),
     workload: list[str] | None = typer.Option(
-        None, "--workload", "-w", help="mnist_dense, cifar10_cnn (repeatable) [default: both]."
+        None, "--workload", "-w", help="mnist_dense, cifar10_cnn (repeatable) (default: both)."
     ),
     policy: list[str] | None = typer.Option(
         None,
         "--policy",
         "-p",
         help="float32|fp32, tf32, mixed_float16|fp16, mixed_bfloat16|bf16, auto, all "
-        "(repeatable) [default: auto].",
+        "(repeatable) (default: auto).",
     ),
     device: str | None = typer.Option(None, "--device", help="auto, cpu, cuda, cuda:N, mps."),
-    epochs: int | None = typer.Option(None, "--epochs", min=1),
-    max_steps: int | None = typer.Option(None, "--max-steps", min=1, help="Cap on steps per cell."),
-    warmup_steps: int | None = typer.Option(None, "--warmup-steps", min=0),
-    batch_size: int | None = typer.Option(None, "--batch-size", min=1),
+    epochs: int | None = typer.Option(None, "--epochs", min=1, help="Training epochs per cell."),
+    max_steps: int | None = typer.Option(
+        None, "--max-steps", min=1, help="Cap on training steps per cell (warm-up included)."
+    ),
+    warmup_steps: int | None = typer.Option(
+        None, "--warmup-steps", min=0, help="Leading steps left out of the timing statistics."
+    ),
+    batch_size: int | None = typer.Option(None, "--batch-size", min=1, help="Samples per step."),
     units: int | None = typer.Option(None, "--units", min=1, help="Dense width (mnist_dense)."),
     repeat: int | None = typer.Option(None, "--repeat", min=1, help="Runs of each cell."),
-    seed: int | None = typer.Option(None, "--seed"),
+    seed: int | None = typer.Option(None, "--seed", help="Seed for data, weights and order."),
     data_mode: str | None = typer.Option(None, "--data", help="auto, real or synthetic."),
     data_dir: Path | None = typer.Option(None, "--data-dir", help="Look for datasets here first."),
     loop: str | None = typer.Option(None, "--loop", help="TensorFlow training loop: fit|custom."),
     jit: str | None = typer.Option(None, "--jit", help="TensorFlow XLA jit_compile: on|off."),
-    out: Path | None = typer.Option(None, "--out", "-o", help="Run directory [results/<run-id>]."),
+    out: Path | None = typer.Option(
+        None, "--out", "-o", help="Run directory (default: results/<run-id>)."
+    ),
     timeout: float | None = typer.Option(None, "--timeout", min=1, help="Seconds per cell."),
     resume: bool = typer.Option(False, "--resume", help="Skip cells already done in --out."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show framework logs."),
