@@ -138,13 +138,15 @@ def _rate_cpu(policy: Policy, device: DeviceTraits) -> PolicyRating:
             policy.name, Rating.SLOW, "CPU features unknown: assume emulated and slow"
         )
     if policy is MIXED_BFLOAT16:
-        found = _has_any(flags, "amx_bf16", "avx512_bf16")
+        # x86: AMX or AVX-512 BF16; Arm (Graviton3+, Grace): the `bf16` feature (BFMMLA).
+        found = _has_any(flags, "amx_bf16", "avx512_bf16", "bf16")
         if found:
             return PolicyRating(policy.name, Rating.FAST, f"native bf16 matmul ({found})")
         return PolicyRating(
             policy.name,
             Rating.SLOW,
-            "no amx_bf16/avx512_bf16: bf16 is emulated, usually slower than float32",
+            "no amx_bf16/avx512_bf16 (x86) or bf16 (Arm): bf16 is emulated, "
+            "usually slower than float32",
         )
     found = _has_any(flags, "amx_fp16", "avx512_fp16")
     if found:

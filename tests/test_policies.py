@@ -85,6 +85,8 @@ def test_cpu_rules():
     assert sapphire["mixed_bfloat16"] is Rating.FAST and sapphire["mixed_float16"] is Rating.FAST
     old = ratings(cpu("avx2"))
     assert old["mixed_bfloat16"] is Rating.SLOW and old["mixed_float16"] is Rating.SLOW
+    graviton3 = ratings(cpu("asimd", "bf16", "i8mm", "sve"))
+    assert graviton3["mixed_bfloat16"] is Rating.FAST
     unknown = DeviceTraits("cpu", "CPU", cpu_flags=None)
     assert rate("bf16", unknown).rating is Rating.SLOW
     assert "unknown" in rate("bf16", unknown).reason

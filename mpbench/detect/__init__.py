@@ -1,0 +1,68 @@
+"""`mpbench detect`: what this machine can do, and what each precision policy does on it.
+
+Fast by design: no framework and no pandas is imported unless `probe=True`, and then only in
+child processes. Two environment variables let tests describe another machine:
+MPBENCH_CPUINFO (a /proc/cpuinfo text to read instead) and MPBENCH_DEV_ROOT (a directory
+standing in for /dev when looking for TPU device files).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from mpbench import __version__
+from mpbench.detect.cpu import read_cpu
+from mpbench.detect.devices import build_devices
+from mpbench.detect.frameworks import (
+    DEFAULT_PROBE_TIMEOUT_S,
+    installed_frameworks,
+    mismatch_notes,
+    probe_frameworks,
+)
+from mpbench.detect.gpu import probe_nvidia
+from mpbench.detect.report import DetectReport, DeviceEntry, HostInfo
+from mpbench.detect.tpu import probe_tpu
+
+__all__ = ["DetectReport", "DeviceEntry", "collect"]
+
+
+def collect(
+    probe: bool = False,
+    *,
+    cpuinfo_path: str | os.PathLike[str] | None = None,
+    dev_root: str | os.PathLike[str] | None = None,
+    sys_root: str | os.PathLike[str] = "/sys",
+    environ: Mapping[str, str] | None = None,
+    probe_timeout: float = DEFAULT_PROBE_TIMEOUT_S,
+) -> DetectReport:
+    """Probe the machine. `probe=True` also imports each installed framework in a child."""
+    env = os.environ if environ is None else environ
+    cpu = read_cpu(cpuinfo_path or env.get("MPBENCH_CPUINFO") or None)
+    nvidia = probe_nvidia()
+    tpu = probe_tpu(dev_root or env.get("MPBENCH_DEV_ROOT") or "/dev", sys_root, env)
+    frameworks = installed_frameworks()
+    if probe:
+        frameworks = probe_frameworks(frameworks, probe_timeout)
+
+    notes = [*nvidia.notes, *tpu.notes]
+    if cpu.source == "platform":
+        notes.append(
+            "no /proc/cpuinfo: CPU flags unknown, so bf16 and fp16 on the CPU are rated slow"
+        )
+    notes += mismatch_notes(nvidia.gpus, frameworks)
+    devices = build_devices(cpu, nvidia.gpus, tpu.tpu, frameworks)
+    if any(d.kind == "cuda" and d.source == "torch probe" for d in devices):
+        notes.append("NVML listed no GPU but torch sees CUDA devices: listed from the torch probe")
+    return DetectReport(
+        mpbench_version=__version__,
+        host=HostInfo.current(),
+        cpu=cpu,
+        gpus=nvidia.gpus,
+        nvidia_driver=nvidia.driver,
+        tpu=tpu.tpu,
+        frameworks=frameworks,
+        devices=devices,
+        notes=notes,
+        probed=probe,
+    )

@@ -1,0 +1,104 @@
+"""Turn what the probes found into device entries rated by mpbench.policies.
+
+The rules themselves live in policies.py (shared with `run`); this module only says which
+traits each kind of device has and what identifies its hardware for the fingerprint.
+"""
+
+from __future__ import annotations
+
+from mpbench.detect.cpu import CpuInfo
+from mpbench.detect.frameworks import FrameworkInfo, ProbedDevice
+from mpbench.detect.gpu import GIB, GpuInfo
+from mpbench.detect.report import DeviceEntry, fingerprint
+from mpbench.detect.tpu import TpuInfo
+from mpbench.policies import DeviceTraits, rate_all, recommend
+
+MPS_NAME = "Apple GPU (MPS)"
+
+
+def _entry(traits: DeviceTraits, index: int | None, identity: dict, source: str) -> DeviceEntry:
+    return DeviceEntry(
+        index=index,
+        traits=traits,
+        ratings=rate_all(traits),
+        recommendation=recommend(traits),
+        fingerprint=fingerprint({"kind": traits.kind, **identity}),
+        source=source,
+    )
+
+
+def _gib(memory_bytes: int | None) -> int | None:
+    # Whole GiB: the exact byte count moves a little with driver reservations and ECC mode.
+    return None if memory_bytes is None else round(memory_bytes / GIB)
+
+
+def cpu_entry(cpu: CpuInfo) -> DeviceEntry:
+    flags = cpu.present_flags()
+    traits = DeviceTraits(kind="cpu", name=cpu.model, cpu_flags=flags)
+    identity = {
+        "model": cpu.model,
+        "logical_cores": cpu.logical_cores,
+        "flags": sorted(flags) if flags is not None else None,
+    }
+    source = "platform" if cpu.source == "platform" else "cpuinfo"
+    return _entry(traits, None, identity, source)
+
+
+def gpu_entry(gpu: GpuInfo) -> DeviceEntry:
+    traits = DeviceTraits(kind="cuda", name=gpu.name, compute_capability=gpu.compute_capability)
+    identity = {
+        "name": gpu.name,
+        "compute_capability": gpu.capability,
+        "memory_gib": _gib(gpu.memory_total_bytes),
+    }
+    return _entry(traits, gpu.index, identity, "nvml")
+
+
+def tpu_entry(tpu: TpuInfo) -> DeviceEntry:
+    traits = DeviceTraits(kind="tpu", name=tpu.name)
+    identity = {"type": tpu.accelerator_type or tpu.generation, "chips": tpu.chips}
+    return _entry(traits, None, identity, "tpu")
+
+
+def _probed_gpu_entry(kind: str, device: ProbedDevice) -> DeviceEntry:
+    cc = device.compute_capability if kind == "cuda" else None
+    traits = DeviceTraits(kind=kind, name=device.name, compute_capability=cc)
+    identity = {
+        "name": device.name,
+        "compute_capability": "{}.{}".format(*cc) if cc else None,
+        "arch": device.arch,
+        "memory_gib": _gib(device.memory_total_bytes),
+    }
+    return _entry(traits, device.index, identity, "torch probe")
+
+
+def probed_entries(
+    frameworks: list[FrameworkInfo], cpu: CpuInfo, nvml_gpus: int
+) -> list[DeviceEntry]:
+    """Devices only a framework can show: Apple MPS, AMD ROCm, and CUDA GPUs NVML missed."""
+    torch = next((f for f in frameworks if f.name == "torch"), None)
+    probe = torch.probe if torch else None
+    if probe is None or not probe.ok:
+        return []
+    entries = []
+    if probe.hip_version:
+        entries += [_probed_gpu_entry("rocm", d) for d in probe.devices]
+    elif probe.cuda_available and nvml_gpus == 0:
+        entries += [_probed_gpu_entry("cuda", d) for d in probe.devices]
+    if probe.mps_available:
+        traits = DeviceTraits(kind="mps", name=MPS_NAME)
+        # The GPU is part of the Apple SoC, which the CPU model names (e.g. "Apple M2 Max").
+        entries.append(_entry(traits, None, {"soc": cpu.model}, "torch probe"))
+    return entries
+
+
+def build_devices(
+    cpu: CpuInfo, gpus: list[GpuInfo], tpu: TpuInfo | None, frameworks: list[FrameworkInfo]
+) -> list[DeviceEntry]:
+    """Accelerators first (in index order), then the TPU, then the CPU."""
+    devices = [gpu_entry(g) for g in gpus]
+    devices += probed_entries(frameworks, cpu, len(gpus))
+    if tpu is not None:
+        devices.append(tpu_entry(tpu))
+    devices.append(cpu_entry(cpu))
+    return devices

@@ -1,0 +1,215 @@
+"""Render a DetectReport: rich tables for people, JSON for programs (schema: docs/detect.md)."""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from mpbench.detect.cpu import ARM_FLAGS, X86_FLAGS
+from mpbench.detect.peaks import PEAK_KEYS, lookup
+from mpbench.detect.report import DetectReport
+
+_FLAG_MEANING = {
+    "amx_bf16": "AMX tiles: bf16 matrix multiply",
+    "amx_tile": "AMX tile registers",
+    "amx_int8": "AMX tiles: int8 matrix multiply",
+    "amx_fp16": "AMX tiles: fp16 matrix multiply",
+    "avx512_bf16": "AVX-512 bf16 dot products",
+    "avx512_fp16": "AVX-512 native fp16 arithmetic",
+    "avx512_vnni": "AVX-512 int8 dot products",
+    "avx512f": "AVX-512 foundation",
+    "avx2": "AVX2 (256-bit SIMD)",
+    "bf16": "Arm bf16 dot products",
+    "i8mm": "Arm int8 matrix multiply",
+    "asimdhp": "Arm half-precision SIMD",
+    "sve": "Arm Scalable Vector Extension",
+    "sve2": "Arm SVE2",
+}
+_RATING_STYLE = {"fast": "green", "slow": "yellow", "unsupported": "red"}
+
+
+def report_json(report: DetectReport) -> str:
+    return json.dumps(report.to_dict(), indent=2)
+
+
+def _yes_no(value: bool | None) -> Text:
+    if value is None:
+        return Text("unknown", style="dim")
+    return Text("yes", style="green") if value else Text("no", style="dim")
+
+
+def _count(value: int | None) -> str:
+    return "?" if value is None else str(value)
+
+
+def _cpu_heading(report: DetectReport) -> Text:
+    cpu = report.cpu
+    return Text(
+        f"CPU: {cpu.model} ({cpu.architecture}) - {_count(cpu.sockets)} socket(s), "
+        f"{_count(cpu.physical_cores)} physical / {_count(cpu.logical_cores)} logical cores"
+    )
+
+
+def _cpu_table(report: DetectReport) -> Table:
+    cpu = report.cpu
+    table = Table()
+    table.add_column("flag")
+    table.add_column("present")
+    table.add_column("what it gives")
+    # x86 flags on an Arm CPU are all "no" and say nothing; show the ones of its own ISA.
+    shown = ARM_FLAGS if cpu.architecture == "aarch64" else X86_FLAGS
+    for name in shown:
+        present = cpu.flags.get(name)
+        table.add_row(Text(name), _yes_no(present), Text(_FLAG_MEANING.get(name, "")))
+    return table
+
+
+def _tflops(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def _gpu_table(report: DetectReport) -> Table:
+    driver = report.nvidia_driver
+    title = "NVIDIA GPUs"
+    if driver:
+        title += (
+            f" - driver {driver.driver_version or '?'}, CUDA {driver.cuda_driver_version or '?'}"
+        )
+    table = Table(title=Text(title), title_justify="left")
+    table.add_column("#")
+    table.add_column("name", no_wrap=True)
+    for column in ("CC", "memory", "Tensor Cores", "TF32", "bf16", "fp8"):
+        table.add_column(column)
+    for gpu in report.gpus:
+        table.add_row(
+            Text(str(gpu.index)),
+            Text(gpu.name),
+            Text(gpu.capability),
+            Text(f"{gpu.memory_total_gib:g} GiB"),
+            _yes_no(gpu.tensor_cores),
+            _yes_no(gpu.tf32),
+            _yes_no(gpu.bf16),
+            _yes_no(gpu.fp8),
+        )
+    return table
+
+
+def _peak_table(report: DetectReport) -> Table:
+    table = Table(title=Text("Peak dense TFLOP/s (vendor datasheet)"), title_justify="left")
+    table.add_column("#")
+    for key in PEAK_KEYS:
+        table.add_column(key, justify="right")
+    table.add_column("source")
+    for gpu in report.gpus:
+        known = lookup(gpu.name)
+        table.add_row(
+            Text(str(gpu.index)),
+            *(Text(_tflops(gpu.peak_tflops.get(key))) for key in PEAK_KEYS),
+            Text(known.source if known else "unknown part: no peak, no MFU"),
+        )
+    return table
+
+
+def _probe_summary(report: DetectReport, name: str) -> str:
+    info = report.framework(name)
+    if info is None or not info.installed:
+        return "not installed"
+    probe = info.probe
+    if probe is None:
+        return "not imported (--probe imports it in a child process)" if name != "keras" else ""
+    if not probe.ok:
+        return f"import failed: {probe.error}"
+    parts = []
+    if name == "torch":
+        if probe.hip_version:
+            parts.append(f"ROCm {probe.hip_version}")
+        elif probe.cuda_version:
+            parts.append(f"CUDA {probe.cuda_version} build")
+        else:
+            parts.append("CPU-only build")
+        parts.append(f"{len(probe.devices)} GPU(s) visible")
+        if probe.bf16_supported is not None:
+            parts.append(f"native bf16 {'yes' if probe.bf16_supported else 'no'}")
+        if probe.mps_available:
+            parts.append("MPS available")
+    else:
+        parts.append(
+            f"built with CUDA {probe.cuda_version}" if probe.built_with_cuda else "CPU-only build"
+        )
+        parts.append(f"{len(probe.devices)} GPU(s) visible")
+    parts.append(f"import {probe.seconds:g} s")
+    return ", ".join(parts)
+
+
+def _framework_table(report: DetectReport) -> Table:
+    table = Table(title="Frameworks", title_justify="left")
+    table.add_column("framework")
+    table.add_column("version")
+    table.add_column("what it sees")
+    for info in report.frameworks:
+        version = info.version or "-"
+        if info.distribution and info.distribution != info.name:
+            version += f" ({info.distribution})"
+        table.add_row(Text(info.name), Text(version), Text(_probe_summary(report, info.name)))
+    return table
+
+
+def _policy_table(report: DetectReport) -> Table:
+    table = Table(title="Precision policies", title_justify="left", show_lines=True)
+    table.add_column("device")
+    table.add_column("policy")
+    table.add_column("rating")
+    table.add_column("why")
+    for entry in report.devices:
+        device = f"{entry.label}\n{entry.name}"
+        for i, rating in enumerate(entry.ratings):
+            style = _RATING_STYLE.get(rating.rating.value, "")
+            table.add_row(
+                Text(device if i == 0 else ""),
+                Text(rating.policy),
+                Text(rating.rating.value, style=style),
+                Text(rating.reason),
+            )
+    return table
+
+
+def _recommendation_table(report: DetectReport) -> Table:
+    table = Table(title="Recommendation", title_justify="left")
+    table.add_column("device")
+    table.add_column("policy")
+    table.add_column("why")
+    for entry in report.devices:
+        rec = entry.recommendation
+        table.add_row(Text(entry.label), Text(rec.policy, style="bold"), Text(rec.reason))
+    return table
+
+
+def print_report(report: DetectReport, console: Console | None = None) -> None:
+    console = console or Console()
+    host = report.host
+    console.print(
+        Text.assemble(
+            (f"mpbench {report.mpbench_version}", "bold"),
+            f" detect - {host.os} {host.os_release} {host.machine}, Python {host.python}",
+        )
+    )
+    console.print(_cpu_heading(report))
+    console.print(_cpu_table(report))
+    if report.gpus:
+        console.print(_gpu_table(report))
+        console.print(_peak_table(report))
+    else:
+        console.print(Text("NVIDIA GPUs: none found"))
+    if report.tpu:
+        tpu = report.tpu
+        console.print(Text(f"TPU: {tpu.name}, {tpu.chips} chip(s) ({'; '.join(tpu.evidence)})"))
+    console.print(_framework_table(report))
+    console.print(_policy_table(report))
+    console.print(_recommendation_table(report))
+    if report.notes:
+        console.print("Notes:")
+        for note in report.notes:
+            console.print(Text(f"  - {note}"))

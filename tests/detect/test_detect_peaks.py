@@ -1,0 +1,91 @@
+"""The datasheet peak table: exact NVML names, dense figures, None for anything unknown."""
+
+from __future__ import annotations
+
+import pytest
+
+from mpbench.detect.peaks import _TABLE, PEAK_KEYS, lookup, peak_tflops
+
+
+@pytest.mark.parametrize(
+    ("name", "key", "tflops"),
+    [
+        ("NVIDIA H100 80GB HBM3", "bf16", 989.5),
+        ("NVIDIA H100 80GB HBM3", "fp8", 1979.0),
+        ("NVIDIA H100 PCIe", "bf16", 756.5),
+        ("NVIDIA H100 NVL", "tf32", 417.5),
+        ("NVIDIA H200", "fp8", 1979.0),
+        ("NVIDIA A100-SXM4-80GB", "tf32", 156.0),
+        ("NVIDIA A100-SXM4-40GB", "fp32", 19.5),
+        ("NVIDIA A100-PCIE-40GB", "fp16", 312.0),
+        ("NVIDIA A100 80GB PCIe", "bf16", 312.0),
+        ("Tesla V100-SXM2-16GB", "fp16", 125.0),
+        ("Tesla V100-PCIE-32GB", "fp32", 14.0),
+        ("Tesla V100S-PCIE-32GB", "fp16", 130.0),
+        ("Tesla T4", "fp32", 8.1),
+        ("Tesla T4", "fp16", 65.0),
+        ("NVIDIA A10", "tf32", 62.5),
+        ("NVIDIA L4", "fp16", 121.0),
+        ("NVIDIA L40S", "bf16", 362.05),
+        ("NVIDIA GeForce RTX 3090", "fp16", 71.0),
+        ("NVIDIA GeForce RTX 4090", "fp8", 330.3),
+        ("Tesla P100-PCIE-16GB", "fp32", 9.3),
+    ],
+)
+def test_known_parts(name, key, tflops):
+    assert peak_tflops(name, key) == tflops
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "NVIDIA A10G",  # AWS part, no public datasheet figures; not an A10
+        "NVIDIA A10-24Q",  # a vGPU slice
+        "NVIDIA L40S-48Q",
+        "NVIDIA GeForce RTX 3090 Ti",  # not a 3090
+        "NVIDIA B200",
+        "AMD Instinct MI300X",
+        "",
+    ],
+)
+def test_unknown_parts_give_none(name):
+    assert lookup(name) is None
+    assert all(peak_tflops(name, key) is None for key in PEAK_KEYS)
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("Tesla T4", "tf32"),  # Turing: no TF32, bf16 or fp8
+        ("Tesla T4", "bf16"),
+        ("Tesla V100-SXM2-16GB", "bf16"),
+        ("NVIDIA A100-SXM4-80GB", "fp8"),  # Ampere: no fp8
+        ("NVIDIA A100-SXM4-80GB", "int8"),  # not a key
+        ("NVIDIA A100-SXM4-80GB", "FP16"),  # keys are lower-case
+        ("NVIDIA A100-SXM4-80GB", "source"),  # an attribute, not a key
+    ],
+)
+def test_missing_columns_and_unknown_keys_give_none(name, key):
+    assert peak_tflops(name, key) is None
+
+
+def test_names_match_whatever_the_spelling_details():
+    assert peak_tflops("  nvidia   h100  pcie ", "fp32") == 51.0
+    assert peak_tflops(b"Tesla T4", "fp16") == 65.0  # old pynvml returned bytes
+
+
+def test_table_holds_dense_figures():
+    """Sparse figures slipped in would break these datasheet ratios."""
+    for pattern, peaks in _TABLE:
+        if peaks.bf16 is not None:
+            assert peaks.bf16 == peaks.fp16, pattern
+        if peaks.tf32 is not None:
+            # TF32 Tensor Cores run at half the fp16 rate, fp8 at twice, on Ampere, Ada and
+            # Hopper. The L40S datasheet's own rounding is 1-2 % off (183 vs 362.05 / 2,
+            # 733 vs 2 x 362.05); a sparse figure would be 100 % off.
+            assert peaks.tf32 == pytest.approx(peaks.fp16 / 2, rel=0.02), pattern
+        if peaks.fp8 is not None:
+            assert peaks.fp8 == pytest.approx(peaks.fp16 * 2, rel=0.02), pattern
+        if peaks.fp16 is not None:
+            assert peaks.fp16 >= peaks.fp32, pattern
+        assert peaks.source.startswith("NVIDIA") or peaks.source.startswith("Tesla"), pattern
