@@ -1,0 +1,103 @@
+"""Run one cell in TensorFlow / Keras 3: the runner calls `run_cell` in the cell's own process.
+
+TensorFlow is imported inside `run_cell`, after its logging is configured (runtime.py), so
+that importing this module stays cheap and quiet.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from collections.abc import Callable
+
+from mpbench.backends import base
+from mpbench.backends.base import CellSpec, Measurements, Progress
+from mpbench.results.schema import MemoryStats
+from mpbench.workloads import get_workload
+
+LOOPS = ("fit", "custom")
+
+# The runner reports an ImportError from importing a backend as a skipped cell with the
+# install hint; look for TensorFlow without importing it (that happens in run_cell).
+if importlib.util.find_spec("tensorflow") is None or importlib.util.find_spec("keras") is None:
+    raise ImportError("No module named 'tensorflow' (or 'keras')")
+
+
+def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) -> Measurements:
+    if spec.loop not in LOOPS:
+        raise base.Unsupported(f"unknown training loop {spec.loop!r} (choose from fit, custom)")
+    if spec.device.split(":", 1)[0].lower() == "mps":
+        raise base.Unsupported(
+            "TensorFlow has no 'mps' device (Apple GPUs need the tensorflow-metal plugin)"
+        )
+    from mpbench.backends.tensorflow.runtime import import_tensorflow
+
+    tf = import_tensorflow(spec.verbose)
+    import keras
+
+    from mpbench.backends.tensorflow import device, loops, models, precision
+
+    workload = get_workload(spec.workload)
+    placement = device.resolve(tf, spec.device)
+    precision.apply_policy(spec.policy, placement)
+    data = base.load_dataset(spec, workload, warn)
+    plan = base.plan_steps(
+        len(data.x_train), spec.batch_size, spec.epochs, spec.max_steps, spec.warmup_steps
+    )
+
+    with tf.device(placement.tf_device):
+        keras.utils.set_random_seed(spec.seed)
+        model = models.compiled_model(workload, spec.units, spec.policy, spec.loop, spec.jit)
+        jit_compile = bool(model.jit_compile)  # Keras may refuse XLA for a model
+        if spec.jit and not jit_compile:
+            warn("XLA (jit_compile) was requested but Keras disabled it for this model")
+        state = precision.read_back(model, data.x_test[:1], spec.loop, jit_compile)
+        if state["loss_scaling"] != (spec.policy == "mixed_float16"):
+            raise RuntimeError(
+                f"loss scaling is {'on' if state['loss_scaling'] else 'off'} "
+                f"under {spec.policy}: the policy was not applied as intended"
+            )
+
+        batches = loops.training_batches(
+            data.x_train, data.y_train, plan, spec.batch_size, placement
+        )
+        device.reset_peak_memory(tf, placement)
+        if spec.loop == "fit":
+            trained = loops.train_with_fit(model, batches, plan, progress)
+        else:
+            trained = loops.train_with_custom_loop(model, batches, plan, progress, jit_compile)
+        device_peak = device.peak_memory_bytes(tf, placement)
+        if trained.steps_run != plan.total_steps:
+            raise RuntimeError(f"trained {trained.steps_run} steps, planned {plan.total_steps}")
+
+        accuracy, test_loss = loops.evaluate(model, data.x_test, data.y_test, spec.batch_size)
+        if not math.isfinite(test_loss):
+            raise base.Diverged(f"test loss is {test_loss} after {trained.steps_run} steps")
+        loss_scale = None
+        if state["loss_scaling"]:
+            loss_scale = loops.loss_scale_stats(model.optimizer, trained.steps_run)
+
+    return Measurements(
+        framework_version=f"tensorflow {tf.__version__} / keras {keras.__version__}",
+        device=placement.info,
+        precision=state,
+        step_times_s=trained.step_times_s,
+        warmup_steps=plan.warmup_steps,
+        samples_per_step=spec.batch_size,
+        epoch_losses=trained.epoch_losses,
+        test_accuracy=accuracy,
+        test_loss=test_loss,
+        params=int(model.count_params()),
+        memory=MemoryStats(
+            device_peak_allocated_bytes=device_peak, host_peak_rss_bytes=base.peak_rss_bytes()
+        ),
+        loss_scale=loss_scale,
+        data=data.info,
+        extra_config={
+            **models.optimizer_settings(workload.optimizer),
+            "jit_compile": jit_compile,
+            "loop": spec.loop,
+            "input_pipeline": "pre-batched tf.data, prefetched"
+            + (" to the device" if placement.is_gpu else ""),
+        },
+    )
