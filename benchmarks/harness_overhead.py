@@ -22,6 +22,15 @@ from pathlib import Path
 UNITS, BATCH, STEPS, WARMUP = 1024, 1024, 60, 5
 
 
+def synthetic_mnist():
+    """The same synthetic MNIST stand-in mpbench trains on (loading is outside the timing)."""
+    from mpbench.data import load
+
+    data = load("mnist", mode="synthetic", synthetic_train_size=8 * BATCH, synthetic_test_size=16)
+    images = (data.x_train.reshape(-1, 784) / 255.0).astype("float32")
+    return images, data.y_train.astype("int64")
+
+
 def minimal_torch(policy: str) -> list[float]:
     """The loop a person would write by hand: autocast, scaler for fp16, sync, perf_counter."""
     import torch
@@ -31,11 +40,15 @@ def minimal_torch(policy: str) -> list[float]:
     model = nn.Sequential(
         nn.Linear(784, UNITS), nn.ReLU(), nn.Linear(UNITS, UNITS), nn.ReLU(), nn.Linear(UNITS, 10)
     )
+    for layer in model:  # the same initialisation as mpbench's models (Keras' Glorot-uniform)
+        if isinstance(layer, nn.Linear):
+            nn.init.xavier_uniform_(layer.weight)
+            nn.init.zeros_(layer.bias)
     optimizer = torch.optim.RMSprop(model.parameters(), lr=1e-3, alpha=0.9, eps=1e-7)
     dtype = {"mixed_bfloat16": torch.bfloat16, "mixed_float16": torch.float16}.get(policy)
     scaler = torch.amp.GradScaler("cpu") if policy == "mixed_float16" else None
-    x = torch.rand(8 * BATCH, 784)
-    y = torch.randint(0, 10, (8 * BATCH,))
+    images, labels = synthetic_mnist()
+    x, y = torch.from_numpy(images), torch.from_numpy(labels)
     times = []
     for step in range(STEPS):
         start = (step % 8) * BATCH
@@ -62,7 +75,6 @@ def minimal_tensorflow(policy: str, loop: str) -> list[float]:
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import keras
-    import numpy as np
     import tensorflow as tf
 
     keras.utils.set_random_seed(0)
@@ -79,8 +91,7 @@ def minimal_tensorflow(policy: str, loop: str) -> list[float]:
     )
     optimizer = keras.optimizers.RMSprop(learning_rate=1e-3, rho=0.9, epsilon=1e-7)
     loss_fn = keras.losses.SparseCategoricalCrossentropy()
-    x = np.random.rand(8 * BATCH, 784).astype("float32")
-    y = np.random.randint(0, 10, 8 * BATCH)
+    x, y = synthetic_mnist()
     times: list[float] = []
     if loop == "fit":
         model.compile(optimizer=optimizer, loss=loss_fn, jit_compile=False)
