@@ -68,7 +68,10 @@ def _print_tables(tables: list[TextTable], console: Console) -> None:
         for header in text_table.headers:
             numeric = header not in _TEXT_COLUMNS
             table.add_column(
-                escape(header), justify="right" if numeric else "left", overflow="fold"
+                escape(header),
+                justify="right" if numeric else "left",
+                overflow="fold",
+                no_wrap=header in ("framework", "policy"),  # names stay whole; numbers wrap
             )
         for index, row in enumerate(text_table.rows):
             style = _ROW_STYLE.get(text_table.styles[index] or "")

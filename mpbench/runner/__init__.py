@@ -92,6 +92,8 @@ def run_matrix(options: RunOptions) -> int:
     from mpbench.detect import collect
 
     console = Console()
+    if not console.is_terminal:  # CI logs and pipes: rich would squeeze the summary into 80
+        console = Console(width=160)
     config = build_config(options)
     report = collect(probe=False)
     run_dir, run_id, done = _open_run_dir(options, config)
@@ -113,9 +115,13 @@ def run_matrix(options: RunOptions) -> int:
                 if cell.spec.cell_id in done:
                     reporter.cell_resumed(cell.spec.cell_id)
                     continue
-                record = _run_cell(cell, config, run_dir, reporter, traits, fingerprint, options)
+                record, warnings = _run_cell(
+                    cell, config, run_dir, reporter, traits, fingerprint, options
+                )
                 append_record(run_dir, record)
                 records.append(record)
+                for message in warnings:
+                    reporter.warn(message)
                 reporter.cell_finished(record)
         except KeyboardInterrupt:
             interrupted = True
@@ -140,7 +146,7 @@ def _run_cell(
     traits: Any,
     fingerprint: str,
     options: RunOptions,
-) -> CellRecord:
+) -> tuple[CellRecord, list[str]]:
     spec = cell.spec
     spec.verbose = options.verbose
     if cell.skip_reason:
@@ -149,7 +155,8 @@ def _run_cell(
         reporter.cell_started(spec.cell_id)
         log_path = run_dir / "logs" / (spec.cell_id.replace("/", "__") + ".log")
         outcome = run_in_child(spec, config.timeout, log_path, reporter.step, options.verbose)
-    return build_record(spec, outcome, traits, fingerprint, package_version(spec.framework))
+    record = build_record(spec, outcome, traits, fingerprint, package_version(spec.framework))
+    return record, outcome.warnings
 
 
 def _print_summary(console: Console, records: list[CellRecord]) -> None:

@@ -28,6 +28,7 @@ class Reporter:
         self._cell: TaskID | None = None
         self._total = total_cells
         self._done = 0
+        self._warned: set[str] = set()
         if self.live:
             self._progress = Progress(
                 TextColumn("{task.description}"),
@@ -77,6 +78,12 @@ class Reporter:
         self.console.print(line, highlight=False, soft_wrap=True)
         if self._progress and self._matrix is not None:
             self._progress.advance(self._matrix)
+
+    def warn(self, message: str) -> None:
+        """Each distinct warning once per run (every cell of a workload falls back alike)."""
+        if message not in self._warned:
+            self._warned.add(message)
+            self.console.print(f"[yellow]warning:[/yellow] {message}", highlight=False)
 
     def cell_resumed(self, cell_id: str) -> None:
         self._done += 1

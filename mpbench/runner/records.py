@@ -68,9 +68,6 @@ def build_record(
         hardware_fingerprint=fingerprint,
         wall_s=round(outcome.wall_s, 3),
     )
-    if outcome.warnings:
-        notes = "; ".join(dict.fromkeys(outcome.warnings))
-        record.reason = f"{record.reason}; {notes}" if record.reason else notes
     if outcome.measurements is not None:
         _fill_measurements(record, outcome.measurements)
     return record
