@@ -124,6 +124,20 @@ def plan_steps(
     return StepPlan(steps_per_epoch, math.ceil(total / steps_per_epoch), total, warmup_steps)
 
 
+# CPU flags that decide how fast the reduced-precision policies run (DESIGN.md §2).
+_PRECISION_FLAGS = ("amx_bf16", "avx512_bf16", "bf16", "amx_fp16", "avx512_fp16")
+
+
+def cpu_device_info() -> DeviceInfo:
+    """The CPU as a record's device: model name, and the precision flags as its capability."""
+    from mpbench.detect.cpu import read_cpu
+
+    cpu = read_cpu()
+    present = cpu.present_flags() or frozenset()
+    found = [flag for flag in _PRECISION_FLAGS if flag in present]
+    return DeviceInfo(kind="cpu", name=cpu.model, capability=",".join(found) or None)
+
+
 def peak_rss_bytes() -> int:
     """Peak resident set size of this (the cell's) process."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -54,6 +54,20 @@ def mpbench(*args: str, env: dict | None = None, timeout: float = 300):
     )
 
 
+def torch_args(config: Path, out: Path, *args: str, workload: str = "mnist_dense") -> list[str]:
+    """`mpbench run` arguments for torch cells on the CPU; `args` add policies and the like."""
+    common = ["--config", str(config), "--framework", "torch", "--workload", workload]
+    return ["run", *common, "--device", "cpu", "--out", str(out), *args]
+
+
+def run_torch(config: Path, out: Path, *args: str, workload="mnist_dense", env=None):
+    return mpbench(*torch_args(config, out, *args, workload=workload), env=env)
+
+
+def policies(*names: str) -> list[str]:
+    return [arg for name in names for arg in ("--policy", name)]
+
+
 def records(run_dir: Path) -> dict[str, dict]:
     lines = (run_dir / "results.jsonl").read_text().splitlines()
     return {r["policy"]: r for r in map(json.loads, lines)}
@@ -61,27 +75,7 @@ def records(run_dir: Path) -> dict[str, dict]:
 
 def test_each_policy_trains_and_records_its_effective_precision(tmp_path, tiny_config):
     out = tmp_path / "run"
-    result = mpbench(
-        "run",
-        "--config",
-        str(tiny_config),
-        "--framework",
-        "torch",
-        "--workload",
-        "mnist_dense",
-        "--policy",
-        "fp32",
-        "--policy",
-        "bf16",
-        "--policy",
-        "fp16",
-        "--policy",
-        "tf32",
-        "--device",
-        "cpu",
-        "--out",
-        str(out),
-    )
+    result = run_torch(tiny_config, out, *policies("fp32", "bf16", "fp16", "tf32"))
     assert result.returncode == 0, result.stdout + result.stderr
     got = records(out)
     assert set(got) == {"float32", "mixed_bfloat16", "mixed_float16", "tf32"}
@@ -130,21 +124,7 @@ def test_each_policy_trains_and_records_its_effective_precision(tmp_path, tiny_c
 
 def test_the_cifar_cnn_trains(tmp_path, tiny_config):
     out = tmp_path / "run"
-    result = mpbench(
-        "run",
-        "--config",
-        str(tiny_config),
-        "--framework",
-        "torch",
-        "--workload",
-        "cifar10_cnn",
-        "--policy",
-        "bf16",
-        "--device",
-        "cpu",
-        "--out",
-        str(out),
-    )
+    result = run_torch(tiny_config, out, *policies("bf16"), workload="cifar10_cnn")
     assert result.returncode == 0, result.stdout + result.stderr
     record = records(out)["mixed_bfloat16"]
     assert record["status"] == "ok"
@@ -164,24 +144,12 @@ def test_the_cifar_cnn_trains(tmp_path, tiny_config):
 )
 def test_a_failing_cell_leaves_the_others_intact(tmp_path, tiny_config, fault, status, reason):
     out = tmp_path / "run"
-    result = mpbench(
-        "run",
-        "--config",
-        str(tiny_config),
-        "--framework",
-        "torch",
-        "--workload",
-        "mnist_dense",
-        "--policy",
-        "fp32",
-        "--policy",
-        "bf16",
-        "--device",
-        "cpu",
+    result = run_torch(
+        tiny_config,
+        str(out),
+        *policies("fp32", "bf16"),
         "--max-steps",
         "10",
-        "--out",
-        str(out),
         env={"MPBENCH_FAULT": f"{fault}@mixed_bfloat16"},
     )
     got = records(out)
@@ -195,23 +163,8 @@ def test_a_failing_cell_leaves_the_others_intact(tmp_path, tiny_config, fault, s
 def test_a_hanging_cell_times_out(tmp_path, tiny_config):
     out = tmp_path / "run"
     started = time.monotonic()
-    result = mpbench(
-        "run",
-        "--config",
-        str(tiny_config),
-        "--framework",
-        "torch",
-        "--workload",
-        "mnist_dense",
-        "--policy",
-        "fp32",
-        "--device",
-        "cpu",
-        "--timeout",
-        "3",
-        "--out",
-        str(out),
-        env={"MPBENCH_FAULT": "hang"},
+    result = run_torch(
+        tiny_config, str(out), *policies("fp32"), "--timeout", "3", env={"MPBENCH_FAULT": "hang"}
     )
     assert result.returncode == 1
     record = records(out)["float32"]
@@ -221,27 +174,13 @@ def test_a_hanging_cell_times_out(tmp_path, tiny_config):
 
 def test_resume_runs_only_the_missing_cells(tmp_path, tiny_config):
     out = tmp_path / "run"
-    common = [
-        "run",
-        "--config",
-        str(tiny_config),
-        "--framework",
-        "torch",
-        "--workload",
-        "mnist_dense",
-        "--device",
-        "cpu",
-        "--max-steps",
-        "6",
-        "--out",
-        str(out),
-    ]
-    first = mpbench(*common, "--policy", "fp32")
+    steps = ("--max-steps", "6")
+    first = run_torch(tiny_config, out, *steps, *policies("fp32"))
     assert first.returncode == 0, first.stderr
-    again = mpbench(*common, "--policy", "fp32")
+    again = run_torch(tiny_config, out, *steps, *policies("fp32"))
     assert again.returncode == 2 and "--resume" in again.stderr
 
-    resumed = mpbench(*common, "--policy", "fp32", "--policy", "bf16", "--resume")
+    resumed = run_torch(tiny_config, out, *steps, *policies("fp32", "bf16"), "--resume")
     assert resumed.returncode == 0, resumed.stderr
     assert "already done (--resume)" in resumed.stdout
     lines = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
@@ -251,29 +190,9 @@ def test_resume_runs_only_the_missing_cells(tmp_path, tiny_config):
 
 def test_ctrl_c_stops_cleanly_and_keeps_finished_cells(tmp_path, tiny_config):
     out = tmp_path / "run"
+    arguments = torch_args(tiny_config, out, "--max-steps", "6", *policies("fp32", "bf16"))
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mpbench",
-            "run",
-            "--config",
-            str(tiny_config),
-            "--framework",
-            "torch",
-            "--workload",
-            "mnist_dense",
-            "--policy",
-            "fp32",
-            "--policy",
-            "bf16",
-            "--device",
-            "cpu",
-            "--max-steps",
-            "6",
-            "--out",
-            str(out),
-        ],
+        [sys.executable, "-m", "mpbench", *arguments],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

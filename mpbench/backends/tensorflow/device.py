@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from mpbench.backends.base import Unsupported
+from mpbench.backends.base import Unsupported, cpu_device_info
 from mpbench.results.schema import DeviceInfo
 
 NO_GPU = "TensorFlow sees no GPU (CPU-only build?): pip install 'tensorflow[and-cuda]'"
-
-# CPU flags that decide how fast the reduced-precision policies run (DESIGN.md §2).
-_PRECISION_FLAGS = ("avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16")
-
 
 @dataclass(frozen=True)
 class Placement:
@@ -31,20 +26,6 @@ class Placement:
         return self.tf_device.lstrip("/")
 
 
-def _cpu_info() -> DeviceInfo:
-    name, flags = "cpu", set()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        for line in cpuinfo.read_text(errors="replace").splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and name == "cpu":
-                name = value.strip()
-            elif key.strip() == "flags" and not flags:
-                flags = set(value.split())
-    found = [f for f in _PRECISION_FLAGS if f in flags]
-    return DeviceInfo(kind="cpu", name=name, capability=",".join(found) or None)
-
-
 def _gpu_index(device: str) -> int:
     _, _, index = device.partition(":")
     if not index:
@@ -58,7 +39,7 @@ def resolve(tf: Any, device: str) -> Placement:
     """The TensorFlow placement for the cell's device; Unsupported where TF cannot run it."""
     kind = device.split(":", 1)[0].lower()
     if kind == "cpu":
-        return Placement("/CPU:0", _cpu_info())
+        return Placement("/CPU:0", cpu_device_info())
     if kind != "cuda":
         raise Unsupported(f"the TensorFlow backend runs on cpu or cuda, not {device!r}")
     gpus = tf.config.list_physical_devices("GPU")

@@ -14,6 +14,7 @@ from mpbench.backends.base import (
     Progress,
     Unsupported,
     check_finite,
+    cpu_device_info,
     load_dataset,
     peak_rss_bytes,
     plan_steps,
@@ -53,20 +54,7 @@ def describe_device(device: torch.device) -> DeviceInfo:
         )
     if device.type == "mps":
         return DeviceInfo("mps", "Apple GPU (MPS)")
-    return DeviceInfo("cpu", _cpu_name())
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()
+    return cpu_device_info()
 
 
 def synchronizer(device: torch.device) -> Callable[[], None]:
