@@ -210,6 +210,8 @@ def build_config(options: RunOptions) -> RunConfig:
     data = _choice("--data mode", options.data or run.get("data", "auto"), DATA_MODES)
     loop = _choice("--loop", options.loop or tensorflow.get("loop", "fit"), LOOPS)
     data_dir = options.data_dir or run.get("data_dir")
+    if data_dir and not Path(data_dir).is_dir():
+        raise InvalidInput(f"data directory {data_dir}: no such directory")
     return RunConfig(
         source=path,
         frameworks=options.frameworks or run.get("frameworks", []),

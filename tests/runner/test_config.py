@@ -68,5 +68,7 @@ def test_bad_choices_name_the_valid_ones():
         build_config(RunOptions(config=CONFIGS / "quick.toml", data="imagenet"))
     with pytest.raises(InvalidInput, match="fit, custom"):
         build_config(RunOptions(config=CONFIGS / "quick.toml", loop="eager"))
+    with pytest.raises(InvalidInput, match="no such directory"):
+        build_config(RunOptions(config=CONFIGS / "quick.toml", data_dir=Path("/nonexistent")))
     with pytest.raises(InvalidInput, match="no such file"):
         build_config(RunOptions(config=Path("/nonexistent.toml")))

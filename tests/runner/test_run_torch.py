@@ -254,3 +254,60 @@ def test_a_malformed_config_is_one_line_and_exit_2(tmp_path):
     assert result.returncode == 2
     assert "policies must be a list" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_real_data_is_used_and_recorded_with_its_checksum(tmp_path, tiny_config):
+    import hashlib
+
+    import numpy as np
+
+    from mpbench.data import load
+
+    # A small mnist.npz in Keras' exact format (learnable images from the synthetic generator).
+    stand_in = load("mnist", "synthetic", synthetic_train_size=2048, synthetic_test_size=512)
+    data_dir = tmp_path / "datasets"
+    data_dir.mkdir()
+    npz = data_dir / "mnist.npz"
+    np.savez(
+        npz,
+        x_train=stand_in.x_train,
+        y_train=stand_in.y_train,
+        x_test=stand_in.x_test,
+        y_test=stand_in.y_test,
+    )
+    out = tmp_path / "run"
+    result = run_torch(
+        tiny_config, out, *policies("fp32"), "--data", "real", "--data-dir", str(data_dir)
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    record = records(out)["float32"]
+    assert record["status"] == "ok", record["reason"]
+    data = record["data"]
+    assert (data["name"], data["source"]) == ("mnist", "real")
+    assert (data["train_size"], data["test_size"]) == (2048, 512)
+    assert data["sha256"]["mnist.npz"] == hashlib.sha256(npz.read_bytes()).hexdigest()
+    assert record["config"]["data"] == "real"
+
+
+def test_real_data_never_falls_back_to_synthetic(tmp_path, tiny_config):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = tmp_path / "run"
+    result = run_torch(
+        tiny_config,
+        out,
+        *policies("fp32"),
+        "--data",
+        "real",
+        "--data-dir",
+        str(empty),
+        env={
+            "MPBENCH_CACHE": str(tmp_path / "cache"),
+            "KERAS_HOME": str(tmp_path / "keras"),
+            "MPBENCH_MNIST_URL": (tmp_path / "no-such-mnist.npz").as_uri(),  # never the network
+        },
+    )
+    record = records(out)["float32"]
+    assert record["status"] == "error" and "MNIST" in record["reason"]
+    assert record["data"] is None
+    assert result.returncode == 1
