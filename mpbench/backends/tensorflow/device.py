@@ -10,6 +10,7 @@ from mpbench.results.schema import DeviceInfo
 
 NO_GPU = "TensorFlow sees no GPU (CPU-only build?): pip install 'tensorflow[and-cuda]'"
 
+
 @dataclass(frozen=True)
 class Placement:
     tf_device: str  # "/CPU:0" or "/GPU:N": the scope everything is built and run under
