@@ -80,7 +80,9 @@ class Measurements:
     memory: MemoryStats = field(default_factory=MemoryStats)
     loss_scale: LossScaleStats | None = None
     data: Any = None  # DataInfo
-    extra_config: dict[str, Any] = field(default_factory=dict)  # e.g. the optimizer settings
+    # Settings the backend determined itself (e.g. hyper-parameters read back, TF loop/XLA);
+    # the runner already records the requested config from the spec.
+    extra_config: dict[str, Any] = field(default_factory=dict)
 
 
 class Diverged(Exception):

@@ -48,6 +48,7 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
     with tf.device(placement.tf_device):
         keras.utils.set_random_seed(spec.seed)
         model = models.compiled_model(workload, spec.units, spec.policy, spec.loop, spec.jit)
+        models.check_optimizer(model.optimizer, workload.optimizer)
         jit_compile = bool(model.jit_compile)  # Keras may refuse XLA for a model
         if spec.jit and not jit_compile:
             warn("XLA (jit_compile) was requested but Keras disabled it for this model")
@@ -94,7 +95,6 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
         loss_scale=loss_scale,
         data=data.info,
         extra_config={
-            **models.optimizer_settings(workload.optimizer),
             "jit_compile": jit_compile,
             "loop": spec.loop,
             "input_pipeline": "pre-batched tf.data, prefetched"

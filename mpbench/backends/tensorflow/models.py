@@ -45,9 +45,36 @@ def build_optimizer(spec: OptimizerSpec) -> keras.optimizers.Optimizer:
     return kinds[spec.name](learning_rate=spec.learning_rate, **spec.params)
 
 
-def optimizer_settings(spec: OptimizerSpec) -> dict:
-    """The optimizer as the record states it, in the same flat shape as the torch backend."""
-    return {"optimizer": spec.name, "learning_rate": spec.learning_rate, **spec.params}
+_HYPER_PARAMETERS = ("rho", "beta_1", "beta_2", "epsilon")
+
+
+def optimizer_settings(optimizer: keras.optimizers.Optimizer) -> dict:
+    """The hyper-parameters read back from the optimizer Keras actually built (under a
+    LossScaleOptimizer for fp16)."""
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    settings = {
+        "optimizer": type(inner).__name__.lower(),
+        "learning_rate": float(keras.ops.convert_to_numpy(inner.learning_rate)),
+    }
+    for name in _HYPER_PARAMETERS:
+        if hasattr(inner, name):
+            settings[name] = float(getattr(inner, name))
+    return settings
+
+
+def check_optimizer(optimizer: keras.optimizers.Optimizer, spec: OptimizerSpec) -> None:
+    """Fail the cell if Keras trains with other hyper-parameters than the spec (which the
+    runner records): both frameworks must train the same model the same way."""
+    built = optimizer_settings(optimizer)
+    wanted = {"optimizer": spec.name, "learning_rate": spec.learning_rate, **spec.params}
+    for key, value in wanted.items():
+        got = built.get(key)
+        # The learning rate lives in a float32 variable: compare to float32 precision.
+        same = got == value or (
+            isinstance(value, float) and got is not None and abs(got - value) <= 1e-6 * value
+        )
+        if not same:
+            raise RuntimeError(f"Keras built {key}={got!r}, the workload asks for {value!r}")
 
 
 def compiled_model(

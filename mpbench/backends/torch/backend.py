@@ -155,11 +155,6 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
         memory=memory,
         loss_scale=loss_scale,
         data=data.info,
-        extra_config={
-            "optimizer": workload.optimizer.name,
-            "learning_rate": workload.optimizer.learning_rate,
-            **workload.optimizer.params,
-        },
     )
 
 
