@@ -13,12 +13,20 @@ import dataclasses
 import json
 import statistics
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from mpbench.compare.estimate import Estimate, median_interval
+from mpbench.compare.estimate import (
+    Estimate,
+    of_repeats,
+    paired_difference,
+    paired_ratio,
+    step_ratio,
+    step_time,
+)
 from mpbench.policies import BASELINE, POLICIES
-from mpbench.results import CellRecord, Status
+from mpbench.results import CellRecord, Status, StepTimeStats
 
 FRAMEWORK_ORDER = ("torch", "tensorflow")
 WORKLOAD_ORDER = ("mnist_dense", "cifar10_cnn")  # as DESIGN.md introduces them
@@ -94,23 +102,67 @@ def _adopt_orphans(by_key: dict[CellKey, list[CellRecord]]) -> None:
             by_key.setdefault(target, []).extend(by_key.pop(key))
 
 
+RepeatKey = tuple[str, int]  # (run_id, repeat): how repeats of two policies pair up
+
+
+@dataclass(frozen=True)
+class Drift:
+    """A repeat whose timed steps drifted (StepTimeStats.drifting): a warning, not an error."""
+
+    run_id: str
+    repeat: int
+    first_half_s: float
+    second_half_s: float
+
+
+# Memory kinds, as the report names them. Training memory (schema v2) is what a policy changes;
+# the process-lifetime peaks of v1 records also count the framework, the data and the model, so
+# they are shown only for records without training memory, and never divided by each other.
+_DEVICE_PEAK = "peak mem (device, whole process)"
+_HOST_PEAK = "peak mem (host RSS, whole process)"
+
+
+def memory_readings(record: CellRecord) -> dict[str, int]:
+    """Every memory figure of a repeat, by kind, the preferred kind first."""
+    memory = record.memory
+    readings: dict[str, int] = {}
+    if memory.training_bytes is not None and memory.training_source:
+        readings[f"training mem ({memory.training_source})"] = memory.training_bytes
+    # A zero process peak is "not measured" (nothing to divide by), not "no memory used".
+    if memory.device_peak_allocated_bytes:
+        readings[_DEVICE_PEAK] = memory.device_peak_allocated_bytes
+    if memory.host_peak_rss_bytes:
+        readings[_HOST_PEAK] = memory.host_peak_rss_bytes
+    return readings
+
+
+def is_training_memory(kind: str | None) -> bool:
+    return bool(kind) and kind.startswith("training")
+
+
 @dataclass
 class CellSummary:
-    """One cell with its repeats merged: medians of the ok repeats, spreads across them."""
+    """One cell with its repeats merged; every number comes with its interval (estimate.py)."""
 
     key: CellKey
     records: list[CellRecord]
     step_time_s: Estimate | None = None
     p10_s: float | None = None  # of every timed step of every ok repeat
     p90_s: float | None = None
-    throughput: float | None = None  # samples/s
+    throughput: float | None = None  # samples/s, geometric mean over repeats
     memory_bytes: Estimate | None = None
-    memory_source: str | None = None  # "device" or "host RSS"
+    memory_kind: str | None = None  # "training mem (cuda allocator)", ... (memory_readings)
+    dataset_device_bytes: float | None = None  # the preloaded dataset, not in training memory
     accuracy: Estimate | None = None  # fraction in [0, 1]
     loss_scale: float | None = None
     skipped_steps: int | None = None
     achieved_tflops: float | None = None
-    mfu: float | None = None
+    mfu: float | None = None  # against the datasheet peak
+    mfu_measured: float | None = None  # against the peak measured on this device
+    measured_peak_tflops: float | None = None
+    end_to_end: Estimate | None = None  # samples/s without per-step synchronisation
+    end_to_end_pipeline: str | None = None
+    drift: list[Drift] = field(default_factory=list)
 
     @property
     def policy(self) -> str:
@@ -161,39 +213,88 @@ class CellSummary:
     def repeats(self) -> int:
         return len(self.records)
 
+    # Per-repeat values, keyed for pairing with another policy's repeats.
+
+    def step_times(self) -> dict[RepeatKey, StepTimeStats]:
+        return {
+            (r.run_id, r.repeat): r.step_time
+            for r in self.ok_records
+            if r.step_time is not None and r.step_time.median_s
+        }
+
+    def memory_values(self) -> dict[RepeatKey, int]:
+        if self.memory_kind is None:
+            return {}
+        return {(r.run_id, r.repeat): memory_readings(r)[self.memory_kind] for r in self.ok_records}
+
+    def accuracies(self) -> dict[RepeatKey, float]:
+        return {
+            (r.run_id, r.repeat): r.accuracy.test_accuracy
+            for r in self.ok_records
+            if r.accuracy.test_accuracy is not None
+        }
+
+    def end_to_end_rates(self) -> dict[RepeatKey, tuple[float, str]]:
+        return {
+            (r.run_id, r.repeat): (r.end_to_end.samples_per_s, r.end_to_end.input_pipeline)
+            for r in self.ok_records
+            if r.end_to_end is not None and r.end_to_end.samples_per_s > 0
+        }
+
 
 def summarize(key: CellKey, records: list[CellRecord]) -> CellSummary:
     records = sorted(records, key=lambda r: (r.repeat, r.run_id, r.cell_id))
     cell = CellSummary(key, records)
-    ok = [r for r in records if r.status is Status.OK]
+    ok = cell.ok_records
     timed = [r for r in ok if r.step_time is not None and r.step_time.median_s]
     if timed:
-        medians = [r.step_time.median_s for r in timed]
-        if len(timed) > 1:
-            cell.step_time_s = Estimate.of_repeats(medians)
-        else:
-            stats = timed[0].step_time
-            low, high = median_interval(stats.raw_s, stats.median_s)
-            cell.step_time_s = Estimate(stats.median_s, low, high)
+        cell.step_time_s = step_time([r.step_time for r in timed])
         raw = [t for r in timed for t in r.step_time.raw_s]
         cell.p10_s, cell.p90_s = _pooled_p10_p90(timed, raw)
     throughputs = [r.throughput_samples_per_s for r in ok if r.throughput_samples_per_s]
     if throughputs:
-        cell.throughput = statistics.median(throughputs)
-    cell.memory_bytes, cell.memory_source = _memory(ok)
-    accuracies = [r.accuracy.test_accuracy for r in ok if r.accuracy.test_accuracy is not None]
+        cell.throughput = of_repeats(throughputs).value
+    cell.memory_kind = _memory_kind(ok)
+    if cell.memory_kind is not None:
+        cell.memory_bytes = of_repeats([float(b) for b in cell.memory_values().values()])
+    cell.dataset_device_bytes = _median(r.memory.dataset_device_bytes for r in ok)
+    accuracies = list(cell.accuracies().values())
     if accuracies:
-        cell.accuracy = Estimate.of_repeats(accuracies)
+        cell.accuracy = of_repeats(accuracies, log=False)
     scales = [r.loss_scale for r in ok if r.loss_scale is not None]
     finals = [s.final_scale for s in scales if s.final_scale is not None]
     skipped = [s.skipped_steps for s in scales if s.skipped_steps is not None]
     cell.loss_scale = statistics.median(finals) if finals else None
     cell.skipped_steps = round(statistics.median(skipped)) if skipped else None
-    tflops = [r.achieved_tflops for r in ok if r.achieved_tflops is not None]
-    mfus = [r.mfu for r in ok if r.mfu is not None]
-    cell.achieved_tflops = statistics.median(tflops) if tflops else None
-    cell.mfu = statistics.median(mfus) if mfus else None
+    cell.achieved_tflops = _median(r.achieved_tflops for r in ok)
+    cell.mfu = _median(r.mfu for r in ok)
+    cell.mfu_measured = _median(r.mfu_measured for r in ok)
+    cell.measured_peak_tflops = _median(r.measured_peak_tflops for r in ok)
+    rates = cell.end_to_end_rates()
+    if rates:
+        cell.end_to_end = of_repeats([rate for rate, _ in rates.values()])
+        cell.end_to_end_pipeline = "; ".join(dict.fromkeys(p for _, p in rates.values()))
+    cell.drift = [
+        Drift(r.run_id, r.repeat, r.step_time.first_half_median_s, r.step_time.second_half_median_s)
+        for r in timed
+        if r.step_time.drifting
+        and r.step_time.first_half_median_s is not None
+        and r.step_time.second_half_median_s is not None
+    ]
     return cell
+
+
+def _median(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def _memory_kind(ok: list[CellRecord]) -> str | None:
+    """The preferred memory kind that every finished repeat recorded (one kind per cell)."""
+    if not ok:
+        return None
+    readings = [memory_readings(r) for r in ok]
+    return next((kind for kind in readings[0] if all(kind in r for r in readings)), None)
 
 
 def _pooled_p10_p90(timed: list[CellRecord], raw: list[float]) -> tuple[float | None, float | None]:
@@ -215,21 +316,16 @@ def _percentile(ordered: list[float], pct: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-def _memory(ok: list[CellRecord]) -> tuple[Estimate | None, str | None]:
-    """Device peak allocated where the device reports it, else the cell process's peak RSS."""
-    # A zero peak is "not measured" (nothing to divide by), not "no memory used".
-    device = [r.memory.device_peak_allocated_bytes for r in ok]
-    if ok and all(b for b in device):
-        return Estimate.of_repeats([float(b) for b in device]), "device"
-    host = [r.memory.host_peak_rss_bytes for r in ok if r.memory.host_peak_rss_bytes]
-    if host:
-        return Estimate.of_repeats([float(b) for b in host]), "host RSS"
-    return None, None
+V = TypeVar("V")
 
 
 @dataclass
 class PolicyGroup:
-    """The policies of one framework × workload × config on one machine."""
+    """The policies of one framework × workload × config on one machine.
+
+    Ratios to float32 pair repeats by (run_id, repeat): float32 r0 with bf16 r0 of the same
+    run, which the runner interleaved in time. A repeat without a partner is left out.
+    """
 
     key: GroupKey
     cells: dict[str, CellSummary] = field(default_factory=dict)  # policy -> cell, in order
@@ -246,32 +342,51 @@ class PolicyGroup:
         cell = self.cells.get(BASELINE)
         return cell if cell is not None and cell.ok else None
 
-    def speedup(self, policy: str) -> Estimate | None:
-        """float32 step time / this policy's step time (above 1: faster than float32)."""
+    def _pairs(
+        self, policy: str, values: Callable[[CellSummary], dict[RepeatKey, V]]
+    ) -> list[tuple[V, V]]:
+        """(float32, policy) values of the repeats both have, in repeat order."""
         ref, cell = self.reference, self.cells.get(policy)
         if ref is None or cell is None or not cell.ok:
-            return None
-        if ref.step_time_s is None or cell.step_time_s is None:
-            return None
-        return ref.step_time_s.ratio_to(cell.step_time_s)
+            return []
+        a, b = values(ref), values(cell)
+        return [(a[k], b[k]) for k in sorted(a.keys() & b.keys())]
+
+    def unpaired(self, policy: str) -> tuple[list[RepeatKey], list[RepeatKey]]:
+        """Timed repeats of (float32, policy) that have no partner in the other cell."""
+        ref, cell = self.reference, self.cells.get(policy)
+        if ref is None or cell is None or not cell.ok:
+            return [], []
+        a, b = ref.step_times(), cell.step_times()
+        return sorted(a.keys() - b.keys()), sorted(b.keys() - a.keys())
+
+    def speedup(self, policy: str) -> Estimate | None:
+        """float32 step time / this policy's (above 1: faster than float32)."""
+        pairs = self._pairs(policy, CellSummary.step_times)
+        return step_ratio(pairs) if pairs else None
 
     def memory_ratio(self, policy: str) -> Estimate | None:
+        """This policy's memory / float32's, only between the same kind of memory."""
         ref, cell = self.reference, self.cells.get(policy)
-        if ref is None or cell is None or not cell.ok:
+        if ref is None or cell is None or ref.memory_kind != cell.memory_kind:
             return None
-        if ref.memory_bytes is None or cell.memory_bytes is None:
-            return None
-        if ref.memory_source != cell.memory_source:
-            return None
-        return cell.memory_bytes.ratio_to(ref.memory_bytes)
+        pairs = [(m, r) for r, m in self._pairs(policy, CellSummary.memory_values) if r > 0]
+        return paired_ratio(pairs) if pairs else None
 
     def accuracy_delta_pp(self, policy: str) -> Estimate | None:
-        ref, cell = self.reference, self.cells.get(policy)
-        if ref is None or cell is None or not cell.ok:
-            return None
-        if ref.accuracy is None or cell.accuracy is None:
-            return None
-        return cell.accuracy.minus(ref.accuracy).scaled(100)
+        pairs = [(a, r) for r, a in self._pairs(policy, CellSummary.accuracies)]
+        return paired_difference(pairs).scaled(100) if pairs else None
+
+    def end_to_end_speedup(self, policy: str) -> Estimate | None:
+        """This policy's end-to-end samples/s / float32's, through the same input pipeline."""
+        pairs = [
+            (rate, ref_rate)
+            for (ref_rate, ref_pipe), (rate, pipe) in self._pairs(
+                policy, CellSummary.end_to_end_rates
+            )
+            if pipe == ref_pipe
+        ]
+        return paired_ratio(pairs) if pairs else None
 
 
 @dataclass

@@ -1,88 +1,180 @@
-"""A measured value with its spread, and the rule that decides when two of them differ.
+"""Every number compare shows with an interval, and the one rule that judges it against a limit.
 
-Noise handling lives in one place: every gate asks `Estimate` whether a difference is
-outside the measured spread before it calls the difference a regression.
+One place for each rule (docs/compare.md, "Intervals"):
+- a cell's value over repeats: geometric mean (positive quantities) or mean, with a 95 %
+  t-interval over the repeats;
+- a ratio or difference to float32 inside one run: per-repeat pairs (same run, same repeat),
+  geometric mean of the ratios / mean of the differences with a 95 % t-interval;
+- one pair of step-time series only: a block-bootstrap interval of the ratio of medians,
+  labelled *within-run only* (it ignores process-to-process variance: optimistic);
+- a change against a baseline: Welch's two-sample t-interval over the two sets of repeats
+  (on logs for ratios), or the block bootstrap when each side has one repeat;
+- a gate fails only when the whole interval is past its limit; a point estimate past the limit
+  with an interval that straddles it is *inconclusive*.
+The arithmetic itself lives in `mpbench.results.stats`, shared with the runner.
 """
 
 from __future__ import annotations
 
-import math
-import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import Enum
 
-# Two-sided 95 % distribution-free interval of a median, normal approximation of the
-# binomial ranks: ranks n/2 -/+ 1.96*sqrt(n)/2.
-_Z95 = 1.96
+from mpbench.results import StepTimeStats
+from mpbench.results import stats as st
+
+REPEATS = "repeats"
+WITHIN_RUN = "within-run only"
+_EPS = 1e-9  # a value exactly at the limit passes, whatever the float rounding
+_SEED = 0  # bootstrap intervals are seeded: the same files give the same report
 
 
 @dataclass(frozen=True)
 class Estimate:
-    """`value` is the central value (median of repeat medians); `low`/`high` its spread."""
+    """A value with its 95 % interval. `kind` says where the interval comes from: REPEATS
+    (t-interval over n separate processes), WITHIN_RUN (block bootstrap inside one process),
+    or None: a single value with no interval (low == high == value)."""
 
     value: float
     low: float
     high: float
-    repeats: int = 1
-
-    @classmethod
-    def of_repeats(cls, values: list[float]) -> Estimate:
-        """Median of the repeats, spread = smallest to largest repeat."""
-        return cls(statistics.median(values), min(values), max(values), len(values))
+    kind: str | None = None
+    n: int = 1  # repeats (or repeat pairs) behind the value
 
     @classmethod
     def point(cls, value: float) -> Estimate:
         return cls(value, value, value)
 
-    def contains(self, value: float) -> bool:
-        return self.low <= value <= self.high
-
-    def ratio_to(self, other: Estimate) -> Estimate:
-        """self / other, the spread running from the least to the most favourable pairing."""
-        return Estimate(
-            self.value / other.value,
-            self.low / other.high,
-            self.high / other.low,
-            min(self.repeats, other.repeats),
-        )
-
-    def minus(self, other: Estimate) -> Estimate:
-        return Estimate(
-            self.value - other.value,
-            self.low - other.high,
-            self.high - other.low,
-            min(self.repeats, other.repeats),
-        )
+    @property
+    def has_interval(self) -> bool:
+        return self.kind is not None
 
     def scaled(self, factor: float) -> Estimate:
         low, high = sorted((self.low * factor, self.high * factor))
-        return Estimate(self.value * factor, low, high, self.repeats)
+        return Estimate(self.value * factor, low, high, self.kind, self.n)
+
+    def shifted(self, offset: float) -> Estimate:
+        return Estimate(
+            self.value + offset, self.low + offset, self.high + offset, self.kind, self.n
+        )
 
 
-def differs(candidate: Estimate, baseline: Estimate) -> bool:
-    """True when the candidate's median lies outside the baseline's measured spread.
-
-    The baseline is the reference: a candidate median that the baseline itself produced
-    (between its lowest and highest repeat, or inside its median's 95 % interval) is noise,
-    however far the two medians are apart.
-    """
-    return not baseline.contains(candidate.value)
+def _over_repeats(interval: st.Interval, n: int, samples: int | None = None) -> Estimate:
+    """An interval over repeats; `samples` (default n) values behind it: one is no interval."""
+    value, low, high = interval
+    return Estimate(value, low, high, REPEATS if (samples or n) > 1 else None, n)
 
 
-def median_interval(samples: list[float], median: float) -> tuple[float, float]:
-    """95 % interval of the median of `samples`, anchored on `median` (the recorded one).
+# --- one cell ------------------------------------------------------------------------------
 
-    The interval's width is taken relative to the samples' own median, so a record whose
-    statistics were rescaled (a derived baseline) keeps a consistent interval.
-    """
-    ordered = sorted(s for s in samples if math.isfinite(s) and s > 0)
-    n = len(ordered)
-    if n == 0:
-        return median, median
-    if n < 6:  # the distribution-free interval is the whole range for so few samples
-        lo_rank, hi_rank = 1, n
-    else:
-        half = _Z95 * math.sqrt(n) / 2
-        lo_rank = max(1, math.floor(n / 2 - half))
-        hi_rank = min(n, math.ceil(n / 2 + 1 + half))
-    own = statistics.median(ordered)
-    return median * ordered[lo_rank - 1] / own, median * ordered[hi_rank - 1] / own
+
+def of_repeats(values: Sequence[float], log: bool = True) -> Estimate:
+    """A cell's value over its repeats: geometric mean (`log`, all positive) or mean, with a
+    t-interval over the repeats; one repeat is a single value."""
+    if len(values) == 1:
+        return Estimate.point(values[0])  # exactly, not exp(log(x))
+    if log and all(v > 0 for v in values):
+        return _over_repeats(st.log_ratio_interval(values), len(values))
+    return _over_repeats(st.mean_interval(values), len(values))
+
+
+def step_time(series: Sequence[StepTimeStats]) -> Estimate:
+    """A cell's step time: over repeat medians, or one repeat's median and its within-run
+    interval (the block bootstrap of its steps)."""
+    if len(series) > 1:
+        return of_repeats([s.median_s for s in series])
+    (stats,) = series
+    raw = [t for t in stats.raw_s if t > 0]
+    if len(raw) < 2:
+        return Estimate.point(stats.median_s)
+    own, low, high = st.block_bootstrap_median_interval(raw, seed=_SEED)
+    scale = stats.median_s / own  # anchored on the recorded median (rescaled stats stay true)
+    return Estimate(stats.median_s, low * scale, high * scale, WITHIN_RUN, 1)
+
+
+# --- within one run: against float32 -------------------------------------------------------
+
+
+def paired_ratio(pairs: Sequence[tuple[float, float]]) -> Estimate:
+    """numerator / denominator per repeat pair: geometric mean and t-interval on the logs."""
+    if len(pairs) == 1:
+        return Estimate.point(pairs[0][0] / pairs[0][1])
+    return _over_repeats(st.log_ratio_interval([a / b for a, b in pairs]), len(pairs))
+
+
+def paired_difference(pairs: Sequence[tuple[float, float]]) -> Estimate:
+    """a - b per repeat pair: mean and t-interval, in the values' units."""
+    return _over_repeats(st.paired_difference_interval([a - b for a, b in pairs]), len(pairs))
+
+
+def step_ratio(pairs: Sequence[tuple[StepTimeStats, StepTimeStats]]) -> Estimate:
+    """median(numerator) / median(denominator) per pair of repeats of one run (the speed-up
+    is float32 / policy). Two or more pairs: over the repeats; one pair: within-run only."""
+    if len(pairs) > 1:
+        return paired_ratio([(a.median_s, b.median_s) for a, b in pairs])
+    ((numerator, denominator),) = pairs
+    return _within_run_ratio(denominator, numerator)
+
+
+def _within_run_ratio(a: StepTimeStats, b: StepTimeStats) -> Estimate:
+    """median(b) / median(a) with the block-bootstrap interval of their raw steps."""
+    point = b.median_s / a.median_s
+    raw_a = [t for t in a.raw_s if t > 0]
+    raw_b = [t for t in b.raw_s if t > 0]
+    if len(raw_a) < 2 or len(raw_b) < 2:
+        return Estimate.point(point)
+    own, low, high = st.block_bootstrap_ratio_interval(raw_a, raw_b, seed=_SEED)
+    scale = point / own
+    return Estimate(point, low * scale, high * scale, WITHIN_RUN, 1)
+
+
+# --- across runs: against a baseline -------------------------------------------------------
+
+
+def step_change(base: Sequence[StepTimeStats], cand: Sequence[StepTimeStats]) -> Estimate:
+    """candidate / baseline step time. Repeats on either side: Welch on the log medians; one
+    repeat on each side: the block bootstrap of their steps, within-run only."""
+    if len(base) == 1 and len(cand) == 1:
+        return _within_run_ratio(base[0], cand[0])
+    return two_sample_ratio([s.median_s for s in base], [s.median_s for s in cand])
+
+
+def two_sample_ratio(base: Sequence[float], cand: Sequence[float]) -> Estimate:
+    """Geometric-mean candidate / baseline with Welch's t-interval on the logs; n is the
+    smaller side (a lone repeat borrows the other side's spread, see stats.welch_interval)."""
+    if len(base) == 1 and len(cand) == 1:
+        return Estimate.point(cand[0] / base[0])
+    interval = st.log_welch_ratio_interval(base, cand)
+    return _over_repeats(interval, min(len(base), len(cand)), max(len(base), len(cand)))
+
+
+def two_sample_difference(base: Sequence[float], cand: Sequence[float]) -> Estimate:
+    """mean(candidate) - mean(baseline) with Welch's t-interval."""
+    interval = st.welch_interval(base, cand)
+    return _over_repeats(interval, min(len(base), len(cand)), max(len(base), len(cand)))
+
+
+# --- the gate rule -------------------------------------------------------------------------
+
+
+class Verdict(str, Enum):
+    PASS = "pass"
+    INCONCLUSIVE = "inconclusive"
+    FAIL = "fail"
+
+
+def judge(
+    estimate: Estimate, minimum: float | None = None, maximum: float | None = None
+) -> Verdict:
+    """FAIL only when the whole interval lies past a limit (criterion.rs's rule); INCONCLUSIVE
+    when the value is past it but the interval reaches back across; PASS otherwise. A value
+    exactly at a limit passes. A single value (no interval) is judged on itself."""
+    if (maximum is not None and estimate.low > maximum + _EPS) or (
+        minimum is not None and estimate.high < minimum - _EPS
+    ):
+        return Verdict.FAIL
+    if (maximum is not None and estimate.value > maximum + _EPS) or (
+        minimum is not None and estimate.value < minimum - _EPS
+    ):
+        return Verdict.INCONCLUSIVE
+    return Verdict.PASS

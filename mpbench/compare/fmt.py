@@ -2,7 +2,53 @@
 
 from __future__ import annotations
 
+from mpbench.compare.estimate import REPEATS, WITHIN_RUN, Estimate
+
 DASH = "—"
+WITHIN_RUN_MARK = "†"  # every within-run-only interval carries it; the footnote says why
+
+
+def interval_kind(estimate: Estimate) -> str:
+    """What the interval rests on, in words: `within-run only`, `over 3 repeats`."""
+    if estimate.kind == WITHIN_RUN:
+        return WITHIN_RUN
+    if estimate.kind == REPEATS:
+        return f"over {estimate.n} repeat{'' if estimate.n == 1 else 's'}"
+    return "no interval"
+
+
+def _with_interval(estimate: Estimate | None, one, span) -> str:
+    if estimate is None:
+        return DASH
+    text = one(estimate.value)
+    if estimate.has_interval:
+        mark = WITHIN_RUN_MARK if estimate.kind == WITHIN_RUN else ""
+        text += f" ({span(estimate.low, estimate.high)}){mark}"
+    return text
+
+
+def ratio_interval(estimate: Estimate | None) -> str:
+    """`2.45× (2.41–2.49)`, `†` after a within-run-only interval."""
+    return _with_interval(estimate, ratio, lambda lo, hi: f"{lo:.2f}–{hi:.2f}")
+
+
+def points_interval(estimate: Estimate | None) -> str:
+    """`-0.13 pp (-0.30 to +0.04)`."""
+    return _with_interval(estimate, points, lambda lo, hi: f"{_pp(lo)} to {_pp(hi)}")
+
+
+def change_interval(change: Estimate | None) -> str:
+    """A relative change: `+20.0 % (+17.6 to +22.5)`."""
+    return _with_interval(change, percent_change, lambda lo, hi: f"{_pct(lo)} to {_pct(hi)}")
+
+
+def ms_interval(estimate: Estimate | None) -> str:
+    """A step time's interval alone: `2.31–2.52 (n=3)`, `2.36–2.44†`."""
+    if estimate is None or not estimate.has_interval:
+        return DASH
+    if estimate.kind == WITHIN_RUN:
+        return f"{ms_range(estimate.low, estimate.high)}{WITHIN_RUN_MARK}"
+    return f"{ms_range(estimate.low, estimate.high)} (n={estimate.n})"
 
 
 def ms(seconds: float | None) -> str:
@@ -48,7 +94,11 @@ def percent_change(fraction: float | None) -> str:
     """+0.213 -> '+21.3 %'."""
     if fraction is None:
         return DASH
-    return f"{0.0 if abs(fraction) < 0.0005 else fraction * 100:+.1f} %"  # no "-0.0 %"
+    return f"{_pct(fraction)} %"
+
+
+def _pct(fraction: float) -> str:
+    return f"{0.0 if abs(fraction) < 0.0005 else fraction * 100:+.1f}"  # no "-0.0"
 
 
 def limit_percent(fraction: float) -> str:
@@ -62,7 +112,11 @@ def accuracy(fraction: float | None) -> str:
 def points(pp: float | None) -> str:
     if pp is None:
         return DASH
-    return f"{0.0 if abs(pp) < 0.005 else pp:+.2f} pp"  # no "-0.00"
+    return f"{_pp(pp)} pp"
+
+
+def _pp(pp: float) -> str:
+    return f"{0.0 if abs(pp) < 0.005 else pp:+.2f}"  # no "-0.00"
 
 
 def throughput(samples_per_s: float | None) -> str:
@@ -71,6 +125,11 @@ def throughput(samples_per_s: float | None) -> str:
     if samples_per_s >= 100:
         return f"{samples_per_s:,.0f}"
     return f"{samples_per_s:.1f}"
+
+
+def fraction_percent(value: float | None) -> str:
+    """MFU and the like: 0.123 -> '12.3 %'."""
+    return DASH if value is None else f"{value * 100:.1f} %"
 
 
 def loss_scale(scale: float | None, skipped: int | None) -> str:

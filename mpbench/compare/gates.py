@@ -1,8 +1,9 @@
 """The CI gates: against a baseline (absolute, same machine) and within one run (ratios).
 
 Every gate returns one `GateResult` per cell it checked, passed or failed, with the numbers
-that decided it. A threshold crossed inside the measured spread is reported as noise and
-passes (docs/compare.md, "Noise").
+that decided it. The rule is `estimate.judge`: a gate fails only when the whole 95 % interval
+is past its limit; a value past the limit whose interval straddles it is *inconclusive* and
+passes, unless --require-conclusive (docs/compare.md, "Intervals and inconclusive gates").
 """
 
 from __future__ import annotations
@@ -12,13 +13,20 @@ from dataclasses import dataclass
 
 from mpbench.compare import fmt
 from mpbench.compare.cells import CellKey, CellSummary, PolicyGroup, Section
-from mpbench.compare.estimate import Estimate, differs
+from mpbench.compare.estimate import (
+    Estimate,
+    Verdict,
+    judge,
+    step_change,
+    two_sample_difference,
+    two_sample_ratio,
+)
 from mpbench.compare.labels import Labeler
 from mpbench.compare.options import CompareOptions
 from mpbench.errors import InvalidInput
 from mpbench.policies import BASELINE
 
-_EPS = 1e-9  # a value exactly at the limit passes, whatever the float rounding
+ADD_REPEATS = "inconclusive — add repeats"
 
 
 @dataclass
@@ -29,7 +37,8 @@ class GateResult:
     message: str  # the numbers that decided it
     value: float | None = None  # in the gate's unit (fraction, ratio or pp)
     limit: float | None = None
-    noise: bool = False  # the threshold was crossed, but inside the measured spread
+    inconclusive: bool = False  # past the limit, but the interval reaches back across it
+    estimate: Estimate | None = None  # the value with its interval, in the gate's unit
 
     def pressure(self) -> float | None:
         """How close the value came to the limit: 1.0 at the limit, above 1 beyond it."""
@@ -41,6 +50,43 @@ class GateResult:
         if self.limit == 0:
             return math.inf if value > 0 else 0.0
         return value / self.limit
+
+
+def _result(
+    gate: str,
+    label: str,
+    estimate: Estimate,
+    numbers: str,
+    options: CompareOptions,
+    minimum: float | None = None,
+    maximum: float | None = None,
+) -> GateResult:
+    """Judge `estimate` against its limit and say why, with the interval, in one message."""
+    verdict = judge(estimate, minimum, maximum)
+    limit = maximum if maximum is not None else minimum  # ± limits report the + side
+    message = f"{numbers}; {interval_text(gate, estimate)}"
+    inconclusive = verdict is Verdict.INCONCLUSIVE
+    if inconclusive:
+        message += f": {ADD_REPEATS}"
+        if options.require_conclusive:
+            message += " (--require-conclusive)"
+    passed = verdict is Verdict.PASS or (inconclusive and not options.require_conclusive)
+    return GateResult(gate, label, passed, message, estimate.value, limit, inconclusive, estimate)
+
+
+def interval_text(gate: str, estimate: Estimate) -> str:
+    """`95 % interval +17.6 to +22.5 % (within-run only)` in the gate's unit."""
+    if not estimate.has_interval:
+        return "a single value per side, no interval"
+    if gate == "min-speedup":
+        span = fmt.ratio_range(estimate.low, estimate.high)
+    elif gate == "max-accuracy-drop":  # judged as a drop, shown as the change it is
+        span = f"{fmt.points(-estimate.high)} to {fmt.points(-estimate.low)}"
+    elif gate == "max-accuracy-delta":
+        span = f"{fmt.points(estimate.low)} to {fmt.points(estimate.high)}"
+    else:
+        span = f"{fmt.percent_change(estimate.low)} to {fmt.percent_change(estimate.high)}"
+    return f"95 % interval {span} ({fmt.interval_kind(estimate)})"
 
 
 @dataclass
@@ -57,17 +103,28 @@ class BaselineMatch:
         return self.candidate.all_ok and self.baseline.all_ok
 
     def step_change(self) -> Estimate | None:
-        c, b = self.candidate.step_time_s, self.baseline.step_time_s
-        return c.ratio_to(b) if self.comparable and c and b else None
+        """Candidate / baseline step time."""
+        base = list(self.baseline.step_times().values())
+        cand = list(self.candidate.step_times().values())
+        return step_change(base, cand) if self.comparable and base and cand else None
 
     def memory_change(self) -> Estimate | None:
-        c, b = self.candidate.memory_bytes, self.baseline.memory_bytes
-        same = self.candidate.memory_source == self.baseline.memory_source
-        return c.ratio_to(b) if self.comparable and same and c and b else None
+        """Candidate / baseline memory, the same kind of memory only."""
+        if not self.comparable or self.candidate.memory_kind != self.baseline.memory_kind:
+            return None
+        base = [float(b) for b in self.baseline.memory_values().values()]
+        cand = [float(b) for b in self.candidate.memory_values().values()]
+        if not base or not cand or min(base) <= 0 or min(cand) <= 0:
+            return None
+        return two_sample_ratio(base, cand)
 
     def accuracy_change_pp(self) -> Estimate | None:
-        c, b = self.candidate.accuracy, self.baseline.accuracy
-        return c.minus(b).scaled(100) if self.comparable and c and b else None
+        """Candidate - baseline test accuracy, in points."""
+        base = list(self.baseline.accuracies().values())
+        cand = list(self.candidate.accuracies().values())
+        if not self.comparable or not base or not cand:
+            return None
+        return two_sample_difference(base, cand).scaled(100)
 
 
 def _status(cell: CellSummary) -> str:
@@ -113,7 +170,7 @@ def check_baseline(matches: list[BaselineMatch], options: CompareOptions) -> lis
 def _measure(gate: str) -> str:
     return {
         "max-slowdown": "step time",
-        "max-memory-increase": "peak memory of the same kind",
+        "max-memory-increase": "memory of the same kind",
         "max-accuracy-drop": "test accuracy",
     }[gate]
 
@@ -131,62 +188,45 @@ def _status_gate(match: BaselineMatch) -> GateResult | None:
 
 def _slowdown(match: BaselineMatch, options: CompareOptions) -> GateResult | None:
     limit = options.max_slowdown
+    ratio = match.step_change()
     cand, base = match.candidate.step_time_s, match.baseline.step_time_s
-    if limit is None or cand is None or base is None:
+    if limit is None or ratio is None or cand is None or base is None:
         return None
-    change = cand.value / base.value - 1
+    change = ratio.shifted(-1)
     numbers = (
         f"median step {fmt.ms(cand.value)} ms vs baseline {fmt.ms(base.value)} ms: "
-        f"{fmt.percent_change(change)} (limit +{fmt.limit_percent(limit)})"
+        f"{fmt.percent_change(change.value)} (limit +{fmt.limit_percent(limit)})"
     )
-    spreads = f"baseline spread {fmt.ms_range(base.low, base.high)} ms"
-    return _verdict(
-        "max-slowdown", match.label, change, limit, differs(cand, base), numbers, spreads
-    )
+    return _result("max-slowdown", match.label, change, numbers, options, maximum=limit)
 
 
 def _memory_increase(match: BaselineMatch, options: CompareOptions) -> GateResult | None:
     limit = options.max_memory_increase
-    change = match.memory_change()
-    if limit is None or change is None:
-        return None
+    ratio = match.memory_change()
     cand, base = match.candidate.memory_bytes, match.baseline.memory_bytes
-    assert cand is not None and base is not None
+    if limit is None or ratio is None or cand is None or base is None:
+        return None
+    change = ratio.shifted(-1)
     numbers = (
-        f"peak {match.candidate.memory_source} {fmt.size(cand.value)} vs baseline "
-        f"{fmt.size(base.value)}: {fmt.percent_change(change.value - 1)} "
+        f"{match.candidate.memory_kind} {fmt.size(cand.value)} vs baseline "
+        f"{fmt.size(base.value)}: {fmt.percent_change(change.value)} "
         f"(limit +{fmt.limit_percent(limit)})"
     )
-    spreads = f"baseline spread {fmt.size(base.low)}–{fmt.size(base.high)}"
-    real = differs(cand, base)
-    return _verdict(
-        "max-memory-increase", match.label, change.value - 1, limit, real, numbers, spreads
-    )
+    return _result("max-memory-increase", match.label, change, numbers, options, maximum=limit)
 
 
 def _accuracy_drop(match: BaselineMatch, options: CompareOptions) -> GateResult | None:
     limit = options.max_accuracy_drop_pp
+    change = match.accuracy_change_pp()
     cand, base = match.candidate.accuracy, match.baseline.accuracy
-    if limit is None or cand is None or base is None:
+    if limit is None or change is None or cand is None or base is None:
         return None
-    drop = (base.value - cand.value) * 100
+    drop = change.scaled(-1)
     numbers = (
         f"test accuracy {fmt.accuracy(cand.value)} vs baseline {fmt.accuracy(base.value)}: "
-        f"{fmt.points(-drop)} (limit -{limit:g} pp)"
+        f"{fmt.points(change.value)} (limit -{limit:g} pp)"
     )
-    spreads = f"baseline spread {fmt.accuracy(base.low)}–{fmt.accuracy(base.high)}"
-    real = differs(cand, base)
-    return _verdict("max-accuracy-drop", match.label, drop, limit, real, numbers, spreads)
-
-
-def _verdict(
-    gate: str, label: str, value: float, limit: float, real: bool, numbers: str, spreads: str
-) -> GateResult:
-    crossed = value > limit + _EPS
-    if crossed and not real:
-        message = f"{numbers}; inside the {spreads}: noise, not a regression"
-        return GateResult(gate, label, True, message, value, limit, noise=True)
-    return GateResult(gate, label, not crossed, numbers, value, limit)
+    return _result("max-accuracy-drop", match.label, drop, numbers, options, maximum=limit)
 
 
 # --- within one run -----------------------------------------------------------------------
@@ -202,7 +242,7 @@ def check_ratios(
     for policy, minimum in options.min_speedup.items():
         checked = 0
         for group in groups:
-            result = _min_speedup(group, policy, minimum, labeler, notes)
+            result = _min_speedup(group, policy, minimum, labeler, notes, options)
             if result is not None:
                 checked += 1
                 results.append(result)
@@ -218,7 +258,7 @@ def check_ratios(
             for policy in group.cells:
                 if policy == BASELINE:
                     continue
-                result = _accuracy_delta(group, policy, limit, labeler, notes)
+                result = _accuracy_delta(group, policy, limit, labeler, notes, options)
                 if result is not None:
                     checked += 1
                     results.append(result)
@@ -243,7 +283,12 @@ def _reference_problem(group: PolicyGroup, policy: str) -> tuple[str, bool] | No
 
 
 def _min_speedup(
-    group: PolicyGroup, policy: str, minimum: float, labeler: Labeler, notes: list[str]
+    group: PolicyGroup,
+    policy: str,
+    minimum: float,
+    labeler: Labeler,
+    notes: list[str],
+    options: CompareOptions,
 ) -> GateResult | None:
     label = labeler.cell(CellKey(group.key, policy))
     problem = _reference_problem(group, policy)
@@ -262,19 +307,17 @@ def _min_speedup(
     if speedup is None:
         notes.append(f"--min-speedup not checked for {label}: no step times")
         return None
-    numbers = (
-        f"speed-up vs float32 {fmt.ratio(speedup.value)} "
-        f"(spread {fmt.ratio_range(speedup.low, speedup.high)}; minimum {minimum:g}×)"
-    )
-    below = speedup.value < minimum - _EPS
-    if below and speedup.high >= minimum - _EPS:
-        message = f"{numbers}; the minimum is inside the measured spread: noise, not a failure"
-        return GateResult("min-speedup", label, True, message, speedup.value, minimum, True)
-    return GateResult("min-speedup", label, not below, numbers, speedup.value, minimum)
+    numbers = f"speed-up vs float32 {fmt.ratio(speedup.value)} (minimum {minimum:g}×)"
+    return _result("min-speedup", label, speedup, numbers, options, minimum=minimum)
 
 
 def _accuracy_delta(
-    group: PolicyGroup, policy: str, limit: float, labeler: Labeler, notes: list[str]
+    group: PolicyGroup,
+    policy: str,
+    limit: float,
+    labeler: Labeler,
+    notes: list[str],
+    options: CompareOptions,
 ) -> GateResult | None:
     label = labeler.cell(CellKey(group.key, policy))
     problem = _reference_problem(group, policy)
@@ -302,12 +345,6 @@ def _accuracy_delta(
         f"test accuracy {fmt.accuracy(acc.value)} vs float32 {fmt.accuracy(ref.value)}: "
         f"{fmt.points(delta.value)} (limit ±{limit:g} pp)"
     )
-    crossed = abs(delta.value) > limit + _EPS
-    outside = delta.low > limit + _EPS or delta.high < -limit - _EPS
-    if crossed and not outside:
-        message = (
-            f"{numbers}; inside the measured spread "
-            f"({fmt.points(delta.low)} to {fmt.points(delta.high)}): noise, not a failure"
-        )
-        return GateResult("max-accuracy-delta", label, True, message, delta.value, limit, True)
-    return GateResult("max-accuracy-delta", label, not crossed, numbers, delta.value, limit)
+    return _result(
+        "max-accuracy-delta", label, delta, numbers, options, minimum=-limit, maximum=limit
+    )

@@ -29,6 +29,7 @@ class CompareOptions:
     min_speedup: dict[str, float] = field(default_factory=dict)  # canonical policy -> ratio
     max_accuracy_delta_pp: float | None = None  # percentage points, either direction
     allow_different_hardware: bool = False
+    require_conclusive: bool = False  # an inconclusive gate (interval straddles it) fails
     format: str = "table"
     output: Path | None = None
     plot: Path | None = None

@@ -1,4 +1,4 @@
-"""`--plot FILE.png`: grouped bars of speed-up, peak memory and accuracy per policy.
+"""`--plot FILE.png`: grouped bars of speed-up, memory and accuracy per policy.
 
 One row of three panels per workload (and machine); in each panel the policies are groups
 of bars, one bar per framework, each labelled with its value. Cells that did not finish are
@@ -7,12 +7,15 @@ marked where their bar would be, so a missing bar is never mistaken for a zero.
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
+from mpbench.compare import fmt
 from mpbench.compare.cells import CellSummary, PolicyGroup, Section
-from mpbench.compare.estimate import Estimate
+from mpbench.compare.estimate import WITHIN_RUN, Estimate
 from mpbench.compare.labels import short_fingerprint
 from mpbench.compare.report import Report
+from mpbench.compare.rows import WITHIN_RUN_NOTE, interval_kinds
 from mpbench.errors import InvalidInput
 from mpbench.policies import BASELINE, POLICIES
 
@@ -44,14 +47,33 @@ def _colour(framework: str, index: int) -> str:
 
 
 def _memory_unit(section: Section) -> tuple[float, str, str]:
-    peaks = [
-        c.memory_bytes.value for g in section.groups for c in g.cells.values() if c.memory_bytes
-    ]
-    sources = {c.memory_source for g in section.groups for c in g.cells.values() if c.memory_source}
-    source = sources.pop() if len(sources) == 1 else "device or host RSS"
+    cells = [c for g in section.groups for c in g.cells.values()]
+    peaks = [c.memory_bytes.value for c in cells if c.memory_bytes]
+    kinds = {c.memory_kind for c in cells if c.memory_kind}
+    kind = kinds.pop() if len(kinds) == 1 else "memory (kinds differ between cells)"
     if peaks and max(peaks) >= 2**30:
-        return 2**30, "GiB", source
-    return 2**20, "MiB", source
+        return 2**30, "GiB", kind
+    return 2**20, "MiB", kind
+
+
+def _caption(report: Report) -> str:
+    """What the whiskers are, kind by kind, in the tables' words."""
+    estimates: list[Estimate | None] = []
+    for section in report.sections:
+        for group in section.groups:
+            for policy, cell in group.cells.items():
+                estimates += [group.speedup(policy), cell.memory_bytes, cell.accuracy]
+    repeats, within_run = interval_kinds(estimates)
+    kinds = []
+    if repeats is not None:
+        kinds.append(f"over {repeats} repeats (separate processes)")
+    if within_run:
+        kinds.append(WITHIN_RUN_NOTE)
+    whiskers = "; ".join(kinds) if kinds else "none (single values)"
+    return (
+        f"bars: values · whiskers: 95 % intervals, {whiskers} · skipped or failed cells are "
+        "named where their bar would be"
+    )
 
 
 def _status_mark(cell: CellSummary) -> str:
@@ -90,15 +112,13 @@ def write_plot(report: Report, path: Path) -> Path:
     fig.text(
         0.5,
         0.004,
-        "bars: medians · whiskers: spread (lowest to highest repeat; with one repeat, the 95 % "
-        "interval of the median step time) · skipped or failed cells are named where their bar "
-        "would be",
+        "\n".join(textwrap.wrap(_caption(report), 190)),
         ha="center",
         va="bottom",
         fontsize=9,
         color="#444444",
     )
-    fig.tight_layout(rect=(0, 0.3 / fig.get_figheight(), 1, top))
+    fig.tight_layout(rect=(0, 0.55 / fig.get_figheight(), 1, top))
     path = Path(path)
     if path.parent and not path.parent.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -117,8 +137,8 @@ def _draw_section(section: Section, axes, report: Report) -> None:
     panels = [
         ("speed-up vs float32", "× (float32 = 1; higher = faster)", _speedup, "{:.2f}×"),
         (
-            "peak memory",
-            f"{unit}, {source} (lower = less)",
+            "memory",
+            f"{source}\n{unit} (lower = less)",
             _memory(scale),
             "{:.2f}" if unit == "GiB" else "{:.0f}",
         ),
@@ -161,7 +181,7 @@ def _accuracy(group: PolicyGroup, policy: str) -> Estimate | None:
 
 
 def _bars(ax, section: Section, policies: list[str], value_of, label: str) -> None:
-    """One bar per framework and policy (the median), a whisker for its spread, its value."""
+    """One bar per framework and policy, a whisker for its 95 % interval, its value."""
     count = len(section.groups)
     width = 0.8 / max(count, 1)
     tallest = 0.0
@@ -197,10 +217,11 @@ def _bars(ax, section: Section, policies: list[str], value_of, label: str) -> No
                     capsize=3,
                     linewidth=1,
                 )
+            mark = fmt.WITHIN_RUN_MARK if estimate.kind == WITHIN_RUN else ""
             ax.text(
                 position,
                 top,
-                label.format(value),
+                label.format(value) + mark,
                 ha="center",
                 va="bottom",
                 fontsize=9,

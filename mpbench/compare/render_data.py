@@ -8,24 +8,30 @@ import json
 from typing import Any
 
 from mpbench.compare import fmt
-from mpbench.compare.cells import CellKey, CellSummary, PolicyGroup
+from mpbench.compare.cells import CellKey, CellSummary, PolicyGroup, is_training_memory
 from mpbench.compare.estimate import Estimate
+from mpbench.compare.gates import BaselineMatch
 from mpbench.compare.report import Report
 from mpbench.compare.rows import config_text
 from mpbench.policies import BASELINE
 
-COMPARE_SCHEMA = "mpbench-compare/1"
+COMPARE_SCHEMA = "mpbench-compare/2"
 
 
-def _estimate(value: Estimate | None, scale: float = 1.0) -> dict[str, Any] | None:
+def estimate_json(value: Estimate | None, scale: float = 1.0) -> dict[str, Any] | None:
+    """`{"value": v, "interval": {"low", "high", "kind", "n"} or null}`; kind is "repeats" or
+    "within-run only"; null when there is a single value and no interval."""
     if value is None:
         return None
-    return {
-        "value": value.value * scale,
-        "low": value.low * scale,
-        "high": value.high * scale,
-        "repeats": value.repeats,
-    }
+    interval = None
+    if value.has_interval:
+        interval = {
+            "low": value.low * scale,
+            "high": value.high * scale,
+            "kind": value.kind,
+            "n": value.n,
+        }
+    return {"value": value.value * scale, "interval": interval}
 
 
 def _cells(report: Report) -> list[tuple[PolicyGroup, str, CellSummary]]:
@@ -52,20 +58,52 @@ def _cell_json(report: Report, group: PolicyGroup, policy: str, cell: CellSummar
         "reason": cell.reason,
         "repeats": cell.repeats,
         "runs": sorted({r.run_id for r in cell.records}),
-        "step_time_ms": _estimate(cell.step_time_s, ms),
+        "step_time_ms": estimate_json(cell.step_time_s, ms),
         "step_time_p10_ms": cell.p10_s * ms if cell.p10_s is not None else None,
         "step_time_p90_ms": cell.p90_s * ms if cell.p90_s is not None else None,
-        "speedup_vs_float32": _estimate(group.speedup(policy)),
+        "speedup_vs_float32": estimate_json(group.speedup(policy)),
+        "end_to_end_speedup_vs_float32": estimate_json(group.end_to_end_speedup(policy)),
+        "end_to_end_samples_per_s": estimate_json(cell.end_to_end),
+        "end_to_end_input_pipeline": cell.end_to_end_pipeline,
         "throughput_samples_per_s": cell.throughput,
-        "peak_memory_bytes": _estimate(cell.memory_bytes),
-        "peak_memory_source": cell.memory_source,
-        "memory_vs_float32": _estimate(group.memory_ratio(policy)),
-        "test_accuracy": _estimate(cell.accuracy),
-        "accuracy_delta_pp_vs_float32": _estimate(group.accuracy_delta_pp(policy)),
+        "memory_bytes": estimate_json(cell.memory_bytes),
+        "memory_kind": cell.memory_kind,
+        "training_memory": is_training_memory(cell.memory_kind),
+        "dataset_device_bytes": cell.dataset_device_bytes,
+        "memory_vs_float32": estimate_json(group.memory_ratio(policy)),
+        "test_accuracy": estimate_json(cell.accuracy),
+        "accuracy_delta_pp_vs_float32": estimate_json(group.accuracy_delta_pp(policy)),
         "loss_scale": cell.loss_scale,
         "loss_scale_skipped_steps": cell.skipped_steps,
         "achieved_tflops": cell.achieved_tflops,
         "mfu": cell.mfu,
+        "mfu_measured": cell.mfu_measured,
+        "measured_peak_tflops": cell.measured_peak_tflops,
+        "drifting": bool(cell.drift),
+        "drift": [
+            {
+                "run_id": d.run_id,
+                "repeat": d.repeat,
+                "first_half_median_ms": d.first_half_s * ms,
+                "second_half_median_ms": d.second_half_s * ms,
+            }
+            for d in cell.drift
+        ],
+    }
+
+
+def _baseline_json(match: BaselineMatch) -> dict[str, Any]:
+    return {
+        "cell": match.label,
+        "baseline_status": match.baseline.status,
+        "status": match.candidate.status,
+        "step_time_ratio": estimate_json(match.step_change()),
+        "memory_ratio": estimate_json(match.memory_change()),
+        "accuracy_change_pp": estimate_json(match.accuracy_change_pp()),
+        "baseline_step_time_ms": estimate_json(match.baseline.step_time_s, 1000.0),
+        "baseline_memory_bytes": estimate_json(match.baseline.memory_bytes),
+        "baseline_memory_kind": match.baseline.memory_kind,
+        "baseline_test_accuracy": estimate_json(match.baseline.accuracy),
     }
 
 
@@ -83,30 +121,19 @@ def render_json(report: Report) -> str:
             "max_accuracy_drop_pp": options.max_accuracy_drop_pp,
             "min_speedup": options.min_speedup,
             "max_accuracy_delta_pp": options.max_accuracy_delta_pp,
+            "require_conclusive": options.require_conclusive,
         },
         "cells": [_cell_json(report, g, p, c) for g, p, c in _cells(report)],
-        "baseline": [
-            {
-                "cell": m.label,
-                "baseline_status": m.baseline.status,
-                "status": m.candidate.status,
-                "step_time_ratio": _estimate(m.step_change()),
-                "memory_ratio": _estimate(m.memory_change()),
-                "accuracy_change_pp": _estimate(m.accuracy_change_pp()),
-                "baseline_step_time_ms": _estimate(m.baseline.step_time_s, 1000.0),
-                "baseline_peak_memory_bytes": _estimate(m.baseline.memory_bytes),
-                "baseline_test_accuracy": _estimate(m.baseline.accuracy),
-            }
-            for m in report.matches
-        ],
+        "baseline": [_baseline_json(m) for m in report.matches],
         "gates": [
             {
                 "gate": r.gate,
                 "cell": r.cell,
                 "passed": r.passed,
-                "noise": r.noise,
+                "inconclusive": r.inconclusive,
                 "value": r.value,
                 "limit": r.limit,
+                "estimate": estimate_json(r.estimate),
                 "message": r.message,
             }
             for r in report.results
@@ -114,6 +141,23 @@ def render_json(report: Report) -> str:
         "notes": report.notes,
     }
     return json.dumps(data, indent=2, allow_nan=False) + "\n"
+
+
+def _flat(name: str, estimate: dict[str, Any] | None, value_column: str | None = None) -> dict:
+    """An estimate as CSV columns: the value, `<name>_low`, `<name>_high`, `<name>_interval`
+    (the interval's kind: "repeats", "within-run only", or empty when there is none)."""
+    estimate = estimate or {}
+    interval = estimate.get("interval") or {}
+    return {
+        value_column or name: estimate.get("value"),
+        f"{name}_low": interval.get("low"),
+        f"{name}_high": interval.get("high"),
+        f"{name}_interval": interval.get("kind"),
+    }
+
+
+def _flat_columns(name: str, value_column: str | None = None) -> list[str]:
+    return list(_flat(name, None, value_column))
 
 
 _CSV_COLUMNS = [
@@ -127,33 +171,43 @@ _CSV_COLUMNS = [
     "status",
     "reason",
     "repeats",
-    "step_time_median_ms",
+    *_flat_columns("step_time_ms", "step_time_median_ms"),
     "step_time_p10_ms",
     "step_time_p90_ms",
-    "step_time_spread_low_ms",
-    "step_time_spread_high_ms",
-    "speedup_vs_float32",
+    *_flat_columns("speedup_vs_float32"),
+    *_flat_columns("end_to_end_speedup_vs_float32"),
+    "end_to_end_samples_per_s",
+    "end_to_end_input_pipeline",
     "throughput_samples_per_s",
-    "peak_memory_bytes",
-    "peak_memory_source",
-    "memory_vs_float32",
+    "memory_bytes",
+    "memory_kind",
+    "dataset_device_bytes",
+    *_flat_columns("memory_vs_float32"),
     "test_accuracy",
-    "accuracy_delta_pp_vs_float32",
+    *_flat_columns("accuracy_delta_pp_vs_float32"),
     "loss_scale",
     "loss_scale_skipped_steps",
     "achieved_tflops",
     "mfu",
+    "mfu_measured",
+    "drifting",
     "failed_gates",
+    "inconclusive_gates",
 ]
 _CSV_BASELINE_COLUMNS = [
     "baseline_status",
     "baseline_step_time_median_ms",
-    "step_time_change_pct",
-    "baseline_peak_memory_bytes",
-    "memory_change_pct",
+    *_flat_columns("step_time_change_pct"),
+    "baseline_memory_bytes",
+    *_flat_columns("memory_change_pct"),
     "baseline_test_accuracy",
-    "accuracy_change_pp",
+    *_flat_columns("accuracy_change_pp"),
 ]
+
+
+def _percent(ratio: Estimate | None) -> dict[str, Any] | None:
+    """A ratio as a change in percent, for the CSV (JSON keeps the ratio)."""
+    return estimate_json(ratio.shifted(-1).scaled(100) if ratio else None)
 
 
 def render_csv(report: Report) -> str:
@@ -163,12 +217,14 @@ def render_csv(report: Report) -> str:
     failed: dict[str, list[str]] = {}
     for result in report.failures:
         failed.setdefault(result.cell, []).append(result.gate)
+    unsure: dict[str, list[str]] = {}
+    for result in report.inconclusive:
+        unsure.setdefault(result.cell, []).append(result.gate)
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
     for group, policy, cell in _cells(report):
         data = _cell_json(report, group, policy, cell)
-        step = data["step_time_ms"] or {}
         row = {
             **{k: data[k] for k in ("cell", "framework", "workload", "policy", "device")},
             "hardware_fingerprint": data["hardware_fingerprint"],
@@ -176,39 +232,42 @@ def render_csv(report: Report) -> str:
             "status": cell.status,
             "reason": cell.reason,
             "repeats": cell.repeats,
-            "step_time_median_ms": step.get("value"),
+            **_flat("step_time_ms", data["step_time_ms"], "step_time_median_ms"),
             "step_time_p10_ms": data["step_time_p10_ms"],
             "step_time_p90_ms": data["step_time_p90_ms"],
-            "step_time_spread_low_ms": step.get("low"),
-            "step_time_spread_high_ms": step.get("high"),
-            "speedup_vs_float32": _value(data["speedup_vs_float32"]),
+            **_flat("speedup_vs_float32", data["speedup_vs_float32"]),
+            **_flat("end_to_end_speedup_vs_float32", data["end_to_end_speedup_vs_float32"]),
+            "end_to_end_samples_per_s": _value(data["end_to_end_samples_per_s"]),
+            "end_to_end_input_pipeline": cell.end_to_end_pipeline,
             "throughput_samples_per_s": cell.throughput,
-            "peak_memory_bytes": _value(data["peak_memory_bytes"]),
-            "peak_memory_source": cell.memory_source,
-            "memory_vs_float32": _value(data["memory_vs_float32"]),
+            "memory_bytes": _value(data["memory_bytes"]),
+            "memory_kind": cell.memory_kind,
+            "dataset_device_bytes": cell.dataset_device_bytes,
+            **_flat("memory_vs_float32", data["memory_vs_float32"]),
             "test_accuracy": _value(data["test_accuracy"]),
-            "accuracy_delta_pp_vs_float32": _value(data["accuracy_delta_pp_vs_float32"]),
+            **_flat("accuracy_delta_pp_vs_float32", data["accuracy_delta_pp_vs_float32"]),
             "loss_scale": cell.loss_scale,
             "loss_scale_skipped_steps": cell.skipped_steps,
             "achieved_tflops": cell.achieved_tflops,
             "mfu": cell.mfu,
+            "mfu_measured": cell.mfu_measured,
+            "drifting": data["drifting"],
             "failed_gates": ";".join(failed.get(data["cell"], [])),
+            "inconclusive_gates": ";".join(unsure.get(data["cell"], [])),
         }
         match = matches.get(data["cell"])
         if match is not None:
             base = match.baseline
-            step_change, memory_change = match.step_change(), match.memory_change()
-            accuracy_change = match.accuracy_change_pp()
             row.update(
                 baseline_status=base.status,
                 baseline_step_time_median_ms=(
                     base.step_time_s.value * 1000 if base.step_time_s else None
                 ),
-                step_time_change_pct=(step_change.value - 1) * 100 if step_change else None,
-                baseline_peak_memory_bytes=base.memory_bytes.value if base.memory_bytes else None,
-                memory_change_pct=(memory_change.value - 1) * 100 if memory_change else None,
+                **_flat("step_time_change_pct", _percent(match.step_change())),
+                baseline_memory_bytes=base.memory_bytes.value if base.memory_bytes else None,
+                **_flat("memory_change_pct", _percent(match.memory_change())),
                 baseline_test_accuracy=base.accuracy.value if base.accuracy else None,
-                accuracy_change_pp=accuracy_change.value if accuracy_change else None,
+                **_flat("accuracy_change_pp", estimate_json(match.accuracy_change_pp())),
             )
         writer.writerow(row)
     return out.getvalue()
@@ -221,8 +280,9 @@ def _value(estimate: dict[str, Any] | None) -> float | None:
 def render_benchmark_action(report: Report) -> str:
     """github-action-benchmark `customSmallerIsBetter`: every value is better when smaller.
 
-    Step time (ms), step time relative to float32 (the ratio survives noisy runners), peak
-    memory (MiB) and test error (%, = 100 - accuracy) for every cell that finished.
+    Step time (ms), step time relative to float32 (the ratio survives noisy runners), memory
+    (MiB, one series per kind: training memory is never charted with process peaks) and test
+    error (%, = 100 - accuracy) for every cell that finished.
     """
     entries: list[dict[str, Any]] = []
     for group, policy, cell in _cells(report):
@@ -246,22 +306,23 @@ def render_benchmark_action(report: Report) -> str:
             entries.append(entry)
         speedup = group.speedup(policy)
         if speedup is not None and policy != BASELINE:
-            entries.append(
-                {
-                    "name": f"{label}: step time vs float32",
-                    "unit": "x float32",
-                    "value": round(1 / speedup.value, 6),
-                    "range": f"{1 / speedup.high:.3f}–{1 / speedup.low:.3f}",
-                    "extra": f"speed-up {fmt.ratio(speedup.value)} vs float32 in the same run",
-                }
-            )
+            entry = {
+                "name": f"{label}: step time vs float32",
+                "unit": "x float32",
+                "value": round(1 / speedup.value, 6),
+                "extra": f"speed-up {fmt.ratio(speedup.value)} vs float32 in the same run",
+            }
+            if speedup.has_interval:
+                entry["range"] = f"{1 / speedup.high:.3f}–{1 / speedup.low:.3f}"
+                entry["extra"] += f"; 95 % interval {fmt.interval_kind(speedup)}"
+            entries.append(entry)
         if cell.memory_bytes is not None:
             entries.append(
                 {
-                    "name": f"{label}: peak memory",
+                    "name": f"{label}: {cell.memory_kind}",  # one series per kind of memory
                     "unit": "MiB",
                     "value": round(cell.memory_bytes.value / 2**20, 3),
-                    "extra": f"peak {cell.memory_source}; {context}",
+                    "extra": context,
                 }
             )
         if cell.accuracy is not None:

@@ -6,7 +6,13 @@ from typing import TYPE_CHECKING
 
 from mpbench.compare.options import CompareOptions
 from mpbench.compare.report import Report, build_report
-from mpbench.compare.rows import TextTable, baseline_table, gates_table, section_table
+from mpbench.compare.rows import (
+    INCONCLUSIVE,
+    TextTable,
+    baseline_table,
+    gates_table,
+    section_table,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -58,9 +64,10 @@ def _print_tables(tables: list[TextTable], console: Console) -> None:
     from rich.table import Table
 
     for text_table in tables:
+        caption = "\n".join(filter(None, [text_table.caption, *text_table.footnotes]))
         table = Table(
             title=escape(text_table.title),
-            caption=escape(text_table.caption) if text_table.caption else None,
+            caption=escape(caption) if caption else None,
             title_justify="left",
             caption_justify="left",
             header_style="bold",
@@ -83,8 +90,15 @@ def _print_tables(tables: list[TextTable], console: Console) -> None:
         console.print(table)
 
 
+_VERDICT_MARKUP = {
+    "FAIL": "[bold red]FAIL[/bold red]",
+    INCONCLUSIVE: "[yellow]inconclusive[/yellow]",
+}
+_VERDICT_MARKDOWN = {"FAIL": "❌ **FAIL**", INCONCLUSIVE: "⚠️ inconclusive"}
+
+
 def _verdict_markup(result: str) -> str:
-    return "[bold red]FAIL[/bold red]" if result == "FAIL" else "[green]pass[/green]"
+    return _VERDICT_MARKUP.get(result, "[green]pass[/green]")
 
 
 def _print_notes(report: Report, console: Console) -> None:
@@ -115,10 +129,10 @@ def _md_table(table: TextTable) -> list[str]:
     lines.append("| " + " | ".join(aligns) + " |")
     for row in table.rows:
         if table.headers[0] == "result":
-            row = ["❌ **FAIL**" if row[0] == "FAIL" else "✅ pass", *row[1:]]
+            row = [_VERDICT_MARKDOWN.get(row[0], "✅ pass"), *row[1:]]
         lines.append("| " + " | ".join(_md_cell(c) for c in row) + " |")
-    if table.caption:
-        lines += ["", _md_cell(table.caption)]
+    for line in filter(None, [table.caption, *table.footnotes]):
+        lines += ["", _md_cell(line)]
     lines.append("")
     return lines
 

@@ -15,11 +15,20 @@ from mpbench.compare.cells import (
     display_order,
     summarize_all,
 )
-from mpbench.compare.gates import BaselineMatch, GateResult, check_baseline, check_ratios
+from mpbench.compare.gates import (
+    ADD_REPEATS,
+    BaselineMatch,
+    GateResult,
+    check_baseline,
+    check_ratios,
+)
 from mpbench.compare.labels import Labeler, short_fingerprint
 from mpbench.compare.options import CompareOptions
 from mpbench.errors import InvalidInput
+from mpbench.policies import BASELINE
 from mpbench.results import CellRecord
+
+MIN_GATE_REPEATS = 3
 
 
 @dataclass
@@ -38,6 +47,10 @@ class Report:
         return [r for r in self.results if not r.passed]
 
     @property
+    def inconclusive(self) -> list[GateResult]:
+        return [r for r in self.results if r.inconclusive]
+
+    @property
     def exit_code(self) -> int:
         return 1 if self.failures else 0
 
@@ -47,8 +60,13 @@ class Report:
             return "no gates checked"
         failed = len(self.failures)
         if failed:
-            return f"FAIL: {failed} of {len(self.results)} gate checks failed"
-        return f"PASS: all {len(self.results)} gate checks passed"
+            text = f"FAIL: {failed} of {len(self.results)} gate checks failed"
+        else:
+            text = f"PASS: all {len(self.results)} gate checks passed"
+        unsure = [r for r in self.inconclusive if r.passed]
+        if unsure:
+            text += f" ({len(unsure)} {ADD_REPEATS})"
+        return text
 
 
 def _run_ids(records: list[CellRecord]) -> list[str]:
@@ -70,7 +88,47 @@ def build_report(
         results, notes = check_ratios(sections, options, labeler)
         report.results += results
         report.notes += notes
+    report.notes += _pairing_notes(sections, labeler)
+    report.notes += _repeat_notes(report.results)
     return report
+
+
+def _pairing_notes(sections: list[Section], labeler: Labeler) -> list[str]:
+    """Repeats left out of the ratios to float32 because the other policy has no partner."""
+    notes = []
+    for group in (g for s in sections for g in s.groups):
+        for policy in group.cells:
+            if policy == BASELINE:
+                continue
+            lone_ref, lone = group.unpaired(policy)
+            if not lone_ref and not lone:
+                continue
+            missing = [f"{policy} {_repeat(k)}" for k in lone]
+            missing += [f"{BASELINE} {_repeat(k)}" for k in lone_ref]
+            notes.append(
+                f"{labeler.cell(CellKey(group.key, policy))}: left out of the ratios to float32 "
+                f"(no partner of the same run and repeat): {', '.join(missing)}"
+            )
+    return notes
+
+
+def _repeat(key: tuple[str, int]) -> str:
+    run_id, repeat = key
+    return f"r{repeat} of {run_id}"
+
+
+def _repeat_notes(results: list[GateResult]) -> list[str]:
+    """Gates on fewer than 3 repeats rest on little evidence: say so, and what to do."""
+    counts = [r.estimate.n for r in results if r.estimate is not None]
+    if not counts or min(counts) >= MIN_GATE_REPEATS:
+        return []
+    fewest = min(counts)
+    return [
+        f"gates here rest on as few as {fewest} repeat{'s' if fewest > 1 else ''} per cell: "
+        "intervals from one "
+        "repeat are within-run only (optimistic), and t-intervals from 2 are very wide; gates "
+        f"need `mpbench run --repeat {MIN_GATE_REPEATS}` or more to be meaningful"
+    ]
 
 
 def _machines(cells: dict[CellKey, CellSummary]) -> dict[str, str]:

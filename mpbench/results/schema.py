@@ -15,7 +15,10 @@ from typing import Any
 
 from mpbench.errors import InvalidInput
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Versions this reader understands. Version 1 records lack the fields added in 2 (training
+# memory, end-to-end throughput, drift, threads, measured-peak MFU); they read as None.
+READABLE_VERSIONS = (1, 2)
 
 
 class Status(str, Enum):
@@ -43,12 +46,21 @@ class StepTimeStats:
     p10_s: float | None = None
     p90_s: float | None = None
     stdev_s: float | None = None
+    # Drift (v2): medians of the first and second half of the timed steps, and whether they
+    # differ by more than the within-run interval allows (mpbench.results.stats.drift).
+    first_half_median_s: float | None = None
+    second_half_median_s: float | None = None
+    drifting: bool | None = None
 
     @classmethod
     def from_samples(cls, raw_s: list[float], warmup_steps: int) -> StepTimeStats:
+        # Imported here: the stats need numpy, and reading records must not pay for it.
+        from mpbench.results.stats import drift
+
         raw = [float(t) for t in raw_s]
         if not raw:
             return cls(raw_s=[], warmup_steps=warmup_steps)
+        first_half, second_half, drifting = drift(raw)
         return cls(
             raw_s=raw,
             warmup_steps=warmup_steps,
@@ -58,6 +70,9 @@ class StepTimeStats:
             p10_s=_percentile(raw, 10),
             p90_s=_percentile(raw, 90),
             stdev_s=statistics.stdev(raw) if len(raw) > 1 else 0.0,
+            first_half_median_s=first_half,
+            second_half_median_s=second_half,
+            drifting=drifting,
         )
 
 
@@ -90,9 +105,22 @@ class DataInfo:
 
 @dataclass
 class MemoryStats:
+    """Process-lifetime peaks (v1) and, from v2, *training memory*: the peak while training
+    minus what was resident when training started (model, optimizer state, preloaded data),
+    DESIGN §5. `training_source` says how it was measured: "cuda allocator" (torch
+    memory_allocated / max_memory_allocated), "tensorflow allocator" (get_memory_info
+    current / peak) or "process RSS sampled" (psutil, on CPUs)."""
+
     device_peak_allocated_bytes: int | None = None
     device_peak_reserved_bytes: int | None = None
     host_peak_rss_bytes: int | None = None
+    training_bytes: int | None = None  # training_peak_bytes - training_start_bytes
+    training_start_bytes: int | None = None
+    training_peak_bytes: int | None = None
+    training_source: str | None = None
+    sample_interval_s: float | None = None  # RSS sampling period; None for allocator figures
+    samples: int | None = None  # how many RSS samples the peak was taken from
+    dataset_device_bytes: int | None = None  # the dataset's bytes preloaded on the device
 
 
 @dataclass
@@ -106,6 +134,18 @@ class AccuracyStats:
 class LossScaleStats:
     final_scale: float | None = None
     skipped_steps: int | None = None
+
+
+@dataclass
+class EndToEndStats:
+    """Throughput without per-step synchronisation (DESIGN §5): what a training job sees.
+    The synced step times measure the math; this window includes the input pipeline and the
+    work between steps, timed with one clock read at each end of the window."""
+
+    samples_per_s: float
+    steps: int
+    seconds: float
+    input_pipeline: str  # exactly which input path fed the window
 
 
 @dataclass
@@ -134,6 +174,10 @@ class CellRecord:
     achieved_tflops: float | None = None
     peak_tflops: float | None = None
     mfu: float | None = None
+    measured_peak_tflops: float | None = None  # `detect --measure` peak of the policy's dtype
+    mfu_measured: float | None = None  # achieved / measured peak
+    end_to_end: EndToEndStats | None = None
+    threads: dict[str, Any] = field(default_factory=dict)  # intra/inter-op, OMP_NUM_THREADS
     hardware_fingerprint: str = ""
     wall_s: float | None = None
     schema_version: int = SCHEMA_VERSION
@@ -148,9 +192,10 @@ class CellRecord:
         if not isinstance(raw, dict):
             raise SchemaError("a record must be a JSON object")
         version = raw.get("schema_version")
-        if version != SCHEMA_VERSION:
+        if isinstance(version, bool) or version not in READABLE_VERSIONS:
+            readable = ", ".join(str(v) for v in READABLE_VERSIONS)
             raise SchemaError(
-                f"unknown schema version {version!r} (this mpbench reads version {SCHEMA_VERSION})"
+                f"unknown schema version {version!r} (this mpbench reads versions {readable})"
             )
         try:
             values = dict(raw)
@@ -176,4 +221,5 @@ _NESTED = {
     "memory": MemoryStats,
     "accuracy": AccuracyStats,
     "loss_scale": LossScaleStats,
+    "end_to_end": EndToEndStats,
 }

@@ -3,7 +3,9 @@
 The committed fixtures under fixtures/ are written from these builders by make_fixtures.py;
 tests build variations of them (slower cells, repeats, other machines) with the same code.
 Numbers follow what this CPU measures: bf16 about 2.5x faster than float32, fp16 several
-times slower (emulated), TF32 skipped (no such math mode on a CPU).
+times slower (emulated), TF32 skipped (no such math mode on a CPU). Records are schema v2
+(training memory sampled from the process RSS, an end-to-end window, drift) unless `v1=True`
+asks for an old record without those fields.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ import zlib
 from pathlib import Path
 
 from mpbench.results import (
+    SCHEMA_VERSION,
     AccuracyStats,
     CellRecord,
     DataInfo,
     DeviceInfo,
+    EndToEndStats,
     LossScaleStats,
     MemoryStats,
     Status,
@@ -80,6 +84,28 @@ def step_times(median_ms: float, count: int, spread: float, seed_text: str) -> l
     return [median_ms / 1000 * t / middle for t in raw]
 
 
+PIPELINE = {
+    "torch": "preloaded tensors, shuffled index batches",
+    "tensorflow": "tf.data from preloaded tensors",
+}
+
+
+def _training_memory(rec: CellRecord, training_mib: float | None, on_device: bool) -> None:
+    if training_mib is None:
+        return
+    memory = rec.memory
+    memory.training_bytes = int(training_mib * MIB)
+    if on_device:
+        memory.training_source = "cuda allocator"
+        memory.training_start_bytes = memory.device_peak_allocated_bytes - memory.training_bytes
+    else:
+        memory.training_source = "process RSS sampled"
+        memory.training_start_bytes = memory.host_peak_rss_bytes - memory.training_bytes
+        memory.sample_interval_s = 0.01
+        memory.samples = 120
+    memory.training_peak_bytes = memory.training_start_bytes + memory.training_bytes
+
+
 def record(
     framework: str,
     workload: str,
@@ -99,7 +125,13 @@ def record(
     steps: int = 55,
     spread: float = 0.05,
     config_overrides: dict | None = None,
+    training_mib: float | None = None,
+    end_to_end: float | None = 0.93,
+    v1: bool = False,
 ) -> CellRecord:
+    """One cell's record. `training_mib`: training memory (v2), sampled RSS unless
+    `device_mib` says the device has an allocator; `end_to_end`: end-to-end samples/s as a
+    fraction of the synced throughput (None: no window); `v1`: an old record without either."""
     cfg = config(framework, workload, **(config_overrides or {}))
     cell_id = f"{framework}/{workload}/{policy}/r{repeat}"
     rec = CellRecord(
@@ -117,6 +149,7 @@ def record(
         config=cfg,
         precision=dict(PRECISION.get(policy, {})),
         hardware_fingerprint=fingerprint,
+        schema_version=1 if v1 else SCHEMA_VERSION,
     )
     if status is Status.SKIPPED:
         return rec  # decided before the cell started: no data loaded, nothing measured
@@ -132,6 +165,19 @@ def record(
         device_peak_reserved_bytes=int(device_mib * 1.25 * MIB) if device_mib is not None else None,
         host_peak_rss_bytes=int(rss_mib * MIB) if rss_mib is not None else None,
     )
+    if v1:
+        rec.step_time.first_half_median_s = rec.step_time.second_half_median_s = None
+        rec.step_time.drifting = None
+    else:
+        _training_memory(rec, training_mib, on_device=device_mib is not None)
+        if end_to_end is not None:
+            rate = rec.throughput_samples_per_s * end_to_end
+            rec.end_to_end = EndToEndStats(
+                samples_per_s=rate,
+                steps=steps,
+                seconds=steps * cfg["batch_size"] / rate,
+                input_pipeline=PIPELINE[framework],
+            )
     rec.accuracy = AccuracyStats(
         test_accuracy=accuracy,
         test_loss=None if accuracy is None else round(2.3 * (1 - accuracy), 4),
@@ -143,27 +189,28 @@ def record(
     return rec
 
 
-# (median ms, test accuracy, peak RSS MiB, loss scale) per framework, workload and policy.
+# (median ms, test accuracy, peak RSS MiB, loss scale, training MiB) per framework, workload
+# and policy. Training memory is what grew while training: activations, gradients, workspace.
 CPU_RUN = {
     ("torch", "mnist_dense"): {
-        "float32": (2.40, 0.9712, 612, None),
-        "mixed_float16": (13.1, 0.9706, 618, (65536.0, 1)),
-        "mixed_bfloat16": (0.98, 0.9699, 604, None),
+        "float32": (2.40, 0.9712, 612, None, 48.0),
+        "mixed_float16": (13.1, 0.9706, 618, (65536.0, 1), 52.0),
+        "mixed_bfloat16": (0.98, 0.9699, 604, None, 31.0),
     },
     ("torch", "cifar10_cnn"): {
-        "float32": (48.0, 0.4512, 1130, None),
-        "mixed_float16": (262.0, 0.4489, 1152, (32768.0, 2)),
-        "mixed_bfloat16": (19.5, 0.4475, 1098, None),
+        "float32": (48.0, 0.4512, 1130, None, 212.0),
+        "mixed_float16": (262.0, 0.4489, 1152, (32768.0, 2), 236.0),
+        "mixed_bfloat16": (19.5, 0.4475, 1098, None, 141.0),
     },
     ("tensorflow", "mnist_dense"): {
-        "float32": (3.10, 0.9708, 1480, None),
-        "mixed_float16": (16.8, 0.9701, 1502, (32768.0, 0)),
-        "mixed_bfloat16": (1.45, 0.9690, 1466, None),
+        "float32": (3.10, 0.9708, 1480, None, 96.0),
+        "mixed_float16": (16.8, 0.9701, 1502, (32768.0, 0), 104.0),
+        "mixed_bfloat16": (1.45, 0.9690, 1466, None, 70.0),
     },
     ("tensorflow", "cifar10_cnn"): {
-        "float32": (61.0, 0.4470, 1890, None),
+        "float32": (61.0, 0.4470, 1890, None, 305.0),
         "mixed_float16": "timeout",
-        "mixed_bfloat16": (27.5, 0.4431, 1844, None),
+        "mixed_bfloat16": (27.5, 0.4431, 1844, None, 214.0),
     },
 }
 
@@ -197,7 +244,7 @@ def cpu_run(run_id: str = "20260301-101500-cpu", **overrides: object) -> list[Ce
                     )
                 )
                 continue
-            median_ms, accuracy, rss, scale = numbers
+            median_ms, accuracy, rss, scale, training = numbers
             records.append(
                 record(
                     framework,
@@ -207,6 +254,7 @@ def cpu_run(run_id: str = "20260301-101500-cpu", **overrides: object) -> list[Ce
                     accuracy=accuracy,
                     rss_mib=rss,
                     loss_scale=scale,
+                    training_mib=None if overrides.get("v1") else training,
                     run_id=run_id,
                     **overrides,
                 )
@@ -222,7 +270,13 @@ def slower(records: list[CellRecord], factor: float, **where: str) -> list[CellR
         if rec.step_time is not None and all(getattr(rec, k) == v for k, v in where.items()):
             raw = [t * factor for t in rec.step_time.raw_s]
             rec.step_time = StepTimeStats.from_samples(raw, rec.step_time.warmup_steps)
+            if rec.schema_version == 1:  # old records carry no drift
+                rec.step_time.first_half_median_s = rec.step_time.second_half_median_s = None
+                rec.step_time.drifting = None
             rec.throughput_samples_per_s = rec.config["batch_size"] / rec.step_time.median_s
+            if rec.end_to_end is not None:
+                rec.end_to_end.samples_per_s /= factor
+                rec.end_to_end.seconds *= factor
         out.append(rec)
     return out
 

@@ -1,16 +1,25 @@
-"""From records to cells: repeats, spreads, identity, memory kind, ratios to float32."""
+"""From records to cells: repeats, intervals, identity, memory kind, ratios to float32."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from pathlib import Path
 
 import pytest
-from compare_records import CPU_FINGERPRINT, cpu_run, record, write_run
+from compare_records import CPU_FINGERPRINT, MIB, cpu_run, record, write_run
 
 from mpbench.compare.cells import build_sections, cell_key, summarize_all
-from mpbench.compare.estimate import Estimate, differs, median_interval
-from mpbench.results import Status, read_records
+from mpbench.compare.estimate import (
+    REPEATS,
+    WITHIN_RUN,
+    Estimate,
+    Verdict,
+    judge,
+    step_time,
+)
+from mpbench.results import Status, StepTimeStats, read_records
+from mpbench.results.stats import log_ratio_interval, mean_interval
 
 
 def test_committed_fixture_reads_back_as_every_cell_of_the_matrix(cpu_run_dir: Path) -> None:
@@ -23,7 +32,7 @@ def test_committed_fixture_reads_back_as_every_cell_of_the_matrix(cpu_run_dir: P
             assert list(group.cells) == ["float32", "tf32", "mixed_float16", "mixed_bfloat16"]
 
 
-def test_repeats_use_the_median_of_medians_and_report_their_spread(tmp_path: Path) -> None:
+def test_repeats_give_a_geometric_mean_with_a_t_interval(tmp_path: Path) -> None:
     medians = [2.0, 2.6, 2.3]
     records = [
         record(
@@ -40,38 +49,59 @@ def test_repeats_use_the_median_of_medians_and_report_their_spread(tmp_path: Pat
     write_run(tmp_path, records)
     (cell,) = summarize_all(read_records(tmp_path)).values()
     assert cell.repeats == 3
-    assert cell.step_time_s == Estimate(0.0023, 0.0020, 0.0026, 3)
+    step = cell.step_time_s
+    assert (step.kind, step.n) == (REPEATS, 3)
+    expected = log_ratio_interval([m / 1000 for m in medians])
+    assert (step.value, step.low, step.high) == pytest.approx(expected)
+    assert step.value == pytest.approx(math.prod(medians) ** (1 / 3) / 1000)
     assert cell.accuracy.value == pytest.approx(0.971)
-    assert (cell.accuracy.low, cell.accuracy.high) == pytest.approx((0.970, 0.972))
+    assert (cell.accuracy.low, cell.accuracy.high) == pytest.approx(
+        mean_interval([0.970, 0.971, 0.972])[1:]
+    )
+    assert cell.accuracy.kind == REPEATS
     # p10/p90 describe single steps, pooled over every repeat
     raw = sorted(t for r in records for t in r.step_time.raw_s)
     assert cell.p10_s == pytest.approx(statistics.quantiles(raw, n=10, method="inclusive")[0])
 
 
-def test_single_repeat_spread_is_the_interval_of_its_median() -> None:
+def test_single_repeat_interval_is_within_run_only() -> None:
     rec = record("torch", "mnist_dense", "float32", median_ms=2.4, accuracy=0.97, rss_mib=600)
     (cell,) = summarize_all([rec]).values()
     step = cell.step_time_s
     assert step.value == pytest.approx(0.0024)
     assert step.low < step.value < step.high
+    assert (step.kind, step.n) == (WITHIN_RUN, 1)
     # the interval of a median is much narrower than the spread of single steps
     assert cell.p10_s < step.low and step.high < cell.p90_s
+    # one repeat has one accuracy and one memory figure: values, no interval
+    assert cell.accuracy.kind is None and cell.memory_bytes.kind is None
 
 
-def test_median_interval_follows_a_rescaled_median() -> None:
+def test_within_run_interval_follows_a_rescaled_median() -> None:
     samples = [1.0, 1.1, 0.9, 1.2, 0.8, 1.05, 0.95, 1.0, 1.15, 0.85]
-    low, high = median_interval(samples, 1.0)
-    scaled_low, scaled_high = median_interval(samples, 2.0)  # stats rescaled, raw not
-    assert (scaled_low, scaled_high) == pytest.approx((2 * low, 2 * high))
-    assert median_interval([0.5, 0.7], 0.6) == pytest.approx((0.5, 0.7))  # few samples: range
+    stats = StepTimeStats.from_samples(samples, 0)
+    once = step_time([stats])
+    stats.median_s *= 2  # statistics rescaled, raw steps not (a derived baseline)
+    twice = step_time([stats])
+    assert (twice.value, twice.low, twice.high) == pytest.approx(
+        (2 * once.value, 2 * once.low, 2 * once.high)
+    )
 
 
-def test_differs_when_the_candidate_median_leaves_the_baseline_spread() -> None:
-    base = Estimate(2.2, 2.0, 2.7, 3)
-    assert not differs(Estimate(2.55, 2.5, 2.6, 3), base)  # 2.55 lies inside 2.0-2.7
-    assert differs(Estimate(2.8, 2.75, 2.9, 3), base)
-    assert differs(Estimate(2.8, 2.1, 2.9, 3), base)  # the candidate's own spread is not used
-    assert not differs(Estimate(2.7, 2.7, 2.7), base)  # at the edge: still inside
+@pytest.mark.parametrize(
+    ("estimate", "verdict"),
+    [
+        (Estimate(0.20, 0.15, 0.25, REPEATS, 3), Verdict.FAIL),  # all of it past +10 %
+        (Estimate(0.12, 0.05, 0.19, REPEATS, 3), Verdict.INCONCLUSIVE),  # value past, not all
+        (Estimate(0.08, 0.01, 0.15, REPEATS, 3), Verdict.PASS),  # value within the limit
+        (Estimate(0.10, 0.10, 0.10), Verdict.PASS),  # exactly at the limit passes
+        (Estimate.point(0.11), Verdict.FAIL),  # a single value is judged on itself
+    ],
+)
+def test_a_gate_fails_only_when_the_whole_interval_is_past_its_limit(estimate, verdict):
+    assert judge(estimate, maximum=0.10) is verdict
+    # the same rule mirrored for a minimum (--min-speedup): 1 - x below 0.9
+    assert judge(estimate.scaled(-1).shifted(1), minimum=0.9) is verdict
 
 
 def test_seed_is_not_identity_but_the_data_used_is() -> None:
@@ -107,13 +137,36 @@ def test_the_same_record_read_twice_counts_once(tmp_path: Path) -> None:
     assert all(c.repeats == 1 for c in cells.values())
 
 
-def test_device_memory_is_preferred_over_host_rss() -> None:
+def test_training_memory_is_preferred_over_process_peaks() -> None:
     rec = record(
-        "torch", "mnist_dense", "float32", median_ms=2.0, accuracy=0.9, rss_mib=900, device_mib=300
-    )
+        "torch", "mnist_dense", "float32", median_ms=2.0, accuracy=0.9, rss_mib=900,
+        device_mib=300, training_mib=120,
+    )  # fmt: skip
     (cell,) = summarize_all([rec]).values()
-    assert cell.memory_source == "device"
-    assert cell.memory_bytes.value == 300 * 2**20
+    assert cell.memory_kind == "training mem (cuda allocator)"
+    assert cell.memory_bytes.value == 120 * MIB
+
+
+def test_old_records_fall_back_to_process_peaks_labelled_as_such() -> None:
+    old = dict(accuracy=0.9, rss_mib=900, v1=True)
+    device = record("torch", "mnist_dense", "float32", median_ms=2.0, device_mib=300, **old)
+    (cell,) = summarize_all([device]).values()
+    assert cell.memory_kind == "peak mem (device, whole process)"
+    assert cell.memory_bytes.value == 300 * MIB
+    host = record("torch", "mnist_dense", "float32", median_ms=2.0, **old)
+    (cell,) = summarize_all([host]).values()
+    assert cell.memory_kind == "peak mem (host RSS, whole process)"
+
+
+def test_memory_ratios_are_never_taken_between_kinds() -> None:
+    ref = record("torch", "mnist_dense", "float32", median_ms=2.0, accuracy=0.9, rss_mib=900,
+                 training_mib=100)  # fmt: skip
+    old = record("torch", "mnist_dense", "mixed_bfloat16", median_ms=1.0, accuracy=0.9,
+                 rss_mib=800, v1=True)  # fmt: skip
+    (section,) = build_sections(summarize_all([ref, old]))
+    (group,) = section.groups
+    assert group.memory_ratio("mixed_bfloat16") is None
+    assert group.speedup("mixed_bfloat16") is not None  # the rest still compares
 
 
 def test_ratios_against_float32_of_the_same_group() -> None:
@@ -122,7 +175,8 @@ def test_ratios_against_float32_of_the_same_group() -> None:
     assert torch.key.fingerprint == CPU_FINGERPRINT
     assert torch.speedup("mixed_bfloat16").value == pytest.approx(2.40 / 0.98)
     assert torch.speedup("mixed_float16").value == pytest.approx(2.40 / 13.1)
-    assert torch.memory_ratio("mixed_bfloat16").value == pytest.approx(604 / 612, rel=1e-6)
+    assert torch.memory_ratio("mixed_bfloat16").value == pytest.approx(31 / 48, rel=1e-6)
+    assert torch.end_to_end_speedup("mixed_bfloat16").value == pytest.approx(2.40 / 0.98)
     assert torch.accuracy_delta_pp("mixed_bfloat16").value == pytest.approx(-0.13)
     assert torch.speedup("tf32") is None  # skipped: no ratio, never a zero
 
@@ -141,7 +195,7 @@ def test_status_of_a_cell_with_failed_repeats() -> None:
     assert cell.ok and not cell.all_ok and cell.failed
     assert cell.status == "error"
     assert cell.reason == "RuntimeError: boom"
-    assert cell.step_time_s.repeats == 1  # numbers come from the repeat that finished
+    assert cell.step_time_s.n == 1  # numbers come from the repeat that finished
 
 
 def test_a_cell_skipped_before_loading_data_joins_its_siblings() -> None:

@@ -13,9 +13,10 @@ from compare_helpers import FIXTURES, run_inprocess
 from compare_records import cpu_run, record, slower, write_run
 from make_fixtures import GATE_ARGS
 
-from mpbench.compare import CompareOptions, build_report, render
+from mpbench.compare import CompareOptions, build_report, fmt, render
 from mpbench.compare.render_text import print_report
 from mpbench.results import Status
+from mpbench.results.stats import log_ratio_interval
 
 EXPECTED = FIXTURES / "expected"
 
@@ -72,12 +73,14 @@ def test_json_parses_and_carries_cells_gates_and_verdict(cpu_run_dir, baseline_d
     code, out = run_inprocess(cpu_run_dir, format="json", **_gate_options(baseline_dir))
     data = json.loads(out)
     assert code == data["exit_code"] == 1
-    assert data["schema"] == "mpbench-compare/1"
+    assert data["schema"] == "mpbench-compare/2"
     assert len(data["cells"]) == 16
     bf16 = next(c for c in data["cells"] if c["cell"] == "torch/mnist_dense/mixed_bfloat16")
     assert bf16["speedup_vs_float32"]["value"] == pytest.approx(2.40 / 0.98)
+    assert bf16["speedup_vs_float32"]["interval"]["kind"] == "within-run only"
     assert bf16["step_time_ms"]["value"] == pytest.approx(0.98)
-    assert bf16["peak_memory_source"] == "host RSS"
+    assert bf16["memory_kind"] == "training mem (process RSS sampled)"
+    assert bf16["training_memory"] is True
     assert bf16["config"]["units"] == 64 and "seed" not in bf16["config"]
     skipped = next(c for c in data["cells"] if c["cell"] == "torch/mnist_dense/tf32")
     assert skipped["status"] == "skipped" and skipped["step_time_ms"] is None
@@ -134,7 +137,7 @@ def test_benchmark_action_is_a_custom_smaller_is_better_list(cpu_run_dir: Path) 
 def test_table_output_shows_every_cell_and_the_memory_kind(cpu_run_dir: Path) -> None:
     code, out = run_inprocess(cpu_run_dir)
     assert code == 0
-    assert "peak mem (host RSS)" in out
+    assert "training mem" in out and "(process RSS" in out  # the header wraps in its column
     assert "skipped" in out and "timeout" in out and "mixed_bfloat16" in out
     assert "\x1b[" not in out  # not a terminal: no colour codes
 
@@ -161,16 +164,18 @@ def test_output_file_and_step_summary(tmp_path: Path, cpu_run_dir, monkeypatch) 
     assert "| torch | mixed_bfloat16 |" in text
 
 
-def test_repeat_spread_column_appears_only_with_repeats(tmp_path: Path) -> None:
+def test_step_interval_column_appears_only_with_repeats(tmp_path: Path) -> None:
     records = [
         record("torch", "mnist_dense", "float32", median_ms=m, accuracy=0.97, rss_mib=600, repeat=i)
         for i, m in enumerate([2.0, 2.3, 2.6])
     ]
     write_run(tmp_path, records)
     _, out = run_inprocess(tmp_path, format="markdown")
-    assert "repeat medians, ms" in out and "2.00–2.60 (n=3)" in out and "ok ×3" in out
+    _, low, high = log_ratio_interval([0.0020, 0.0023, 0.0026])
+    interval = f"{fmt.ms(low)}–{fmt.ms(high)} (n=3)"
+    assert "step ms: 95 % interval" in out and interval in out and "ok ×3" in out
     report = build_report(slower(cpu_run(), 1.0), CompareOptions())
-    assert "repeat medians" not in render(report, "markdown", terminal=False)
+    assert "step ms: 95 % interval" not in render(report, "markdown", terminal=False)
 
 
 def test_table_prints_brackets_in_reasons_as_text(tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 
 import pytest
@@ -53,6 +55,8 @@ def test_slowdown_beyond_the_limit_fails_and_names_the_cell() -> None:
     assert (failure.gate, failure.cell) == ("max-slowdown", F32)
     assert failure.value == pytest.approx(0.2)
     assert "2.40 ms vs baseline 2.00 ms: +20.0 % (limit +10 %)" in failure.message
+    assert failure.estimate.kind == "within-run only" and failure.estimate.low > 0.10
+    assert "(within-run only)" in failure.message and not failure.inconclusive
 
 
 def test_slowdown_within_the_limit_passes() -> None:
@@ -87,14 +91,33 @@ def _repeats(medians: list[float], run_id: str) -> list[CellRecord]:
     ]
 
 
-def test_slowdown_inside_the_measured_spread_is_noise_not_a_regression() -> None:
-    baseline = _repeats([2.0, 2.2, 2.7], "base")  # median 2.2, spread 2.0-2.7
-    candidate = _repeats([2.5, 2.55, 2.6], "now")  # +15.9 %, but inside the baseline's spread
+def _geomean(values: list[float]) -> float:
+    return math.prod(values) ** (1 / len(values))
+
+
+def test_a_slowdown_whose_interval_straddles_the_limit_is_inconclusive_and_passes() -> None:
+    baseline = _repeats([2.0, 2.2, 2.7], "base")  # noisy repeats
+    candidate = _repeats([2.5, 2.55, 2.6], "now")  # +11.7 %: past +10 %, not beyond doubt
     report = _report(candidate, baseline, max_slowdown=0.10)
     (result,) = [r for r in report.results if r.gate == "max-slowdown"]
-    assert result.passed and result.noise
-    assert result.value == pytest.approx(2.55 / 2.2 - 1)
-    assert "noise, not a regression" in result.message
+    assert result.passed and result.inconclusive
+    assert report.exit_code == 0
+    assert result.value == pytest.approx(_geomean([2.5, 2.55, 2.6]) / _geomean([2.0, 2.2, 2.7]) - 1)
+    assert result.estimate.kind == "repeats" and result.estimate.low < 0.10 < result.value
+    assert "inconclusive — add repeats" in result.message
+    assert "inconclusive — add repeats" in report.verdict
+    unsure = report.inconclusive
+    assert unsure == [result]
+
+
+def test_require_conclusive_fails_an_inconclusive_gate() -> None:
+    baseline = _repeats([2.0, 2.2, 2.7], "base")
+    candidate = _repeats([2.5, 2.55, 2.6], "now")
+    report = _report(candidate, baseline, max_slowdown=0.10, require_conclusive=True)
+    (failure,) = report.failures
+    assert failure.inconclusive and failure.gate == "max-slowdown"
+    assert report.exit_code == 1
+    assert "--require-conclusive" in failure.message
 
 
 def test_the_same_slowdown_with_tight_repeats_fails() -> None:
@@ -102,22 +125,39 @@ def test_the_same_slowdown_with_tight_repeats_fails() -> None:
     candidate = _repeats([2.5, 2.55, 2.6], "now")
     report = _report(candidate, baseline, max_slowdown=0.10)
     (failure,) = report.failures
-    assert failure.gate == "max-slowdown" and not failure.noise
+    assert failure.gate == "max-slowdown" and not failure.inconclusive
+    assert failure.estimate.low > 0.10 and failure.estimate.n == 3
+    assert report.exit_code == 1
+
+
+def test_a_clear_pass_with_repeats_is_conclusive() -> None:
+    baseline = _repeats([2.18, 2.2, 2.22], "base")
+    candidate = _repeats([2.2, 2.21, 2.23], "now")
+    report = _report(candidate, baseline, max_slowdown=0.10, require_conclusive=True)
+    (result,) = [r for r in report.results if r.gate == "max-slowdown"]
+    assert result.passed and not result.inconclusive and result.estimate.high < 0.10
+    assert report.exit_code == 0
+    assert not any("--repeat 3" in note for note in report.notes)  # 3 repeats: no warning
+
+
+def test_gates_on_one_repeat_say_that_repeats_are_needed() -> None:
+    report = _report(cpu_run(), min_speedup={"mixed_bfloat16": 1.5})
+    assert any("mpbench run --repeat 3" in note for note in report.notes)
 
 
 # --- --max-memory-increase --------------------------------------------------------------
 
 
-def _rss(mib: float):
+def _training(mib: float):
     def change(rec: CellRecord) -> None:
-        rec.memory.host_peak_rss_bytes = int(mib * 2**20)
+        rec.memory.training_bytes = int(mib * 2**20)
 
     return change
 
 
-def test_memory_increase_beyond_the_limit_fails() -> None:
+def test_training_memory_increase_beyond_the_limit_fails() -> None:
     candidate = _with(
-        cpu_run(), _rss(700), framework="torch", workload="mnist_dense", policy="mixed_bfloat16"
+        cpu_run(), _training(36), framework="torch", workload="mnist_dense", policy="mixed_bfloat16"
     )
     report = _report(candidate, cpu_run("base"), max_memory_increase=0.10)
     (failure,) = report.failures
@@ -125,24 +165,45 @@ def test_memory_increase_beyond_the_limit_fails() -> None:
         "max-memory-increase",
         "torch/mnist_dense/mixed_bfloat16",
     )
-    assert failure.value == pytest.approx(700 / 604 - 1, rel=1e-4)
-    assert "peak host RSS 700 MiB vs baseline 604 MiB: +15.9 %" in failure.message
+    assert failure.value == pytest.approx(36 / 31 - 1, rel=1e-4)
+    assert (
+        "training mem (process RSS sampled) 36.0 MiB vs baseline 31.0 MiB: +16.1 %"
+        in failure.message
+    )
 
 
 def test_memory_increase_within_the_limit_passes() -> None:
     candidate = _with(
-        cpu_run(), _rss(620), framework="torch", workload="mnist_dense", policy="mixed_bfloat16"
+        cpu_run(), _training(32), framework="torch", workload="mnist_dense", policy="mixed_bfloat16"
     )
     assert _report(candidate, cpu_run("base"), max_memory_increase=0.10).exit_code == 0
 
 
 def test_memory_of_different_kinds_is_never_compared() -> None:
-    def on_device(rec: CellRecord) -> None:
-        rec.memory.device_peak_allocated_bytes = 100 * 2**20
-
-    candidate = _with(cpu_run(), on_device)
+    # the baseline's old records carry only process peaks; this run's, training memory
     with pytest.raises(InvalidInput, match="--max-memory-increase: nothing comparable"):
-        _report(candidate, cpu_run("base"), max_memory_increase=0.10)
+        _report(cpu_run(), cpu_run("base", v1=True), max_memory_increase=0.10)
+
+
+def test_old_v1_baselines_still_compare_on_step_time_and_accuracy(tmp_path: Path) -> None:
+    old = write_run(tmp_path / "old", cpu_run("base", v1=True))
+    lines = (old / "results.jsonl").read_text(encoding="utf-8")
+    assert '"schema_version": 1' in lines and "training_bytes" in lines  # dataclass defaults
+    raw = [json.loads(line) for line in lines.splitlines()]
+    for rec in raw:  # a real v1 file has none of the v2 fields at all
+        for name in ("measured_peak_tflops", "mfu_measured", "end_to_end", "threads"):
+            rec.pop(name)
+        for name in [k for k in rec["memory"] if k.startswith(("training", "sample", "dataset"))]:
+            rec["memory"].pop(name)
+        if rec["step_time"]:
+            for name in ("first_half_median_s", "second_half_median_s", "drifting"):
+                rec["step_time"].pop(name)
+    (old / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in raw), encoding="utf-8")
+    baseline = read_records(old)
+    report = _report(cpu_run(), baseline, max_slowdown=0.10, max_accuracy_drop_pp=0.5)
+    assert report.exit_code == 0
+    report = _report(baseline, min_speedup={"mixed_bfloat16": 1.5})  # v1 alone, too
+    assert report.exit_code == 0
 
 
 # --- --max-accuracy-drop ----------------------------------------------------------------
@@ -262,7 +323,7 @@ def test_min_speedup_for_a_policy_nobody_ran_is_nothing_comparable() -> None:
         _report(records, min_speedup={"mixed_bfloat16": 1.5})
 
 
-def test_min_speedup_just_under_the_minimum_but_inside_the_spread_passes_as_noise() -> None:
+def test_min_speedup_just_under_the_minimum_but_inside_the_interval_is_inconclusive() -> None:
     records = _repeats([2.0, 2.9, 3.2], "now") + [
         record(
             "torch",
@@ -278,8 +339,23 @@ def test_min_speedup_just_under_the_minimum_but_inside_the_spread_passes_as_nois
     ]
     report = _report(records, min_speedup={"mixed_bfloat16": 1.5})
     (result,) = report.results
-    assert result.value == pytest.approx(2.9 / 2.0)  # 1.45x, below 1.5x
-    assert result.passed and result.noise
+    # paired by repeat: 2.0/1.6, 2.9/2.0, 3.2/2.4 -> geometric mean 1.34x, below 1.5x
+    assert result.value == pytest.approx(_geomean([2.0 / 1.6, 2.9 / 2.0, 3.2 / 2.4]))
+    assert result.passed and result.inconclusive
+    assert result.estimate.high > 1.5
+    strict = _report(records, min_speedup={"mixed_bfloat16": 1.5}, require_conclusive=True)
+    assert strict.exit_code == 1
+
+
+def test_min_speedup_clearly_below_with_repeats_fails() -> None:
+    records = _repeats([2.0, 2.05, 2.1], "now") + [
+        record("torch", "mnist_dense", "mixed_bfloat16", median_ms=m, accuracy=0.97,
+               rss_mib=600, repeat=i, run_id="now")
+        for i, m in enumerate([1.9, 1.95, 2.0])
+    ]  # fmt: skip
+    report = _report(records, min_speedup={"mixed_bfloat16": 1.5})
+    (failure,) = report.failures
+    assert failure.estimate.kind == "repeats" and failure.estimate.high < 1.5
 
 
 def test_a_failed_float32_reference_fails_the_ratio_gate() -> None:
