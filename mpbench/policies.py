@@ -75,6 +75,9 @@ class DeviceTraits:
     name: str
     compute_capability: tuple[int, int] | None = None  # NVIDIA only
     cpu_flags: frozenset[str] | None = None  # CPU only; None when the flags are unknown
+    # NVIDIA only; None = follow the compute capability. False on the CC 7.5 parts without
+    # Tensor Cores (GeForce GTX 16xx and other TU116/TU117 GPUs).
+    tensor_cores: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,12 @@ def _rate_nvidia(policy: Policy, device: DeviceTraits) -> PolicyRating:
             policy.name, Rating.UNSUPPORTED, f"TF32 needs compute capability >= 8.0; {here}"
         )
     if policy is MIXED_FLOAT16:
+        if cc >= (7, 0) and device.tensor_cores is False:
+            return PolicyRating(
+                policy.name,
+                Rating.FAST,
+                f"double-rate fp16 units, no Tensor Cores (TU116/TU117 Turing, {here})",
+            )
         if cc >= (7, 0):
             return PolicyRating(policy.name, Rating.FAST, f"fp16 Tensor Cores ({here} >= 7.0)")
         return PolicyRating(

@@ -3,7 +3,7 @@
 Fast by design: no framework and no pandas is imported unless `probe=True`, and then only in
 child processes. Two environment variables let tests describe another machine:
 MPBENCH_CPUINFO (a /proc/cpuinfo text to read instead) and MPBENCH_DEV_ROOT (a directory
-standing in for /dev when looking for TPU device files).
+standing in for /dev when looking for TPU and NVIDIA device files).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from mpbench.detect.frameworks import (
     mismatch_notes,
     probe_frameworks,
 )
-from mpbench.detect.gpu import probe_nvidia
-from mpbench.detect.report import DetectReport, DeviceEntry, HostInfo
+from mpbench.detect.gpu import nvidia_device_files, probe_nvidia
+from mpbench.detect.report import CUDA_ENVIRONMENT, DetectReport, DeviceEntry, HostInfo
 from mpbench.detect.tpu import probe_tpu
 
 __all__ = ["DetectReport", "DeviceEntry", "collect"]
@@ -38,23 +38,30 @@ def collect(
 ) -> DetectReport:
     """Probe the machine. `probe=True` also imports each installed framework in a child."""
     env = os.environ if environ is None else environ
+    dev = dev_root or env.get("MPBENCH_DEV_ROOT") or "/dev"
     cpu = read_cpu(cpuinfo_path or env.get("MPBENCH_CPUINFO") or None)
     nvidia = probe_nvidia()
-    tpu = probe_tpu(dev_root or env.get("MPBENCH_DEV_ROOT") or "/dev", sys_root, env)
+    device_files = nvidia_device_files(dev)
+    tpu = probe_tpu(dev, sys_root, env)
     frameworks = installed_frameworks()
     if probe:
         frameworks = probe_frameworks(frameworks, probe_timeout)
 
     notes = [*nvidia.notes, *tpu.notes]
+    if device_files and not nvidia.gpus:
+        shown = ", ".join(device_files[:4]) + (", ..." if len(device_files) > 4 else "")
+        notes.append(
+            f"{len(device_files)} NVIDIA GPU device file(s) exist ({shown}) but NVML listed no "
+            "GPU: GPUs may be present but could not be read, so `--device auto` falls back to "
+            "the CPU. Check that nvidia-ml-py is installed and libnvidia-ml.so.1 is visible (in "
+            "a container: start it with the NVIDIA Container Toolkit, e.g. docker run --gpus all)"
+        )
     if cpu.source == "platform":
         notes.append(
             "no /proc/cpuinfo: CPU flags unknown, so bf16 and fp16 on the CPU are rated slow"
         )
-    notes += mismatch_notes(nvidia.gpus, frameworks)
-    devices = build_devices(cpu, nvidia.gpus, tpu.tpu, frameworks)
-    if any(d.kind == "cuda" and d.source == "torch probe" for d in devices):
-        notes.append("NVML listed no GPU but torch sees CUDA devices: listed from the torch probe")
-    return DetectReport(
+    cuda_environment = {k: env[k] for k in CUDA_ENVIRONMENT if k in env}
+    report = DetectReport(
         mpbench_version=__version__,
         host=HostInfo.current(),
         cpu=cpu,
@@ -62,7 +69,17 @@ def collect(
         nvidia_driver=nvidia.driver,
         tpu=tpu.tpu,
         frameworks=frameworks,
-        devices=devices,
+        devices=build_devices(cpu, nvidia.gpus, tpu.tpu, frameworks),
         notes=notes,
         probed=probe,
+        nvidia_device_files=list(device_files),
+        nvml_unreadable=nvidia.unreadable,
+        cuda_environment=cuda_environment,
     )
+    mapping = report.cuda_mapping()
+    if nvidia.gpus and mapping.note:
+        notes.append(mapping.note)
+    notes += mismatch_notes(nvidia.gpus, frameworks, mapping, cuda_environment)
+    if any(d.kind == "cuda" and d.source == "torch probe" for d in report.devices):
+        notes.append("NVML listed no GPU but torch sees CUDA devices: listed from the torch probe")
+    return report

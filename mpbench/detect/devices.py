@@ -8,15 +8,22 @@ from __future__ import annotations
 
 from mpbench.detect.cpu import CpuInfo
 from mpbench.detect.frameworks import FrameworkInfo, ProbedDevice
-from mpbench.detect.gpu import GIB, GpuInfo
-from mpbench.detect.report import DeviceEntry, fingerprint
+from mpbench.detect.gpu import GIB, GpuInfo, has_tensor_cores
+from mpbench.detect.report import DeviceEntry, fingerprint, mps_identity
 from mpbench.detect.tpu import TpuInfo
 from mpbench.policies import DeviceTraits, rate_all, recommend
 
 MPS_NAME = "Apple GPU (MPS)"
 
 
-def _entry(traits: DeviceTraits, index: int | None, identity: dict, source: str) -> DeviceEntry:
+def _entry(
+    traits: DeviceTraits,
+    index: int | None,
+    identity: dict,
+    source: str,
+    uuid: str | None = None,
+    mig_index: int | None = None,
+) -> DeviceEntry:
     return DeviceEntry(
         index=index,
         traits=traits,
@@ -24,6 +31,8 @@ def _entry(traits: DeviceTraits, index: int | None, identity: dict, source: str)
         recommendation=recommend(traits),
         fingerprint=fingerprint({"kind": traits.kind, **identity}),
         source=source,
+        uuid=uuid,
+        mig_index=mig_index,
     )
 
 
@@ -45,13 +54,31 @@ def cpu_entry(cpu: CpuInfo) -> DeviceEntry:
 
 
 def gpu_entry(gpu: GpuInfo) -> DeviceEntry:
-    traits = DeviceTraits(kind="cuda", name=gpu.name, compute_capability=gpu.compute_capability)
+    """A GPU, or one MIG slice of one (its name says the profile, e.g. "... MIG 3g.40gb")."""
+    traits = DeviceTraits(
+        kind="cuda",
+        name=gpu.name,
+        compute_capability=gpu.compute_capability,
+        tensor_cores=gpu.tensor_cores,
+    )
     identity = {
         "name": gpu.name,
         "compute_capability": gpu.capability,
         "memory_gib": _gib(gpu.memory_total_bytes),
     }
-    return _entry(traits, gpu.index, identity, "nvml")
+    return _entry(traits, gpu.index, identity, "nvml", gpu.uuid, gpu.mig_index)
+
+
+def gpu_entries(gpus: list[GpuInfo]) -> list[DeviceEntry]:
+    """What can run a cell: each GPU, except that a GPU in MIG mode is replaced by its slices
+    (CUDA cannot use a MIG-mode GPU as a whole)."""
+    entries = []
+    for gpu in gpus:
+        if gpu.mig_mode:
+            entries += [gpu_entry(mig) for mig in gpu.mig_devices]
+        else:
+            entries.append(gpu_entry(gpu))
+    return entries
 
 
 def tpu_entry(tpu: TpuInfo) -> DeviceEntry:
@@ -62,7 +89,10 @@ def tpu_entry(tpu: TpuInfo) -> DeviceEntry:
 
 def _probed_gpu_entry(kind: str, device: ProbedDevice) -> DeviceEntry:
     cc = device.compute_capability if kind == "cuda" else None
-    traits = DeviceTraits(kind=kind, name=device.name, compute_capability=cc)
+    tensor_cores = has_tensor_cores(device.name, cc) if kind == "cuda" else None
+    traits = DeviceTraits(
+        kind=kind, name=device.name, compute_capability=cc, tensor_cores=tensor_cores
+    )
     identity = {
         "name": device.name,
         "compute_capability": "{}.{}".format(*cc) if cc else None,
@@ -87,8 +117,8 @@ def probed_entries(
         entries += [_probed_gpu_entry("cuda", d) for d in probe.devices]
     if probe.mps_available:
         traits = DeviceTraits(kind="mps", name=MPS_NAME)
-        # The GPU is part of the Apple SoC, which the CPU model names (e.g. "Apple M2 Max").
-        entries.append(_entry(traits, None, {"soc": cpu.model}, "torch probe"))
+        identity = {k: v for k, v in mps_identity(cpu).items() if k != "kind"}
+        entries.append(_entry(traits, None, identity, "torch probe"))
     return entries
 
 
@@ -96,7 +126,7 @@ def build_devices(
     cpu: CpuInfo, gpus: list[GpuInfo], tpu: TpuInfo | None, frameworks: list[FrameworkInfo]
 ) -> list[DeviceEntry]:
     """Accelerators first (in index order), then the TPU, then the CPU."""
-    devices = [gpu_entry(g) for g in gpus]
+    devices = gpu_entries(gpus)
     devices += probed_entries(frameworks, cpu, len(gpus))
     if tpu is not None:
         devices.append(tpu_entry(tpu))

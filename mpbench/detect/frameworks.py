@@ -12,11 +12,13 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields, replace
 from importlib import metadata
 from typing import Any
 
+from mpbench.detect.cuda_order import CudaMapping, cuda_mapping
 from mpbench.detect.gpu import GpuInfo
 
 DEFAULT_PROBE_TIMEOUT_S = 180.0
@@ -179,8 +181,21 @@ def probe_frameworks(
     return [replace(f, probe=results[f.name]) if f.name in results else f for f in frameworks]
 
 
-def mismatch_notes(gpus: list[GpuInfo], frameworks: list[FrameworkInfo]) -> list[str]:
-    """What a user must know: a framework that cannot import, or cannot see the GPUs."""
+def mismatch_notes(
+    gpus: list[GpuInfo],
+    frameworks: list[FrameworkInfo],
+    mapping: CudaMapping | None = None,
+    environment: Mapping[str, str] | None = None,
+) -> list[str]:
+    """What a user must know: a framework that cannot import, or cannot see the GPUs NVML
+    lists (a CPU-only build, `tensorflow` without its CUDA libraries, a driver too old for the
+    framework's CUDA). The GPUs a framework should see are those CUDA_VISIBLE_DEVICES leaves
+    (`mapping`, computed from `environment` when not given)."""
+    env = os.environ if environment is None else environment
+    if mapping is None:
+        mapping = cuda_mapping(gpus, env)
+    usable = sum(len(g.mig_devices) if g.mig_mode else 1 for g in gpus)
+    expected = len(mapping.gpus) if mapping.known else None
     notes = []
     for fw in frameworks:
         probe = fw.probe
@@ -193,12 +208,14 @@ def mismatch_notes(gpus: list[GpuInfo], frameworks: list[FrameworkInfo]) -> list
         seen = len(probe.devices)
         if fw.name == "torch" and probe.hip_version:
             continue  # a ROCm build: NVIDIA GPUs are not its business
-        if gpus and seen == 0:
-            notes.append(_blind_note(fw, probe, len(gpus)))
-        elif gpus and seen < len(gpus):
-            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if not usable or expected == 0:
+            continue  # no GPU, or CUDA_VISIBLE_DEVICES hides them all (the mapping note says)
+        if seen == 0:
+            notes.append(_blind_note(fw, probe, expected or usable))
+        elif expected is not None and seen < expected:
+            visible = env.get("CUDA_VISIBLE_DEVICES")
             why = f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else ""
-            notes.append(f"{label} sees {seen} of {len(gpus)} NVIDIA GPUs{why}")
+            notes.append(f"{label} sees {seen} of the {expected} NVIDIA GPUs CUDA should see{why}")
     return notes
 
 

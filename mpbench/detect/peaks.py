@@ -8,7 +8,8 @@ MFU (achieved / peak) is only honest against the right column, so every figure i
   and the frameworks' GEMMs use (GeForce cards run FP16-accumulate at twice that; not used).
 
 A part that is not in the table, or a dtype the part has no Tensor Core path for, gives None:
-never a guess from a similar-looking name (an A10G is not an A10; an L4 is not an L40S).
+never a guess from a similar-looking name (an A10G is not an A10; an L4 is not an L40S). A MIG
+slice ("NVIDIA A100-SXM4-80GB MIG 3g.40gb") matches no row either: it has a share of the SMs.
 """
 
 from __future__ import annotations
@@ -72,7 +73,20 @@ _TABLE: tuple[tuple[str, PartPeaks], ...] = (
         r"a100-pcie-(40|80)gb|a100 (40|80)gb pcie",
         PartPeaks("A100 PCIe", 19.5, 156.0, 312.0, 312.0, None, "NVIDIA A100 datasheet"),
     ),
+    # NVIDIA A800 40GB/80GB PCIe and A800 SXM4 80GB datasheets (the A100's China-market
+    # variant, NVLink cut to 400 GB/s): FP32 19.5, TF32 156 (312 sparse), BF16 / FP16 312
+    # (624 sparse), as the A100. NVML: "NVIDIA A800-SXM4-80GB", "NVIDIA A800 80GB PCIe".
+    (
+        r"a800-sxm4?-(40|80)gb",
+        PartPeaks("A800 SXM4", 19.5, 156.0, 312.0, 312.0, None, "NVIDIA A800 datasheet"),
+    ),
+    (
+        r"a800-pcie-(40|80)gb|a800 (40|80)gb pcie",
+        PartPeaks("A800 PCIe", 19.5, 156.0, 312.0, 312.0, None, "NVIDIA A800 datasheet"),
+    ),
     # NVIDIA A10 datasheet: FP32 31.2, TF32 62.5 (125 sparse), BF16 / FP16 125 (250 sparse).
+    # No row for the A10G (AWS G5): NVIDIA publishes no datasheet for it and third-party
+    # figures disagree with the A10's; `mpbench detect --measure` gives its reachable peak.
     (r"a10", PartPeaks("A10", 31.2, 62.5, 125.0, 125.0, None, "NVIDIA A10 datasheet")),
     # NVIDIA A30 datasheet: FP32 10.3, TF32 82 (165 sparse), BF16 / FP16 165 (330 sparse).
     (r"a30", PartPeaks("A30", 10.3, 82.0, 165.0, 165.0, None, "NVIDIA A30 datasheet")),
@@ -83,6 +97,13 @@ _TABLE: tuple[tuple[str, PartPeaks], ...] = (
     (
         r"geforce rtx 3090",
         PartPeaks("GeForce RTX 3090", 35.6, 35.6, 71.0, 71.0, None, "NVIDIA GA102 whitepaper"),
+    ),
+    # NVIDIA RTX A6000 datasheet (FP32 38.7, Tensor 309.7 sparse) and the GA102 whitepaper's
+    # RTX A6000 column: TF32 77.4 (154.8 sparse), FP16 / BF16 with FP32 accumulate 154.8
+    # (309.7 sparse). Unlike GeForce, the professional card runs FP32 accumulate at full rate.
+    (
+        r"rtx a6000",
+        PartPeaks("RTX A6000", 38.7, 77.4, 154.8, 154.8, None, "NVIDIA RTX A6000 datasheet"),
     ),
     # NVIDIA Ada Lovelace architecture whitepaper (GeForce RTX 4090): FP32 82.6, TF32 82.6
     # (165.2 sparse), FP16 / BF16 with FP32 accumulate 165.2 (330.4 sparse), FP8 with FP32
@@ -116,6 +137,24 @@ _TABLE: tuple[tuple[str, PartPeaks], ...] = (
     (
         r"h100 nvl",
         PartPeaks("H100 NVL", 60.0, 417.5, 835.5, 835.5, 1670.5, "NVIDIA H100 datasheet"),
+    ),
+    # NVIDIA H800 datasheet (the H100's China-market variant: NVLink 400 GB/s, FP64 cut), SXM
+    # column (NVML: "NVIDIA H800"): FP32 67, TF32 989 / BF16 1,979 / FP16 1,979 / FP8 3,958,
+    # all sparse; PCIe column: FP32 51, TF32 756 / BF16 1,513 / FP16 1,513 / FP8 3,026, sparse.
+    (
+        r"h800( 80gb hbm3)?",
+        PartPeaks("H800 SXM", 67.0, 494.5, 989.5, 989.5, 1979.0, "NVIDIA H800 datasheet"),
+    ),
+    (
+        r"h800 pcie",
+        PartPeaks("H800 PCIe", 51.0, 378.0, 756.5, 756.5, 1513.0, "NVIDIA H800 datasheet"),
+    ),
+    # NVIDIA HGX B200 specifications, "individual Blackwell GPU" column (NVML: "NVIDIA B200"):
+    # FP32 75, TF32 2.2 PF / FP16-BF16 4.5 PF / FP8 9 PF, Tensor Core figures with sparsity.
+    # (GB200's B200 runs at 1,200 W with higher figures; it reports another name.)
+    (
+        r"b200",
+        PartPeaks("B200 (HGX)", 75.0, 1100.0, 2250.0, 2250.0, 4500.0, "NVIDIA HGX B200 datasheet"),
     ),
     # NVIDIA H200 datasheet, H200 SXM column: same Tensor Core rates as H100 SXM.
     (r"h200", PartPeaks("H200 SXM", 67.0, 494.5, 989.5, 989.5, 1979.0, "NVIDIA H200 datasheet")),

@@ -71,6 +71,16 @@ def _tflops(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
 
 
+def _gpu_rows(report: DetectReport):
+    """(GpuInfo, its CUDA index or None) for every GPU, each followed by its MIG slices."""
+    mapping = report.cuda_mapping()
+    position = {id(g): i for i, g in enumerate(mapping.gpus or ())}
+    for gpu in report.gpus:
+        yield gpu, position.get(id(gpu))
+        for mig in gpu.mig_devices:
+            yield mig, position.get(id(mig))
+
+
 def _gpu_table(report: DetectReport) -> Table:
     driver = report.nvidia_driver
     title = "NVIDIA GPUs"
@@ -80,19 +90,28 @@ def _gpu_table(report: DetectReport) -> Table:
         )
     table = Table(title=Text(title), title_justify="left")
     table.add_column("#")
+    table.add_column("cuda")
     table.add_column("name", no_wrap=True)
-    for column in ("CC", "memory", "Tensor Cores", "TF32", "bf16", "fp8"):
+    for column in ("CC", "memory", "Tensor Cores", "TF32", "bf16", "fp8", "UUID / PCI"):
         table.add_column(column)
-    for gpu in report.gpus:
+    for gpu, cuda_index in _gpu_rows(report):
+        memory = "?" if gpu.memory_total_gib is None else f"{gpu.memory_total_gib:g} GiB"
+        where = gpu.uuid or "?"
+        if not gpu.is_mig_slice:
+            where += f"\n{gpu.pci_bus_id or '?'}"
+            if gpu.mig_mode:
+                where += "\nMIG mode on"
         table.add_row(
-            Text(str(gpu.index)),
+            Text(("  " if gpu.is_mig_slice else "") + gpu.label),
+            Text("-" if cuda_index is None else str(cuda_index)),
             Text(gpu.name),
-            Text(gpu.capability),
-            Text(f"{gpu.memory_total_gib:g} GiB"),
+            Text(gpu.capability or "?"),
+            Text(memory),
             _yes_no(gpu.tensor_cores),
             _yes_no(gpu.tf32),
             _yes_no(gpu.bf16),
             _yes_no(gpu.fp8),
+            Text(where),
         )
     return table
 
@@ -103,14 +122,56 @@ def _peak_table(report: DetectReport) -> Table:
     for key in PEAK_KEYS:
         table.add_column(key, justify="right")
     table.add_column("source")
-    for gpu in report.gpus:
-        known = lookup(gpu.name)
+    for gpu, _ in _gpu_rows(report):
+        known = None if gpu.is_mig_slice else lookup(gpu.name)
+        if gpu.is_mig_slice:
+            source = "MIG slice: a share of the GPU, no datasheet peak (measure it: --measure)"
+        else:
+            source = known.source if known else "unknown part: no peak, no MFU"
         table.add_row(
-            Text(str(gpu.index)),
+            Text(gpu.label),
             *(Text(_tflops(gpu.peak_tflops.get(key))) for key in PEAK_KEYS),
-            Text(known.source if known else "unknown part: no peak, no MFU"),
+            Text(source),
         )
     return table
+
+
+def _measured_table(report: DetectReport) -> Table | Text:
+    measured = report.measured or {}
+    title = (
+        f"Measured matmul TFLOP/s on {measured.get('device')} - torch.mm, square n x n, "
+        f"2*n^3 FLOPs, {measured.get('threads')} thread(s), torch {measured.get('torch_version')}"
+    )
+    if not measured.get("ok"):
+        return Text(f"{title}: failed: {measured.get('error')}")
+    table = Table(title=Text(title), title_justify="left")
+    for column in ("dtype", "best", "median", "at n", "datasheet", "best / datasheet", "note"):
+        justify = "left" if column in ("dtype", "note") else "right"
+        table.add_column(column, justify=justify)
+    for key, result in measured.get("dtypes", {}).items():
+        datasheet = result.get("datasheet_tflops")
+        best = result.get("best_tflops")
+        ratio = f"{100 * best / datasheet:.0f} %" if best and datasheet else "-"
+        sizes = [r for r in result.get("sizes", []) if r.get("best_tflops")]
+        at = max(sizes, key=lambda r: r["best_tflops"])["n"] if sizes else None
+        note = result.get("error") or result.get("skipped") or ""
+        skipped_sizes = [r for r in result.get("sizes", []) if r.get("skipped")]
+        if not note and skipped_sizes:
+            note = f"n={skipped_sizes[0]['n']}+ skipped: {skipped_sizes[0]['skipped']}"
+        table.add_row(
+            Text(f"{key}: {result.get('dtype')}"),
+            Text(_tflops(_round(best))),
+            Text(_tflops(_round(result.get("median_tflops")))),
+            Text("-" if at is None else str(at)),
+            Text(_tflops(datasheet)),
+            Text(ratio),
+            Text(note),
+        )
+    return table
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else float(f"{value:.4g}")
 
 
 def _probe_summary(report: DetectReport, name: str) -> str:
@@ -203,6 +264,8 @@ def print_report(report: DetectReport, console: Console | None = None) -> None:
         console.print(_peak_table(report))
     else:
         console.print(Text("NVIDIA GPUs: none found"))
+    if report.measured is not None:
+        console.print(_measured_table(report))
     if report.tpu:
         tpu = report.tpu
         console.print(Text(f"TPU: {tpu.name}, {tpu.chips} chip(s) ({'; '.join(tpu.evidence)})"))

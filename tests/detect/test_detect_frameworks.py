@@ -103,11 +103,22 @@ def test_cuda_tensorflow_without_its_cuda_libraries():
     assert "sees no GPU" in note and "tensorflow[and-cuda]" in note
 
 
-def test_partly_visible_gpus(monkeypatch):
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+def test_partly_visible_gpus():
     info = torch_info(cuda_available=True, cuda_version="12.4", devices=(device(),))
-    (note,) = mismatch_notes([gpu(0), gpu(1)], [info])
-    assert "sees 1 of 2" in note and "CUDA_VISIBLE_DEVICES=0" in note
+    (note,) = mismatch_notes([gpu(0), gpu(1)], [info], environment={})
+    assert "sees 1 of the 2" in note
+    # CUDA_VISIBLE_DEVICES=0 leaves one GPU to CUDA: seeing one is right, nothing to say.
+    assert mismatch_notes([gpu(0), gpu(1)], [info], environment={"CUDA_VISIBLE_DEVICES": "0"}) == []
+    # ... but "0,1" leaves both, and a framework that sees one is missing one.
+    (note,) = mismatch_notes([gpu(0), gpu(1)], [info], environment={"CUDA_VISIBLE_DEVICES": "0,1"})
+    assert "sees 1 of the 2" in note and "CUDA_VISIBLE_DEVICES=0,1" in note
+
+
+def test_gpus_hidden_on_purpose_are_not_a_blind_framework():
+    cpu_torch = torch_info(cuda_available=False, cuda_version="12.4")
+    for hidden in ("", "-1"):
+        env = {"CUDA_VISIBLE_DEVICES": hidden}
+        assert mismatch_notes([gpu(0), gpu(1)], [cpu_torch], environment=env) == []
 
 
 def test_no_note_when_all_is_well():
@@ -146,6 +157,10 @@ def test_mps_joins_the_device_list(monkeypatch, no_gpu):
     }
     assert entry.recommendation.policy == "mixed_float16"
     assert entry.source == "torch probe"
+    # without --probe MPS is not listed, but it is the same hardware: the same fingerprint
+    unprobed = collect(environ={})
+    assert unprobed.device("mps") is None
+    assert unprobed.hardware_fingerprint("mps") == entry.fingerprint
 
 
 def test_rocm_gpus_join_the_device_list(monkeypatch, no_gpu):
@@ -238,3 +253,70 @@ def test_probe_child_usage_error():
     )
     assert done.returncode == 2
     assert done.stderr.startswith("usage:") and "Traceback" not in done.stderr
+
+
+# --- --probe with NVML GPUs the frameworks cannot see ---
+
+
+def test_probe_warns_when_frameworks_are_blind_to_nvml_gpus(monkeypatch, fake_nvml):
+    fake_nvml("A100", "T4")
+    probed = [
+        torch_info(cuda_available=False, cuda_version=None),  # a +cpu wheel
+        # plain `tensorflow` on Linux: built with CUDA, but without the [and-cuda] libraries
+        tf_info(built_with_cuda=True, cuda_version="12.5.1"),
+        FrameworkInfo("keras", "keras", "3.15.0"),
+    ]
+    monkeypatch.setattr(detect, "probe_frameworks", lambda frameworks, timeout: probed)
+    report = collect(probe=True, environ={})
+    (torch_note,) = [n for n in report.notes if n.startswith("torch 2.5.1")]
+    assert "CPU-only build but 2 NVIDIA GPU(s) are present" in torch_note
+    assert "--index-url https://download.pytorch.org/whl/cu" in torch_note
+    (tf_note,) = [n for n in report.notes if n.startswith("tensorflow 2.18.0")]
+    assert "sees no GPU" in tf_note and "pip install 'tensorflow[and-cuda]'" in tf_note
+
+    # GPUs hidden on purpose: no framework is blamed, the hiding is said once
+    hidden = collect(probe=True, environ={"CUDA_VISIBLE_DEVICES": ""})
+    assert not any(n.startswith(("torch", "tensorflow")) for n in hidden.notes)
+    assert "CUDA_VISIBLE_DEVICES is empty: CUDA sees no GPU" in hidden.notes
+
+    # a framework that sees fewer GPUs than CUDA_VISIBLE_DEVICES leaves
+    one = (device(0),)
+    probed[0] = torch_info(cuda_available=True, cuda_version="12.4", devices=one)
+    probed[1] = tf_info(built_with_cuda=True, cuda_version="12.5.1", devices=one)
+    partial = collect(probe=True, environ={"CUDA_VISIBLE_DEVICES": "1,0"})
+    assert [n for n in partial.notes if n.startswith("torch")] == [
+        "torch 2.5.1 sees 1 of the 2 NVIDIA GPUs CUDA should see (CUDA_VISIBLE_DEVICES=1,0)"
+    ]
+    single = collect(probe=True, environ={"CUDA_VISIBLE_DEVICES": "1"})
+    assert not any(n.startswith(("torch", "tensorflow")) for n in single.notes)
+
+
+@pytest.mark.skipif(installed("torch") is None, reason="torch not installed")
+def test_cli_probe_with_nvml_gpus_and_the_real_frameworks(tmp_path, fake_pynvml, run_mpbench):
+    """The real --probe children on this machine, with NVML saying two GPUs are here."""
+    import json
+    import os
+    import shutil
+
+    shutil.copy(fake_pynvml.SOURCE, tmp_path / "pynvml.py")
+    env = {
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+        "PYNVML_FAKE_GPUS": "A100,T4",
+    }
+    done = run_mpbench("detect", "--probe", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    frameworks = {f["name"]: f for f in data["frameworks"]}
+    torch_probe = frameworks["torch"]["probe"]
+    assert torch_probe["ok"], torch_probe
+    if not torch_probe["devices"]:  # this machine has no GPU, whatever NVML says
+        (note,) = [n for n in data["notes"] if n.startswith("torch ")]
+        if torch_probe["cuda_version"] is None:  # a +cpu wheel
+            assert "is a CPU-only build but 2 NVIDIA GPU(s) are present" in note
+            assert "pip install torch --index-url https://download.pytorch.org/whl/cu" in note
+        else:
+            assert f"is built for CUDA {torch_probe['cuda_version']} but sees no GPU" in note
+    tf_probe = (frameworks["tensorflow"] or {}).get("probe")
+    if tf_probe and tf_probe["ok"] and not tf_probe["devices"]:
+        (note,) = [n for n in data["notes"] if n.startswith("tensorflow ")]
+        assert "pip install 'tensorflow[and-cuda]'" in note

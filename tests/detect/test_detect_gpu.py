@@ -9,9 +9,11 @@ import shutil
 import sys
 
 import pytest
+from rich.console import Console
 
 from mpbench.detect import collect
 from mpbench.detect.gpu import cuda_version_text, probe_nvidia
+from mpbench.detect.render import print_report
 
 # model: (compute capability, tensor cores, tf32, bf16, fp8, ratings, recommendation)
 GPU_CASES = {
@@ -36,6 +38,16 @@ GPU_CASES = {
     "T4": (
         (7, 5),
         True,
+        False,
+        False,
+        False,
+        ("fast", "unsupported", "fast", "slow"),
+        "mixed_float16",
+    ),
+    # TU116: compute capability 7.5 like the T4, but no Tensor Cores (double-rate fp16 units).
+    "GTX1660Ti": (
+        (7, 5),
+        False,
         False,
         False,
         False,
@@ -107,8 +119,12 @@ def test_several_gpus_in_index_order(fake_nvml):
     assert report.device_traits("tpu") is None
     prints = {report.hardware_fingerprint("cuda", i) for i in range(3)}
     assert len(prints) == 3
-    with pytest.raises(LookupError, match="cuda:7"):
-        report.hardware_fingerprint("cuda", 7)
+    # A device detect did not see gets a stable fingerprint of its own, never an exception.
+    missing = report.hardware_fingerprint("cuda", 7)
+    assert (
+        missing == report.hardware_fingerprint("cuda", 7) == report.undetected_fingerprint("cuda")
+    )
+    assert len(missing) == 16 and missing not in prints
 
 
 def test_same_model_same_fingerprint_across_driver_versions(fake_nvml):
@@ -204,9 +220,20 @@ def test_fake_follows_the_real_module(fake_pynvml):
         "nvmlShutdown",
         "nvmlDeviceGetCount",
         "nvmlDeviceGetHandleByIndex",
+        "nvmlDeviceGetHandleByUUID",
+        "nvmlDeviceGetIndex",
         "nvmlDeviceGetName",
+        "nvmlDeviceGetUUID",
+        "nvmlDeviceGetPciInfo",
         "nvmlDeviceGetCudaComputeCapability",
         "nvmlDeviceGetMemoryInfo",
+        "nvmlDeviceGetMigMode",
+        "nvmlDeviceGetMaxMigDeviceCount",
+        "nvmlDeviceGetMigDeviceHandleByIndex",
+        "nvmlDeviceIsMigDeviceHandle",
+        "nvmlDeviceGetDeviceHandleFromMigDeviceHandle",
+        "nvmlDeviceGetGpuInstanceId",
+        "nvmlDeviceGetComputeInstanceId",
         "nvmlSystemGetDriverVersion",
         "nvmlSystemGetCudaDriverVersion",
         "nvmlErrorString",
@@ -222,10 +249,17 @@ def test_fake_follows_the_real_module(fake_pynvml):
     assert str(fake.NVMLError(fake.NVML_ERROR_DRIVER_NOT_LOADED)) == str(
         real.NVMLError(real.NVML_ERROR_DRIVER_NOT_LOADED)
     )
-    # The memory record is the real ctypes layout.
+    # The memory and PCI records are the real ctypes layouts; busId reads back as str.
     assert [f[0] for f in fake.c_nvmlMemory_t._fields_] == [
         f[0] for f in real.c_nvmlMemory_t._fields_
     ]
+    assert [f[0] for f in fake.nvmlPciInfo_t._fields_] == [
+        f[0] for f in real.nvmlPciInfo_t._fields_
+    ]
+    for module in (real, fake):
+        assert module.nvmlPciInfo_t(busId=b"00000000:07:00.0").busId == "00000000:07:00.0"
+    for constant in ("NVML_DEVICE_MIG_DISABLE", "NVML_DEVICE_MIG_ENABLE"):
+        assert getattr(fake, constant) == getattr(real, constant)
 
 
 @pytest.fixture
@@ -265,3 +299,159 @@ def test_cli_without_driver_is_not_an_error(fake_on_path, run_mpbench):
     assert data["gpus"] == []
     assert any("no NVIDIA driver" in note for note in data["notes"])
     assert done.stderr == ""
+
+
+# --- UUID, PCI bus id, and one failing call costing one fact ---
+
+
+def test_uuid_and_pci_bus_id_are_recorded(fake_nvml):
+    fake = fake_nvml("A100", "T4")
+    report = collect(environ={})
+    for i, gpu in enumerate(report.gpus):
+        assert gpu.uuid == fake.gpu(i).uuid and gpu.uuid.startswith("GPU-")
+        assert gpu.pci_bus_id == fake.gpu(i).pci_bus_id.upper()
+    data = report.to_dict()
+    assert data["gpus"][1]["uuid"] == fake.gpu(1).uuid
+    assert data["gpus"][1]["pci_bus_id"] == "00000000:20:00.0"
+    assert data["devices"][1]["uuid"] == fake.gpu(1).uuid
+    assert [g["cuda_index"] for g in data["gpus"]] == [0, 1]
+
+
+def test_a_failing_call_costs_one_fact_not_the_gpu(fake_nvml, fake_pynvml):
+    denied = fake_pynvml.NVML_ERROR_NO_PERMISSION
+    fake_nvml(
+        "A100",
+        "T4",
+        call_errors={
+            (0, "nvmlDeviceGetUUID"): denied,
+            (0, "nvmlDeviceGetMemoryInfo"): denied,
+            (1, "nvmlDeviceGetPciInfo"): fake_pynvml.NVML_ERROR_UNKNOWN,
+        },
+    )
+    report = collect(environ={})
+    a100, t4 = report.gpus
+    assert a100.name == "NVIDIA A100-SXM4-80GB" and a100.compute_capability == (8, 0)
+    assert a100.uuid is None and a100.memory_total_bytes is None
+    assert a100.errors == (
+        "nvmlDeviceGetUUID: Insufficient Permissions",
+        "nvmlDeviceGetMemoryInfo: Insufficient Permissions",
+    )
+    assert t4.pci_bus_id is None and t4.uuid is not None
+    assert "NVML: GPU 0: nvmlDeviceGetUUID: Insufficient Permissions" in report.notes
+    assert "NVML: GPU 1: nvmlDeviceGetPciInfo: Unknown Error" in report.notes
+    # still rated, still fingerprinted, still rendered
+    assert report.device("cuda", 0).recommendation.policy == "mixed_bfloat16"
+    data = report.to_dict()
+    assert data["gpus"][0]["memory_total_bytes"] is None
+    assert data["gpus"][0]["errors"][0].startswith("nvmlDeviceGetUUID")
+    console = Console(record=True, width=200)
+    print_report(report, console=console)
+    assert "NVIDIA A100-SXM4-80GB" in console.export_text()
+
+
+def test_gpu_without_mig_support_and_with_mig_off(fake_nvml):
+    fake = fake_nvml("T4", "A100")
+    t4, a100 = collect(environ={}).gpus
+    assert t4.mig_mode is None  # NVML_ERROR_NOT_SUPPORTED: no MIG on a T4, not an error
+    assert a100.mig_mode is False and a100.mig_devices == ()
+    assert t4.errors == a100.errors == ()
+    assert "nvmlDeviceGetMaxMigDeviceCount" not in fake.calls()
+
+
+def test_gtx_16xx_has_no_tensor_cores_but_fast_fp16(fake_nvml):
+    fake_nvml("GTX1660Ti", "T4")
+    report = collect(environ={})
+    gtx, t4 = report.gpus
+    assert gtx.compute_capability == t4.compute_capability == (7, 5)
+    assert (gtx.tensor_cores, t4.tensor_cores) == (False, True)
+    gtx_fp16 = next(r for r in report.device("cuda", 0).ratings if r.policy == "mixed_float16")
+    t4_fp16 = next(r for r in report.device("cuda", 1).ratings if r.policy == "mixed_float16")
+    assert gtx_fp16.rating.value == t4_fp16.rating.value == "fast"
+    assert "no Tensor Cores" in gtx_fp16.reason and not gtx_fp16.reason.startswith("fp16 Tensor")
+    assert t4_fp16.reason.startswith("fp16 Tensor Cores")
+    assert report.to_dict()["gpus"][0]["tensor_cores"] is False
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("NVIDIA GeForce GTX 1650", False),
+        ("NVIDIA GeForce GTX 1660 SUPER", False),
+        ("NVIDIA GeForce GTX 1650 Ti with Max-Q Design", False),
+        ("NVIDIA T1000 8GB", False),
+        ("Quadro T2000", False),
+        ("NVIDIA GeForce MX450", False),
+        ("Tesla T4", True),
+        ("NVIDIA GeForce RTX 2060", True),
+        ("Quadro RTX 4000", True),
+    ],
+)
+def test_tensor_cores_by_part(name, expected):
+    from mpbench.detect.gpu import has_tensor_cores
+
+    assert has_tensor_cores(name, (7, 5)) is expected
+    assert has_tensor_cores(name, (6, 1)) is False
+    assert has_tensor_cores(name, None) is None
+
+
+# --- NVML blind, GPU device files present ---
+
+
+@pytest.fixture
+def dev_with_nvidia(tmp_path):
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for name in ("nvidia0", "nvidia1", "nvidia10", "nvidiactl", "nvidia-uvm", "null"):
+        (dev / name).write_text("")
+    (dev / "nvidia-caps").mkdir()
+    return dev
+
+
+def test_nvidia_device_files(dev_with_nvidia, tmp_path):
+    from mpbench.detect.gpu import nvidia_device_files
+
+    found = nvidia_device_files(dev_with_nvidia)
+    assert [os.path.basename(f) for f in found] == ["nvidia0", "nvidia1", "nvidia10"]
+    assert nvidia_device_files(tmp_path / "missing") == ()
+
+
+def test_nvml_blind_with_device_files_says_so(dev_with_nvidia, no_gpu):
+    report = collect(environ={}, dev_root=dev_with_nvidia)
+    assert report.gpus == [] and report.nvidia_device_files_present and report.nvml_blind
+    (note,) = [n for n in report.notes if "device file" in n]
+    assert "3 NVIDIA GPU device file(s)" in note and "falls back to the CPU" in note
+    assert report.to_dict()["nvidia_device_files"] == [
+        str(dev_with_nvidia / n) for n in ("nvidia0", "nvidia1", "nvidia10")
+    ]
+    # the same through MPBENCH_DEV_ROOT, as a user would point at another /dev
+    again = collect(environ={"MPBENCH_DEV_ROOT": str(dev_with_nvidia)})
+    assert again.nvml_blind
+
+
+def test_device_files_with_gpus_listed_is_no_news(dev_with_nvidia, fake_nvml):
+    fake_nvml("A100")
+    report = collect(environ={}, dev_root=dev_with_nvidia)
+    assert report.nvidia_device_files_present and not report.nvml_blind
+    assert not any("device file" in n for n in report.notes)
+
+
+def test_no_device_files_no_note(tmp_path, no_gpu):
+    report = collect(environ={}, dev_root=tmp_path)
+    assert not report.nvidia_device_files_present and not report.nvml_blind
+    assert report.to_dict()["nvidia_device_files"] == []
+
+
+# --- fingerprints of devices detect did not see ---
+
+
+def test_undetected_devices_get_stable_fingerprints(no_gpu):
+    report = collect(environ={})
+    cuda = report.hardware_fingerprint("cuda", 0)
+    assert cuda == report.hardware_fingerprint("cuda")  # the index does not matter
+    assert cuda == collect(environ={}).hardware_fingerprint("cuda", 0)  # nor the run
+    named = report.hardware_fingerprint("cuda", 0, name="NVIDIA A100-SXM4-80GB")
+    rocm = report.hardware_fingerprint("rocm", 0)
+    mps = report.hardware_fingerprint("mps")
+    cpu = report.hardware_fingerprint("cpu")
+    assert len({cuda, named, rocm, mps, cpu}) == 5
+    assert all(len(f) == 16 and int(f, 16) >= 0 for f in (cuda, named, rocm, mps))

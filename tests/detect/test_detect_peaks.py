@@ -30,6 +30,20 @@ from mpbench.detect.peaks import _TABLE, PEAK_KEYS, lookup, peak_tflops
         ("NVIDIA GeForce RTX 3090", "fp16", 71.0),
         ("NVIDIA GeForce RTX 4090", "fp8", 330.3),
         ("Tesla P100-PCIE-16GB", "fp32", 9.3),
+        ("NVIDIA B200", "bf16", 2250.0),
+        ("NVIDIA B200", "fp8", 4500.0),
+        ("NVIDIA B200", "tf32", 1100.0),
+        ("NVIDIA B200", "fp32", 75.0),
+        ("NVIDIA H800", "bf16", 989.5),
+        ("NVIDIA H800 80GB HBM3", "fp8", 1979.0),
+        ("NVIDIA H800 PCIe", "fp16", 756.5),
+        ("NVIDIA H800 PCIe", "fp32", 51.0),
+        ("NVIDIA A800-SXM4-80GB", "bf16", 312.0),
+        ("NVIDIA A800 80GB PCIe", "tf32", 156.0),
+        ("NVIDIA A800-PCIE-40GB", "fp32", 19.5),
+        ("NVIDIA RTX A6000", "fp16", 154.8),
+        ("NVIDIA RTX A6000", "tf32", 77.4),
+        ("NVIDIA RTX A6000", "fp32", 38.7),
     ],
 )
 def test_known_parts(name, key, tflops):
@@ -43,7 +57,12 @@ def test_known_parts(name, key, tflops):
         "NVIDIA A10-24Q",  # a vGPU slice
         "NVIDIA L40S-48Q",
         "NVIDIA GeForce RTX 3090 Ti",  # not a 3090
-        "NVIDIA B200",
+        "NVIDIA GB200",  # the 1,200 W Grace-Blackwell part, not an HGX B200
+        "NVIDIA RTX 6000 Ada Generation",  # not an RTX A6000
+        # MIG slices: a share of the GPU, no datasheet figure
+        "NVIDIA A100-SXM4-80GB MIG 3g.40gb",
+        "NVIDIA H100 80GB HBM3 MIG 1g.10gb",
+        "NVIDIA H800 MIG 7g.80gb",
         "AMD Instinct MI300X",
         "",
     ],
@@ -80,10 +99,11 @@ def test_table_holds_dense_figures():
         if peaks.bf16 is not None:
             assert peaks.bf16 == peaks.fp16, pattern
         if peaks.tf32 is not None:
-            # TF32 Tensor Cores run at half the fp16 rate, fp8 at twice, on Ampere, Ada and
-            # Hopper. The L40S datasheet's own rounding is 1-2 % off (183 vs 362.05 / 2,
-            # 733 vs 2 x 362.05); a sparse figure would be 100 % off.
-            assert peaks.tf32 == pytest.approx(peaks.fp16 / 2, rel=0.02), pattern
+            # TF32 Tensor Cores run at half the fp16 rate, fp8 at twice, on Ampere, Ada,
+            # Hopper and Blackwell. The datasheets' own rounding is a few % off (L40S: 183 vs
+            # 362.05 / 2, 733 vs 2 x 362.05; B200: TF32 2.2 PF vs 4.5 / 2); a sparse figure
+            # would be 100 % off.
+            assert peaks.tf32 == pytest.approx(peaks.fp16 / 2, rel=0.025), pattern
         if peaks.fp8 is not None:
             assert peaks.fp8 == pytest.approx(peaks.fp16 * 2, rel=0.02), pattern
         if peaks.fp16 is not None:

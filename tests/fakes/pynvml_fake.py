@@ -1,22 +1,32 @@
 """A stand-in for nvidia-ml-py's `pynvml` module, for machines without an NVIDIA GPU.
 
 It follows the real module (nvidia-ml-py 13.x) where mpbench touches it: the same function
-names and signatures, the same return types (str names, int CUDA version, a ctypes
-`c_nvmlMemory_t` with .total/.free/.used, a (major, minor) tuple), the same NVML_ERROR_*
-codes, and an `NVMLError` whose constructor maps a code to its generated subclass
-(`NVMLError(12)` is an `NVMLError_LibraryNotFound`), built the way the real module builds
-them. Calls before nvmlInit raise NVMLError_Uninitialized, as the real library does.
+names and signatures, the same return types (str names and UUIDs, int CUDA version, a ctypes
+`c_nvmlMemory_t` with .total/.free/.used, a (major, minor) tuple, an `nvmlPciInfo_t` whose
+busId reads as str, [current, pending] MIG modes), the same NVML_ERROR_* codes, and an
+`NVMLError` whose constructor maps a code to its generated subclass (`NVMLError(12)` is an
+`NVMLError_LibraryNotFound`), built the way the real module builds them. Calls before
+nvmlInit raise NVMLError_Uninitialized, as the real library does.
+
+MIG follows nvml.h: nvmlDeviceGetMigMode raises NVMLError_NotSupported on a GPU without MIG;
+nvmlDeviceGetMaxMigDeviceCount is 0 unless MIG is enabled; nvmlDeviceGetMigDeviceHandleByIndex
+raises NVMLError_NotSupported when MIG is off, NVMLError_InvalidArgument past the maximum and
+NVMLError_NotFound for an empty slot. A MIG handle answers name ("<GPU> MIG 3g.40gb"), UUID
+("MIG-..."), its own memory and its GPU/compute instance ids. Any call on any device can be
+made to fail: configure(call_errors={(0, "nvmlDeviceGetUUID"): NVML_ERROR_NO_PERMISSION,
+((0, 1), "nvmlDeviceGetMemoryInfo"): ...}) where (0, 1) is MIG slot 1 of GPU 0.
 
 Use: load a fresh copy per test, `configure(...)` it, then
 `monkeypatch.setitem(sys.modules, "pynvml", fake)`. A subprocess can use it too: put a copy
-named pynvml.py first on PYTHONPATH and set PYNVML_FAKE_GPUS (e.g. "A100,T4") and,
-optionally, PYNVML_FAKE_INIT_ERROR (an NVML_ERROR_* number).
+named pynvml.py first on PYTHONPATH and set PYNVML_FAKE_GPUS (CATALOGUE keys, e.g.
+"A100,T4,A100-MIG") and, optionally, PYNVML_FAKE_INIT_ERROR (an NVML_ERROR_* number).
 """
 
+import hashlib
 import os
 import string
-from ctypes import Structure, c_uint, c_ulonglong
-from dataclasses import dataclass
+from ctypes import Structure, c_char, c_uint, c_ulonglong
+from dataclasses import dataclass, replace
 
 # --- return codes, as in the real module ---
 NVML_SUCCESS = 0
@@ -51,6 +61,11 @@ NVML_ERROR_GPU_NOT_FOUND = 28
 NVML_ERROR_INVALID_STATE = 29
 NVML_ERROR_RESET_TYPE_NOT_SUPPORTED = 30
 NVML_ERROR_UNKNOWN = 999
+
+NVML_DEVICE_MIG_DISABLE = 0x0
+NVML_DEVICE_MIG_ENABLE = 0x1
+NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE = 32
+NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE = 16
 
 
 class NVMLError(Exception):
@@ -137,11 +152,32 @@ class c_nvmlMemory_v2_t(Structure):
     ]
 
 
-class c_nvmlDevice_t:
-    """Opaque device handle (a ctypes pointer in the real module)."""
+class _PrintableStructure(Structure):
+    """As in the real module: char-array fields read back as str on Python 3."""
 
-    def __init__(self, index: int):
+    def __getattribute__(self, name):
+        res = super().__getattribute__(name)
+        return res.decode() if isinstance(res, bytes) else res
+
+
+class nvmlPciInfo_t(_PrintableStructure):
+    _fields_ = [
+        ("busIdLegacy", c_char * NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE),
+        ("domain", c_uint),
+        ("bus", c_uint),
+        ("device", c_uint),
+        ("pciDeviceId", c_uint),
+        ("pciSubSystemId", c_uint),
+        ("busId", c_char * NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE),
+    ]
+
+
+class c_nvmlDevice_t:
+    """Opaque device handle (a ctypes pointer in the real module); `mig` = MIG slot."""
+
+    def __init__(self, index: int, mig: int | None = None):
         self._index = index
+        self._mig = mig
 
 
 # --- the fake machine ---
@@ -149,10 +185,32 @@ MIB = 1024**2
 
 
 @dataclass(frozen=True)
+class FakeMig:
+    """One MIG device (a GPU instance with one compute instance) in a slot of its GPU."""
+
+    profile: str  # e.g. "3g.40gb"
+    memory_total: int
+    gpu_instance_id: int
+    compute_instance_id: int = 0
+    uuid: str = ""  # "MIG-..."; made up from the parent's when empty
+
+
+@dataclass(frozen=True)
 class FakeGpu:
     name: str
     compute_capability: tuple[int, int]
     memory_total: int  # bytes, as nvidia-smi reports them
+    uuid: str = ""  # "GPU-..."; made up from the name and index when empty
+    pci_bus_id: str = ""  # "00000000:07:00.0"; made up in index order when empty
+    mig_capable: bool = False  # A100, A30, H100, H200, B200
+    mig_enabled: bool = False
+    max_mig_devices: int = 7
+    mig_devices: tuple = ()  # per slot: FakeMig, or None for an empty slot
+
+
+def _made_up_uuid(prefix: str, *seed) -> str:
+    digest = hashlib.sha256(repr(seed).encode()).hexdigest()
+    return f"{prefix}-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
 
 
 # Names and memory as NVML reports them on the real parts.
@@ -160,11 +218,25 @@ CATALOGUE = {
     "P100": FakeGpu("Tesla P100-PCIE-16GB", (6, 0), 16280 * MIB),
     "V100": FakeGpu("Tesla V100-SXM2-16GB", (7, 0), 16160 * MIB),
     "T4": FakeGpu("Tesla T4", (7, 5), 15360 * MIB),
-    "A100": FakeGpu("NVIDIA A100-SXM4-80GB", (8, 0), 81920 * MIB),
+    "GTX1660Ti": FakeGpu("NVIDIA GeForce GTX 1660 Ti", (7, 5), 6144 * MIB),
+    "A100": FakeGpu("NVIDIA A100-SXM4-80GB", (8, 0), 81920 * MIB, mig_capable=True),
     "L4": FakeGpu("NVIDIA L4", (8, 9), 23034 * MIB),
-    "H100": FakeGpu("NVIDIA H100 80GB HBM3", (9, 0), 81559 * MIB),
+    "H100": FakeGpu("NVIDIA H100 80GB HBM3", (9, 0), 81559 * MIB, mig_capable=True),
     # A real part that no datasheet table of mpbench knows: peaks must come back None.
     "A10G": FakeGpu("NVIDIA A10G", (8, 6), 23028 * MIB),
+    # An A100 in MIG mode: a 3g.40gb slice, an empty slot, a 2g.20gb slice.
+    "A100-MIG": FakeGpu(
+        "NVIDIA A100-SXM4-80GB",
+        (8, 0),
+        81920 * MIB,
+        mig_capable=True,
+        mig_enabled=True,
+        mig_devices=(
+            FakeMig("3g.40gb", 40192 * MIB, gpu_instance_id=2),
+            None,
+            FakeMig("2g.20gb", 19968 * MIB, gpu_instance_id=3),
+        ),
+    ),
 }
 
 _state = {
@@ -174,9 +246,21 @@ _state = {
     "init_error": None,  # an NVML_ERROR_* code nvmlInit fails with
     "legacy_bytes": False,  # old nvidia-ml-py / pynvml returned bytes for strings
     "device_errors": {},  # index -> NVML_ERROR_* raised by nvmlDeviceGetHandleByIndex
+    "call_errors": {},  # (index or (index, slot), function name) -> NVML_ERROR_*
     "refcount": 0,
     "calls": [],
 }
+
+
+def _complete(gpu: FakeGpu, index: int) -> FakeGpu:
+    """Fill in what a real GPU always has: a UUID, a PCI bus id, UUIDs of its MIG devices."""
+    uuid = gpu.uuid or _made_up_uuid("GPU", gpu.name, index)
+    bus = gpu.pci_bus_id or f"00000000:{16 * (index + 1):02X}:00.0"
+    migs = tuple(
+        None if m is None else (m if m.uuid else replace(m, uuid=_made_up_uuid("MIG", uuid, slot)))
+        for slot, m in enumerate(gpu.mig_devices)
+    )
+    return replace(gpu, uuid=uuid, pci_bus_id=bus, mig_devices=migs)
 
 
 def configure(
@@ -186,18 +270,26 @@ def configure(
     init_error=None,
     legacy_bytes=False,
     device_errors=None,
+    call_errors=None,
 ):
     """Describe the machine: GPUs (FakeGpu or CATALOGUE keys), driver, failures."""
+    listed = [CATALOGUE[g] if isinstance(g, str) else g for g in gpus]
     _state.update(
-        gpus=[CATALOGUE[g] if isinstance(g, str) else g for g in gpus],
+        gpus=[_complete(g, i) for i, g in enumerate(listed)],
         driver_version=driver_version,
         cuda_driver_version=cuda_driver_version,
         init_error=init_error,
         legacy_bytes=legacy_bytes,
         device_errors=dict(device_errors or {}),
+        call_errors=dict(call_errors or {}),
         refcount=0,
         calls=[],
     )
+
+
+def gpu(index: int) -> FakeGpu:
+    """The configured GPU `index`, with its UUIDs and bus id filled in."""
+    return _state["gpus"][index]
 
 
 def calls() -> list[str]:
@@ -218,11 +310,26 @@ def _string(value: str):
     return value.encode() if _state["legacy_bytes"] else value
 
 
-def _device(handle) -> FakeGpu:
+def _fail(name: str, handle) -> None:
+    """Raise the error configured for this call on this device, if any."""
+    key = handle._index if handle._mig is None else (handle._index, handle._mig)
+    code = _state["call_errors"].get((key, name))
+    if code is not None:
+        raise NVMLError(code)
+
+
+def _device(handle, name: str) -> FakeGpu:
     _check_initialized()
     if not isinstance(handle, c_nvmlDevice_t):
         raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    _fail(name, handle)
     return _state["gpus"][handle._index]
+
+
+def _mig(handle, name: str) -> FakeMig | None:
+    """The MIG device a handle names, or None for a whole-GPU handle."""
+    gpu = _device(handle, name)
+    return None if handle._mig is None else gpu.mig_devices[handle._mig]
 
 
 # --- the API ---
@@ -277,18 +384,20 @@ def nvmlDeviceGetHandleByIndex(index):
 
 def nvmlDeviceGetName(handle):
     _called("nvmlDeviceGetName")
-    return _string(_device(handle).name)
+    gpu, mig = _device(handle, "nvmlDeviceGetName"), _mig(handle, "nvmlDeviceGetName")
+    return _string(gpu.name if mig is None else f"{gpu.name} MIG {mig.profile}")
 
 
 def nvmlDeviceGetCudaComputeCapability(handle):
     _called("nvmlDeviceGetCudaComputeCapability")
-    major, minor = _device(handle).compute_capability
+    major, minor = _device(handle, "nvmlDeviceGetCudaComputeCapability").compute_capability
     return (major, minor)
 
 
 def nvmlDeviceGetMemoryInfo(handle, version=None):
     _called("nvmlDeviceGetMemoryInfo")
-    total = _device(handle).memory_total
+    gpu, mig = _device(handle, "nvmlDeviceGetMemoryInfo"), _mig(handle, "nvmlDeviceGetMemoryInfo")
+    total = gpu.memory_total if mig is None else mig.memory_total
     used = 512 * MIB
     if not version:
         return c_nvmlMemory_t(total=total, free=total - used, used=used)
@@ -296,6 +405,109 @@ def nvmlDeviceGetMemoryInfo(handle, version=None):
     return c_nvmlMemory_v2_t(
         version=version, total=total, reserved=reserved, free=total - used - reserved, used=used
     )
+
+
+def nvmlDeviceGetUUID(handle):
+    _called("nvmlDeviceGetUUID")
+    gpu, mig = _device(handle, "nvmlDeviceGetUUID"), _mig(handle, "nvmlDeviceGetUUID")
+    return _string(gpu.uuid if mig is None else mig.uuid)
+
+
+def nvmlDeviceGetPciInfo(handle):
+    _called("nvmlDeviceGetPciInfo")
+    gpu = _device(handle, "nvmlDeviceGetPciInfo")
+    domain, bus, rest = gpu.pci_bus_id.split(":")
+    device = rest.split(".")[0]
+    return nvmlPciInfo_t(
+        busIdLegacy=gpu.pci_bus_id[-12:].encode(),
+        domain=int(domain, 16),
+        bus=int(bus, 16),
+        device=int(device, 16),
+        pciDeviceId=0x20B010DE,
+        pciSubSystemId=0x134F10DE,
+        busId=gpu.pci_bus_id.encode(),
+    )
+
+
+def nvmlDeviceGetIndex(handle):
+    _called("nvmlDeviceGetIndex")
+    _device(handle, "nvmlDeviceGetIndex")
+    return handle._index if handle._mig is None else handle._mig
+
+
+def nvmlDeviceGetHandleByUUID(uuid):
+    _called("nvmlDeviceGetHandleByUUID")
+    _check_initialized()
+    text = uuid.decode() if isinstance(uuid, bytes) else uuid
+    for index, gpu in enumerate(_state["gpus"]):
+        if gpu.uuid == text:
+            return c_nvmlDevice_t(index)
+        for slot, mig in enumerate(gpu.mig_devices):
+            if mig is not None and mig.uuid == text:
+                return c_nvmlDevice_t(index, slot)
+    raise NVMLError(NVML_ERROR_NOT_FOUND)
+
+
+def nvmlDeviceGetMigMode(device):
+    _called("nvmlDeviceGetMigMode")
+    gpu = _device(device, "nvmlDeviceGetMigMode")
+    if not gpu.mig_capable or device._mig is not None:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    mode = NVML_DEVICE_MIG_ENABLE if gpu.mig_enabled else NVML_DEVICE_MIG_DISABLE
+    return [mode, mode]
+
+
+def nvmlDeviceGetMaxMigDeviceCount(device):
+    _called("nvmlDeviceGetMaxMigDeviceCount")
+    gpu = _device(device, "nvmlDeviceGetMaxMigDeviceCount")
+    # "Returns zero if MIG is not supported or enabled."
+    return gpu.max_mig_devices if gpu.mig_capable and gpu.mig_enabled else 0
+
+
+def nvmlDeviceGetMigDeviceHandleByIndex(device, index):
+    _called("nvmlDeviceGetMigDeviceHandleByIndex")
+    gpu = _device(device, "nvmlDeviceGetMigDeviceHandleByIndex")
+    if not (gpu.mig_capable and gpu.mig_enabled):
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    if not 0 <= index < gpu.max_mig_devices:
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    slot = (device._index, index)
+    code = _state["call_errors"].get((slot, "nvmlDeviceGetMigDeviceHandleByIndex"))
+    if code is not None:
+        raise NVMLError(code)
+    if index >= len(gpu.mig_devices) or gpu.mig_devices[index] is None:
+        raise NVMLError(NVML_ERROR_NOT_FOUND)
+    return c_nvmlDevice_t(device._index, index)
+
+
+def nvmlDeviceIsMigDeviceHandle(device):
+    _called("nvmlDeviceIsMigDeviceHandle")
+    _device(device, "nvmlDeviceIsMigDeviceHandle")
+    return c_uint(0 if device._mig is None else 1)  # the real module returns the c_uint
+
+
+def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(migDevice):
+    _called("nvmlDeviceGetDeviceHandleFromMigDeviceHandle")
+    _device(migDevice, "nvmlDeviceGetDeviceHandleFromMigDeviceHandle")
+    if migDevice._mig is None:
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    return c_nvmlDevice_t(migDevice._index)
+
+
+def nvmlDeviceGetGpuInstanceId(device):
+    _called("nvmlDeviceGetGpuInstanceId")
+    mig = _mig(device, "nvmlDeviceGetGpuInstanceId")
+    if mig is None:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    return mig.gpu_instance_id
+
+
+def nvmlDeviceGetComputeInstanceId(device):
+    _called("nvmlDeviceGetComputeInstanceId")
+    mig = _mig(device, "nvmlDeviceGetComputeInstanceId")
+    if mig is None:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    return mig.compute_instance_id
 
 
 # A subprocess configures the fake through its environment.

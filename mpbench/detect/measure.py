@@ -1,0 +1,250 @@
+"""Measured matmul peaks (`mpbench detect --measure`), cached per hardware fingerprint.
+
+A datasheet peak is what the vendor promises; the measured peak is what torch.mm reaches on
+this device, at these clocks, with this library build (MAMF: "maximum achievable matmul
+FLOPS"). MFU against it says how close a workload gets to what is reachable here. The
+measurement runs in a child process (mpbench.detect.measure_child), so importing this module
+imports no framework.
+
+Cache: `<cache>/peaks/<fingerprint>.json`, where `<cache>` is `$MPBENCH_CACHE`, else
+`$XDG_CACHE_HOME/mpbench`, else `~/.cache/mpbench` (the same root mpbench.data uses; detect
+depends on no other mpbench package, so the three lines are repeated here). Written atomically
+(a temporary file in the same directory, then os.replace), so a reader never sees half a file.
+A CPU peak is "this machine, this many threads, at that moment": it is never compared with a
+GPU datasheet.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from mpbench import __version__
+from mpbench.cache import cache_dir
+
+CACHE_SCHEMA_VERSION = 1
+DEFAULT_MEASURE_TIMEOUT_S = 900.0
+# Policy peak keys (mpbench.policies.Policy.peak_key) and the dtype names they may be given as.
+DTYPE_KEYS = ("fp32", "tf32", "fp16", "bf16")
+_ALIASES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "half": "fp16"}
+_FINGERPRINT = re.compile(r"[0-9A-Za-z_-]{1,128}")
+
+
+def peaks_dir() -> Path:
+    return cache_dir() / "peaks"
+
+
+def cache_path(fingerprint: str) -> Path:
+    """Where the measured peaks of this hardware live. The fingerprint names a file, so it
+    must be a plain token (detect's are 16 hex digits)."""
+    if not _FINGERPRINT.fullmatch(fingerprint or ""):
+        raise ValueError(f"not a hardware fingerprint: {fingerprint!r}")
+    return peaks_dir() / f"{fingerprint}.json"
+
+
+def read_cached(fingerprint: str) -> dict | None:
+    """The cached measurement of this hardware, or None (none yet, unreadable, other schema)."""
+    try:
+        data = json.loads(cache_path(fingerprint).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("cache_schema_version") != CACHE_SCHEMA_VERSION:
+        return None
+    return data
+
+
+def cached_peak(fingerprint: str, dtype_key: str) -> float | None:
+    """The best measured matmul TFLOP/s of this hardware for a policy's peak key ("fp32",
+    "tf32", "fp16", "bf16"; dtype names such as "bfloat16" are accepted too); None when
+    nothing was measured for it."""
+    key = _ALIASES.get(dtype_key, dtype_key)
+    data = read_cached(fingerprint)
+    entry = (data or {}).get("dtypes", {}).get(key)
+    if not isinstance(entry, dict) or not entry.get("ok"):
+        return None
+    best = entry.get("best_tflops")
+    return float(best) if isinstance(best, int | float) and best > 0 else None
+
+
+def write_cache(fingerprint: str, result: dict) -> Path:
+    """Store a measurement atomically; returns the file."""
+    path = cache_path(fingerprint)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {**result, "cache_schema_version": CACHE_SCHEMA_VERSION, "fingerprint": fingerprint}
+    fd, tmp = tempfile.mkstemp(prefix=f".{fingerprint}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def run_measure_child(
+    device: str,
+    *,
+    sizes: list[int] | tuple[int, ...] | None = None,
+    dtypes: list[str] | tuple[str, ...] = DTYPE_KEYS,
+    budget_s: float | None = None,
+    max_iters: int | None = None,
+    min_iters: int | None = None,
+    warmup: int | None = None,
+    timeout: float = DEFAULT_MEASURE_TIMEOUT_S,
+) -> dict[str, Any]:
+    """Measure in a child process and return its answer; failures come back as
+    {"ok": False, "error": ...}, never raised."""
+    from mpbench.detect.measure_child import MARKER  # not at the top: see frameworks.run_probe
+
+    # Quick runs (tests, a first look): MPBENCH_MEASURE_SIZES="256,512", MPBENCH_MEASURE_BUDGET.
+    if sizes is None and os.environ.get("MPBENCH_MEASURE_SIZES"):
+        sizes = [int(n) for n in os.environ["MPBENCH_MEASURE_SIZES"].split(",") if n.strip()]
+    if budget_s is None and os.environ.get("MPBENCH_MEASURE_BUDGET"):
+        budget_s = float(os.environ["MPBENCH_MEASURE_BUDGET"])
+    command = [sys.executable, "-m", "mpbench.detect.measure_child", "--device", device]
+    command += ["--dtypes", ",".join(dtypes)]
+    if sizes:
+        command += ["--sizes", ",".join(str(n) for n in sizes)]
+    for option, value in (
+        ("--budget", budget_s),
+        ("--max-iters", max_iters),
+        ("--min-iters", min_iters),
+        ("--warmup", warmup),
+    ):
+        if value is not None:
+            command += [option, str(value)]
+    env = dict(os.environ)
+    # The order detect maps CUDA indices to NVML GPUs with (mpbench.detect.cuda_order).
+    env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout, env=env, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "device": device, "error": f"timed out after {timeout:.0f} s"}
+    except OSError as error:
+        return {"ok": False, "device": device, "error": f"could not start: {error}"}
+    seconds = round(time.perf_counter() - start, 2)
+    for line in reversed(done.stdout.splitlines()):
+        if line.startswith(MARKER):
+            try:
+                result = json.loads(line[len(MARKER) :])
+            except ValueError:
+                break
+            result.setdefault("device", device)
+            result["wall_seconds"] = seconds
+            return result
+    why = _last_line(done.stderr) or f"exit status {done.returncode}"
+    return {"ok": False, "device": device, "error": f"measurement process failed: {why}"}
+
+
+def measure_and_cache(device: str, fingerprint: str, **options: Any) -> dict:
+    """Measure `device` ("cpu", "cuda", "cuda:N", "mps") in a child process and cache the
+    result under `fingerprint` when anything was measured. Returns the result (see
+    docs/detect.md); a failure is returned with "ok": false and "error", not raised.
+    `options` go to run_measure_child (sizes, dtypes, budget_s, max_iters, timeout, ...)."""
+    cache_path(fingerprint)  # a bad fingerprint is the caller's bug: say so before measuring
+    result = run_measure_child(device, **options)
+    result.update(
+        fingerprint=fingerprint,
+        mpbench_version=__version__,
+        measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+    measured = any(
+        isinstance(d, dict) and d.get("ok") for d in (result.get("dtypes") or {}).values()
+    )
+    if result.get("ok") and measured:
+        result["cache_file"] = str(write_cache(fingerprint, result))
+    else:
+        result.setdefault("cache_file", None)
+    return result
+
+
+# --- `mpbench detect --measure`: which device, and the report's view of the result ---
+
+_DEVICE = re.compile(r"(cpu|mps|cuda)(:(\d+))?")
+
+
+def resolve_measure_device(requested: str, report) -> str:
+    """`auto` -> the first CUDA GPU, else Apple MPS, else the CPU; InvalidInput for a device
+    that is malformed or that this machine certainly does not have."""
+    from mpbench.errors import InvalidInput, unknown_choice
+
+    text = requested.strip().lower()
+    choices = ["auto", "cpu", "cuda", "cuda:N", "mps"]
+    if text == "auto":
+        if report.gpus or report.device("cuda") is not None:
+            return "cuda:0"
+        if report.device("mps") is not None or (
+            sys.platform == "darwin" and platform.machine() == "arm64"
+        ):
+            return "mps"
+        return "cpu"
+    match = _DEVICE.fullmatch(text)
+    if match is None or (match.group(1) != "cuda" and match.group(2)):
+        raise unknown_choice("device", requested, choices)
+    if match.group(1) != "cuda":
+        return text
+    index = int(match.group(3) or 0)
+    mapping = report.cuda_mapping()
+    if report.gpus and mapping.known and mapping.get(index) is None:
+        raise InvalidInput(
+            f"no cuda:{index} here: CUDA sees {len(mapping.gpus)} NVIDIA GPU(s)"
+            + (f" ({mapping.note})" if mapping.note else "")
+        )
+    return f"cuda:{index}"
+
+
+def _bare_uuid(uuid: str | None) -> str | None:
+    # NVML: "GPU-<uuid>" / "MIG-<uuid>"; torch's str(props.uuid): the bare 8-4-4-4-12 form.
+    if not uuid:
+        return None
+    return uuid.removeprefix("GPU-").removeprefix("MIG-").lower()
+
+
+def attach_measurement(report, device: str, **options: Any) -> dict:
+    """Measure `device` for `detect --measure`, cache it under the device's hardware
+    fingerprint, and attach the result (with the datasheet peaks beside it) to the report."""
+    kind, _, number = device.partition(":")
+    index = int(number) if number else None
+    fingerprint = report.hardware_fingerprint(kind, index)
+    result = measure_and_cache(device, fingerprint, **options)
+    entry = report.device(kind, index)
+    peaks: dict[str, float | None] = {}
+    if kind == "cuda":
+        gpu = report.gpu_for_cuda_index(index or 0)
+        seen = _bare_uuid(result.get("uuid"))
+        if gpu is not None and seen and _bare_uuid(gpu.uuid) and seen != _bare_uuid(gpu.uuid):
+            result["warning"] = (
+                f"torch's {device} has UUID {result.get('uuid')}, but NVML's mapping says "
+                f"{gpu.uuid} ({gpu.name}): datasheet peaks not shown"
+            )
+            report.notes.append(result["warning"])
+            gpu = None
+        peaks = dict(gpu.peak_tflops) if gpu is not None else {}
+    result.setdefault("device_name", entry.name if entry else device)
+    for key, measured in (result.get("dtypes") or {}).items():
+        if isinstance(measured, dict):
+            measured["datasheet_tflops"] = peaks.get(key)
+    if not result.get("ok"):
+        report.notes.append(f"--measure on {device} failed: {result.get('error')}")
+    report.measured = result
+    return result

@@ -1,0 +1,270 @@
+"""Run in a child process by `mpbench detect --measure`: time square torch.mm per dtype.
+
+A child, like the --probe children: importing torch takes seconds, may initialise CUDA, and
+the TF32 switch is process-global. Usage:
+
+    python -m mpbench.detect.measure_child --device cpu|mps|cuda[:N] [--sizes 512,1024]
+        [--dtypes fp32,tf32,fp16,bf16] [--budget SECONDS] [--max-iters N] [--min-iters N]
+        [--warmup N]
+
+The last stdout line is `MPBENCH_MEASURE <json>`; the JSON always has "ok", and "error" when
+not ok. Method (the MAMF-finder recipe, reduced): randn inputs, a warm-up, then many timed
+multiplies of the same shape; each dtype/size stops at --max-iters or when its time budget is
+spent (after --min-iters); a size whose first multiply alone would overrun the budget is
+skipped, and so are the larger ones. FLOPs per multiply = 2 n^3. CPU and MPS time with
+perf_counter (MPS synchronised); CUDA with CUDA events around each multiply
+(torch.cuda.Event(enable_timing=True); elapsed_time is in milliseconds, torch docs) and the
+L2 cache flushed between multiplies, so no iteration reuses the previous one's cached inputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+MARKER = "MPBENCH_MEASURE "
+DTYPES = {"fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+CPU_SIZES = (512, 1024, 2048)
+GPU_SIZES = (2048, 4096, 8192)
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _set_tf32(torch, enabled: bool) -> str:
+    """Switch TF32 for CUDA matmuls with one API only, and read it back from that API.
+
+    torch >= 2.9 has torch.backends.cuda.matmul.fp32_precision ("ieee" / "tf32"); mixing it
+    with the legacy allow_tf32 flag or get_float32_matmul_precision() raises on new torch."""
+    matmul = torch.backends.cuda.matmul
+    if hasattr(matmul, "fp32_precision"):
+        matmul.fp32_precision = "tf32" if enabled else "ieee"
+        return f"torch.backends.cuda.matmul.fp32_precision={matmul.fp32_precision}"
+    matmul.allow_tf32 = enabled
+    return f"torch.backends.cuda.matmul.allow_tf32={matmul.allow_tf32}"
+
+
+class _Timer:
+    """Seconds one call takes on the device, measured the honest way for that device."""
+
+    def __init__(self, torch, device) -> None:
+        self.torch = torch
+        self.device = device
+        self.flush = None
+        if device.type == "cuda":
+            props = torch.cuda.get_device_properties(device)
+            l2 = int(getattr(props, "L2_cache_size", 0) or 0) or 64 * 1024**2
+            # Twice the L2 size, written between iterations, evicts the previous inputs.
+            self.flush = torch.empty(2 * l2 // 4 + 1, dtype=torch.float32, device=device)
+
+    def __call__(self, fn: Callable[[], Any]) -> float:
+        torch = self.torch
+        if self.device.type == "cuda":
+            self.flush.zero_()
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1000.0
+        if self.device.type == "mps":
+            torch.mps.synchronize()
+            begin = time.perf_counter()
+            fn()
+            torch.mps.synchronize()
+            return time.perf_counter() - begin
+        begin = time.perf_counter()
+        fn()  # CPU ops return when done
+        return time.perf_counter() - begin
+
+
+def _time_size(torch, device, dtype, n: int, timer: _Timer, limits: dict) -> dict:
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    out = torch.empty(n, n, device=device, dtype=dtype)
+
+    def multiply() -> None:
+        torch.mm(a, b, out=out)
+
+    budget, min_iters = limits["budget"], limits["min_iters"]
+    first = timer(multiply)  # also the first warm-up multiply
+    warmup, spent = 1, first
+    if first * min_iters > budget and first < budget:
+        # The first call pays one-off costs (library handles, kernel choice): ask again.
+        first = timer(multiply)
+        warmup, spent = 2, spent + first
+    if first * min_iters > budget:
+        return {
+            "n": n,
+            "skipped": f"one multiply took {first:.3g} s: {min_iters} would overrun the "
+            f"{budget:g} s budget",
+            "first_s": first,
+        }
+    while warmup < limits["warmup"] and spent < budget / 4:
+        spent += timer(multiply)
+        warmup += 1
+    times: list[float] = []
+    deadline = time.perf_counter() + budget
+    while len(times) < limits["max_iters"] and (
+        len(times) < min_iters or time.perf_counter() < deadline
+    ):
+        times.append(timer(multiply))
+    flops = 2.0 * n**3
+    best, median = min(times), statistics.median(times)
+    return {
+        "n": n,
+        "iterations": len(times),
+        "warmup_iterations": warmup,
+        "best_s": best,
+        "median_s": median,
+        "best_tflops": flops / best / 1e12 if best > 0 else None,
+        "median_tflops": flops / median / 1e12 if median > 0 else None,
+    }
+
+
+def _measure_dtype(torch, device, key: str, sizes: list[int], timer: _Timer, limits: dict):
+    entry: dict[str, Any] = {"dtype": DTYPES[key], "ok": False, "sizes": []}
+    if key == "tf32":
+        entry["dtype"] = "float32 (TF32 math)"
+        if device.type != "cuda":
+            entry["skipped"] = "TF32 is an NVIDIA GPU math mode; this device has none"
+            return entry
+        cc = torch.cuda.get_device_capability(device)
+        if tuple(cc) < (8, 0):
+            entry["skipped"] = f"TF32 needs compute capability >= 8.0; this GPU is {cc[0]}.{cc[1]}"
+            return entry
+    if device.type == "cuda" and key in ("fp32", "tf32"):
+        entry["matmul_precision"] = _set_tf32(torch, key == "tf32")
+    dtype = getattr(torch, DTYPES[key])
+    for n in sizes:
+        try:
+            result = _time_size(torch, device, dtype, n, timer, limits)
+        except Exception as error:  # unsupported dtype, out of memory, ...: this dtype's answer
+            entry["sizes"].append({"n": n, "error": _one_line(error)})
+            entry.setdefault("error", _one_line(error))
+            break
+        entry["sizes"].append(result)
+        if "skipped" in result:
+            break  # larger sizes take 8x longer per doubling
+    timed = [r for r in entry["sizes"] if r.get("best_tflops")]
+    if timed:
+        entry["ok"] = True
+        entry.pop("error", None)
+        entry["best_tflops"] = max(r["best_tflops"] for r in timed)
+        entry["median_tflops"] = max(r["median_tflops"] for r in timed)
+    elif "error" not in entry:
+        entry["skipped"] = entry["sizes"][0]["skipped"] if entry["sizes"] else "no size given"
+    return entry
+
+
+def measure(device_text: str, sizes: list[int] | None, keys: list[str], limits: dict) -> dict:
+    import torch
+
+    device = torch.device(device_text)
+    info: dict[str, Any] = {
+        "ok": True,
+        "device": device_text,
+        "torch_version": torch.__version__,
+        "threads": torch.get_num_threads(),
+    }
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            return {
+                "ok": False,
+                "error": f"torch {torch.__version__} sees no CUDA device "
+                f"(built for CUDA {torch.version.cuda})",
+            }
+        index = 0 if device.index is None else device.index
+        if index >= torch.cuda.device_count():
+            return {
+                "ok": False,
+                "error": f"torch sees {torch.cuda.device_count()} CUDA device(s), no cuda:{index}",
+            }
+        device = torch.device("cuda", index)
+        torch.cuda.set_device(device)
+        props = torch.cuda.get_device_properties(device)
+        info.update(
+            device_name=props.name,
+            compute_capability=f"{props.major}.{props.minor}",
+            uuid=str(props.uuid) if hasattr(props, "uuid") else None,
+            memory_total_bytes=int(props.total_memory),
+            cuda_version=torch.version.cuda,
+            fp16_reduced_precision_reduction=bool(
+                torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction
+            ),
+            bf16_reduced_precision_reduction=bool(
+                torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
+            ),
+        )
+    elif device.type == "mps":
+        if not torch.backends.mps.is_available():
+            return {"ok": False, "error": f"torch {torch.__version__}: MPS is not available"}
+    elif device.type != "cpu":
+        return {"ok": False, "error": f"unsupported device {device_text!r}"}
+    if sizes is None:
+        sizes = list(GPU_SIZES if device.type in ("cuda", "mps") else CPU_SIZES)
+    info["sizes"] = sizes
+    info["limits"] = dict(limits)
+    torch.manual_seed(0)
+    timer = _Timer(torch, device)
+    started = time.perf_counter()
+    info["dtypes"] = {key: _measure_dtype(torch, device, key, sizes, timer, limits) for key in keys}
+    info["seconds"] = round(time.perf_counter() - started, 2)
+    return info
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m mpbench.detect.measure_child")
+    parser.add_argument("--device", required=True)
+    parser.add_argument("--sizes", default=None, help="comma-separated n, e.g. 512,1024")
+    parser.add_argument("--dtypes", default=",".join(DTYPES))
+    parser.add_argument("--budget", type=float, default=None, help="seconds per dtype and size")
+    parser.add_argument("--max-iters", type=int, default=None)
+    parser.add_argument("--min-iters", type=int, default=None)
+    parser.add_argument("--warmup", type=int, default=None)
+    return parser
+
+
+def default_limits(device_text: str) -> dict:
+    """Per dtype and size: seconds of timed multiplies, and iteration bounds."""
+    if device_text.startswith(("cuda", "mps")):
+        return {"budget": 3.0, "max_iters": 100, "min_iters": 10, "warmup": 10}
+    return {"budget": 2.0, "max_iters": 50, "min_iters": 3, "warmup": 3}
+
+
+def main(argv: list[str]) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)  # exits 2 with argparse's usage message on bad options
+    try:
+        sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else None
+        keys = [k.strip() for k in args.dtypes.split(",") if k.strip()]
+        unknown = [k for k in keys if k not in DTYPES]
+        if unknown or not keys or (sizes is not None and any(n <= 0 for n in sizes)):
+            raise ValueError(f"--dtypes {args.dtypes!r} or --sizes {args.sizes!r}")
+    except ValueError as error:
+        parser.print_usage(sys.stderr)
+        print(f"usage error: {error}", file=sys.stderr)
+        return 2
+    limits = default_limits(args.device)
+    for name in ("budget", "max_iters", "min_iters", "warmup"):
+        if getattr(args, name) is not None:
+            limits[name] = getattr(args, name)
+    try:
+        result = measure(args.device, sizes, keys, limits)
+    except BaseException as error:  # a failed import or a crashed device is the answer
+        result = {"ok": False, "error": _one_line(error)}
+    sys.stdout.flush()
+    print(MARKER + json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
