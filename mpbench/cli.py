@@ -45,16 +45,34 @@ def detect(
     probe: bool = typer.Option(
         False, "--probe", help="Also import each installed framework in a child process."
     ),
+    measure: bool = typer.Option(
+        False,
+        "--measure",
+        help="Also measure matmul TFLOP/s per dtype with torch (a child process; cached).",
+    ),
+    device: str = typer.Option(
+        "auto", "--device", help="What --measure measures: auto, cpu, cuda, cuda:N, mps."
+    ),
 ) -> None:
     """Report the hardware, what each precision policy does on it, and a recommendation."""
     from mpbench.detect import collect
+    from mpbench.detect.measure import attach_measurement, resolve_measure_device
     from mpbench.detect.render import print_report, report_json
 
     report = collect(probe=probe)
+    if measure:
+        chosen = resolve_measure_device(device, report)  # InvalidInput (exit 2) if bad
+        if not as_json:
+            print(f"Measuring matmul TFLOP/s on {chosen} (about a minute) ...", file=sys.stderr)
+        attach_measurement(report, chosen)
+    elif device != "auto":
+        raise InvalidInput("--device only applies with --measure")
     if as_json:
         typer.echo(report_json(report))
     else:
         print_report(report)
+    if measure and not (report.measured or {}).get("ok"):
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -100,7 +118,13 @@ def run(
     ),
     batch_size: int | None = typer.Option(None, "--batch-size", min=1, help="Samples per step."),
     units: int | None = typer.Option(None, "--units", min=1, help="Dense width (mnist_dense)."),
-    repeat: int | None = typer.Option(None, "--repeat", min=1, help="Runs of each cell."),
+    repeat: int | None = typer.Option(
+        None,
+        "--repeat",
+        min=1,
+        help="Runs of each cell, each its own process, interleaved across policies; "
+        "intervals come from them (3 or more for gates that mean something).",
+    ),
     seed: int | None = typer.Option(None, "--seed", help="Seed for data, weights and order."),
     data_mode: str | None = typer.Option(None, "--data", help="auto, real or synthetic."),
     data_dir: Path | None = typer.Option(None, "--data-dir", help="Look for datasets here first."),
@@ -110,6 +134,14 @@ def run(
         None, "--out", "-o", help="Run directory (default: results/<run-id>)."
     ),
     timeout: float | None = typer.Option(None, "--timeout", min=1, help="Seconds per cell."),
+    threads: int | None = typer.Option(
+        None, "--threads", min=1, help="Intra/inter-op threads per cell (default: the cores)."
+    ),
+    measure_peak: bool = typer.Option(
+        False,
+        "--measure-peak",
+        help="Measure the device's matmul peak (detect --measure) if not cached, for mfu_measured.",
+    ),
     resume: bool = typer.Option(False, "--resume", help="Skip cells already done in --out."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show framework logs."),
 ) -> None:
@@ -135,6 +167,8 @@ def run(
         jit=jit,
         out=out,
         timeout=timeout,
+        threads=threads,
+        measure_peak=measure_peak,
         resume=resume,
         verbose=verbose,
         command_line=" ".join(["mpbench", *sys.argv[1:]]),
@@ -174,6 +208,12 @@ def compare(
     allow_different_hardware: bool = typer.Option(
         False, "--allow-different-hardware", help="Compare to a baseline from another machine."
     ),
+    require_conclusive: bool = typer.Option(
+        False,
+        "--require-conclusive",
+        help="Fail a gate whose 95 % interval straddles its limit (inconclusive), not only "
+        "one whose whole interval is past it.",
+    ),
     output_format: str = typer.Option(
         "table", "--format", help="table, markdown, json, csv or benchmark-action."
     ),
@@ -198,6 +238,7 @@ def compare(
         min_speedup=parse_min_speedup(min_speedup),
         max_accuracy_delta_pp=parse_points("--max-accuracy-delta", max_accuracy_delta),
         allow_different_hardware=allow_different_hardware,
+        require_conclusive=require_conclusive,
         format=output_format,
         output=output,
         plot=plot,

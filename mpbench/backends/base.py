@@ -7,13 +7,14 @@ Both frameworks implement one function, `run_cell(spec, progress) -> Measurement
 from __future__ import annotations
 
 import math
+import os
 import resource
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from mpbench.results.schema import DeviceInfo, LossScaleStats, MemoryStats
+from mpbench.results.schema import DeviceInfo, EndToEndStats, LossScaleStats, MemoryStats
 
 # progress(step, total_steps): called after every training step.
 Progress = Callable[[int, int], None]
@@ -44,6 +45,9 @@ class CellSpec:
     loop: str = "fit"  # TensorFlow only: fit | custom
     jit: bool = False  # TensorFlow only: XLA jit_compile
     verbose: bool = False
+    # Thread pools, pinned by the runner and identical for every policy of a run.
+    intra_op_threads: int | None = None
+    inter_op_threads: int | None = None
 
     def config(self) -> dict[str, Any]:
         """The effective configuration stored in the record (what makes two cells comparable)."""
@@ -83,6 +87,8 @@ class Measurements:
     # Settings the backend determined itself (e.g. hyper-parameters read back, TF loop/XLA);
     # the runner already records the requested config from the spec.
     extra_config: dict[str, Any] = field(default_factory=dict)
+    end_to_end: EndToEndStats | None = None
+    threads: dict[str, Any] = field(default_factory=dict)  # as the framework reports them
 
 
 class Diverged(Exception):
@@ -138,6 +144,36 @@ def cpu_device_info() -> DeviceInfo:
     present = cpu.present_flags() or frozenset()
     found = [flag for flag in _PRECISION_FLAGS if flag in present]
     return DeviceInfo(kind="cpu", name=cpu.model, capability=",".join(found) or None)
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    """The end-to-end window: `epochs` passes of `steps_per_epoch` steps each."""
+
+    epochs: int
+    steps_per_epoch: int
+
+    @property
+    def total_steps(self) -> int:
+        return self.epochs * self.steps_per_epoch
+
+
+def end_to_end_window(plan: StepPlan) -> WindowPlan:
+    """About as many steps as were timed one by one: whole epochs when that is an epoch or
+    more, else a window of that many steps (the first batches of a shuffled epoch)."""
+    timed = plan.total_steps - plan.warmup_steps
+    if timed < plan.steps_per_epoch:
+        return WindowPlan(1, timed)
+    return WindowPlan(math.ceil(timed / plan.steps_per_epoch), plan.steps_per_epoch)
+
+
+def thread_settings(spec: CellSpec) -> dict[str, Any]:
+    """What the runner pinned, plus OMP_NUM_THREADS as this process sees it."""
+    return {
+        "intra_op": spec.intra_op_threads,
+        "inter_op": spec.inter_op_threads,
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+    }
 
 
 def peak_rss_bytes() -> int:

@@ -100,6 +100,7 @@ def run_matrix(options: RunOptions) -> int:
     device, traits, cells = expand(config, report, run_id)
     kind, _, index = device.partition(":")
     fingerprint = report.hardware_fingerprint(kind, int(index) if index else None)
+    measured_peaks = _measured_peaks(device, fingerprint, options.measure_peak, console)
     if not done:
         write_environment(run_dir, environment(options, config, report, device))
 
@@ -107,6 +108,11 @@ def run_matrix(options: RunOptions) -> int:
         f"mpbench run [bold]{run_id}[/bold]: {len(cells)} cells on {device} ({traits.name}); "
         f"data: {config.data}; results: {run_dir}"
     )
+    if config.device == "auto" and device == "cpu" and report.nvml_blind:
+        console.print(
+            "[yellow]warning:[/yellow] /dev/nvidia* exists but NVML lists no GPU, so `auto` "
+            "chose the CPU; pass --device cuda to try the GPU (mpbench detect says more)"
+        )
     records = list(done.values())
     interrupted = False
     with Reporter(console, len(cells)) as reporter:
@@ -116,7 +122,7 @@ def run_matrix(options: RunOptions) -> int:
                     reporter.cell_resumed(cell.spec.cell_id)
                     continue
                 record, warnings = _run_cell(
-                    cell, config, run_dir, reporter, traits, fingerprint, options
+                    cell, config, run_dir, reporter, traits, fingerprint, options, measured_peaks
                 )
                 append_record(run_dir, record)
                 records.append(record)
@@ -146,6 +152,7 @@ def _run_cell(
     traits: Any,
     fingerprint: str,
     options: RunOptions,
+    measured_peaks: dict[str, float],
 ) -> tuple[CellRecord, list[str]]:
     spec = cell.spec
     spec.verbose = options.verbose
@@ -155,8 +162,27 @@ def _run_cell(
         reporter.cell_started(spec.cell_id)
         log_path = run_dir / "logs" / (spec.cell_id.replace("/", "__") + ".log")
         outcome = run_in_child(spec, config.timeout, log_path, reporter.step, options.verbose)
-    record = build_record(spec, outcome, traits, fingerprint, package_version(spec.framework))
+    version = package_version(spec.framework)
+    record = build_record(spec, outcome, traits, fingerprint, version, measured_peaks)
     return record, outcome.warnings
+
+
+PEAK_KEYS = ("fp32", "tf32", "fp16", "bf16")
+
+
+def _measured_peaks(
+    device: str, fingerprint: str, measure: bool, console: Console
+) -> dict[str, float]:
+    """The device's measured matmul peaks (TFLOP/s per policy peak key) from detect's cache;
+    with --measure-peak, measured first when the cache has none for this hardware."""
+    from mpbench.detect.measure import cached_peak, measure_and_cache
+
+    peaks = {key: cached_peak(fingerprint, key) for key in PEAK_KEYS}
+    if measure and not any(peaks.values()):
+        console.print(f"Measuring the matmul peak of {device} (detect --measure) ...")
+        measure_and_cache(device, fingerprint)
+        peaks = {key: cached_peak(fingerprint, key) for key in PEAK_KEYS}
+    return {key: value for key, value in peaks.items() if value}
 
 
 def _print_summary(console: Console, records: list[CellRecord]) -> None:

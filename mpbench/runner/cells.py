@@ -7,9 +7,11 @@ support) are kept as cells with a skip reason, so the results say why they are m
 from __future__ import annotations
 
 import importlib.util
+import os
 import platform
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from mpbench.backends import FRAMEWORKS, INSTALL_HINTS
 from mpbench.backends.base import CellSpec
@@ -70,26 +72,67 @@ def resolve_policies(names: list[str], traits: DeviceTraits) -> list[Policy]:
     return list(dict.fromkeys(chosen))
 
 
+DEVICE_CHOICES = ["auto", "cpu", "cuda", "cuda:N", "mps"]
+ROCM_DEVICE_FILE = Path("/dev/kfd")  # ROCm builds of torch name AMD GPUs "cuda" too
+
+
+def apple_silicon() -> bool:
+    return sys.platform == "darwin" and platform.machine() == "arm64"
+
+
 def resolve_device(requested: str, report) -> tuple[str, DeviceTraits]:
-    """`auto` → the first NVIDIA GPU, else Apple MPS, else the CPU; plus its traits."""
+    """`auto` → the first NVIDIA GPU, else Apple MPS, else the CPU; plus its traits.
+
+    A device that is certainly not here is invalid input (exit 2) rather than a run of
+    skipped cells: MPS off Apple Silicon, cuda:N beyond the GPUs CUDA would number, CUDA on a
+    machine with neither NVML GPUs nor NVIDIA/ROCm device files. Where the GPUs may be there
+    but detect cannot see them (a container without libnvidia-ml), the framework decides in
+    the cell."""
     if requested == "auto":
-        if report.device_traits("cuda", 0) is not None:
+        if report.gpus and report.device_traits("cuda", 0) is not None:
             requested = "cuda:0"
-        elif sys.platform == "darwin" and platform.machine() == "arm64":
+        elif apple_silicon():
             requested = "mps"
         else:
             requested = "cpu"
     kind, _, index_text = requested.partition(":")
     if kind not in ("cpu", "cuda", "mps") or (index_text and not index_text.isdigit()):
-        raise unknown_choice("device", requested, ["auto", "cpu", "cuda", "cuda:N", "mps"])
-    if kind == "cpu" and index_text:
-        raise unknown_choice("device", requested, ["auto", "cpu", "cuda", "cuda:N", "mps"])
+        raise unknown_choice("device", requested, DEVICE_CHOICES)
+    if kind in ("cpu", "mps") and index_text:
+        raise unknown_choice("device", requested, DEVICE_CHOICES)
     index = int(index_text) if index_text else (0 if kind == "cuda" else None)
+    if kind == "mps" and not apple_silicon():
+        raise InvalidInput(
+            f"--device mps: Apple's Metal (MPS) backend exists only on Apple Silicon Macs; "
+            f"this machine is {platform.system()} {platform.machine()}"
+        )
+    if kind == "cuda":
+        _check_cuda_index(index, report)
     traits = report.device_traits(kind, index)
     if traits is None:
         # Not seen by detect (no NVML in a container, say): the framework decides in the cell.
         traits = DeviceTraits(kind=kind, name=f"{kind} (not detected)")
     return (f"cuda:{index}" if kind == "cuda" else kind), traits
+
+
+def _check_cuda_index(index: int, report) -> None:
+    if report.gpus:
+        mapping = report.cuda_mapping()
+        if mapping.known and mapping.get(index) is None:
+            count = len(mapping.gpus)
+            seen = f"cuda:0 to cuda:{count - 1}" if count > 1 else "cuda:0"
+            raise InvalidInput(
+                f"--device cuda:{index}: CUDA numbers {count} GPU(s) here ({seen})"
+                if count
+                else f"--device cuda:{index}: CUDA_VISIBLE_DEVICES hides every GPU"
+            )
+        return
+    if report.nvidia_device_files_present or ROCM_DEVICE_FILE.exists():
+        return  # GPUs may be there although NVML cannot read them: the cell will tell
+    raise InvalidInput(
+        f"--device cuda:{index}: no GPU here (NVML lists none, and there is no /dev/nvidia* "
+        "or /dev/kfd); use --device cpu, or auto"
+    )
 
 
 def expand(config: RunConfig, report, run_id: str) -> tuple[str, DeviceTraits, list[Cell]]:
@@ -98,6 +141,7 @@ def expand(config: RunConfig, report, run_id: str) -> tuple[str, DeviceTraits, l
     workloads = [get_workload(name) for name in config.workload_names]
     policies = resolve_policies(config.policies, traits)
     cells: list[Cell] = []
+    threads = config.threads or available_cores()
     for framework in frameworks:
         missing = None if installed(framework) else INSTALL_HINTS[framework]
         for workload in workloads:
@@ -105,9 +149,10 @@ def expand(config: RunConfig, report, run_id: str) -> tuple[str, DeviceTraits, l
             units = settings.units
             if units is None:
                 units = workload.default_units(traits.kind)
-            for policy in policies:
-                rating = rate(policy, traits)
-                for repeat in range(config.repeat):
+            # Repeats in rounds (float32 r0, bf16 r0, float32 r1, bf16 r1, ...): slow drift of
+            # the machine then hits every policy alike instead of one policy's whole series.
+            for repeat in range(config.repeat):
+                for policy in policies:
                     spec = CellSpec(
                         run_id=run_id,
                         cell_id=f"{framework}/{workload.name}/{policy.name}/r{repeat}",
@@ -121,7 +166,8 @@ def expand(config: RunConfig, report, run_id: str) -> tuple[str, DeviceTraits, l
                         max_steps=settings.max_steps,
                         warmup_steps=settings.warmup_steps,
                         units=units,
-                        seed=config.seed,
+                        # Each repeat its own seed, so accuracy deltas get a spread too.
+                        seed=config.seed + repeat,
                         data=config.data,
                         data_dir=config.data_dir,
                         allow_download=config.allow_download,
@@ -129,11 +175,28 @@ def expand(config: RunConfig, report, run_id: str) -> tuple[str, DeviceTraits, l
                         synthetic_test_size=settings.synthetic_test_size,
                         loop=config.loop,
                         jit=config.jit,
+                        intra_op_threads=threads,
+                        inter_op_threads=threads,
                     )
-                    reason = None
-                    if missing:
-                        reason = f"{framework} is not installed: {missing}"
-                    elif rating.rating is Rating.UNSUPPORTED:
-                        reason = f"{policy.name} is unsupported on {traits.name}: {rating.reason}"
-                    cells.append(Cell(spec, reason))
+                    cells.append(Cell(spec, _skip_reason(policy, traits, framework, missing)))
     return device, traits, cells
+
+
+def _skip_reason(
+    policy: Policy, traits: DeviceTraits, framework: str, missing: str | None
+) -> str | None:
+    if missing:
+        return f"{framework} is not installed: {missing}"
+    rating = rate(policy, traits)
+    if rating.rating is Rating.UNSUPPORTED:
+        return f"{policy.name} is unsupported on {traits.name}: {rating.reason}"
+    return None
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity, which containers and taskset
+    narrow), the default size of every cell's thread pools."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS has no sched_getaffinity
+        return os.cpu_count() or 1

@@ -38,6 +38,7 @@ _RUN_KEYS = {
     "warmup_steps": int,
     "out_dir": str,
     "allow_download": bool,
+    "threads": int,
 }
 _WORKLOAD_KEYS = {
     "batch_size": int,
@@ -73,6 +74,8 @@ class RunOptions:
     jit: str | None = None
     out: Path | None = None
     timeout: float | None = None
+    threads: int | None = None
+    measure_peak: bool = False
     resume: bool = False
     verbose: bool = False
     command_line: str = ""
@@ -108,6 +111,7 @@ class RunConfig:
     loop: str
     jit: bool
     out_dir: Path
+    threads: int | None = None  # intra- and inter-op threads per cell; None: the cores available
 
 
 def default_config_path() -> Path | None:
@@ -207,6 +211,9 @@ def build_config(options: RunOptions) -> RunConfig:
             synthetic_test_size=table.get("synthetic_test_size"),
         )
 
+    for key in ("repeat", "threads"):
+        if run.get(key) == 0:
+            raise InvalidInput(f"config {path}: [run] {key} must be at least 1")
     data = _choice("--data mode", options.data or run.get("data", "auto"), DATA_MODES)
     loop = _choice("--loop", options.loop or tensorflow.get("loop", "fit"), LOOPS)
     data_dir = options.data_dir or run.get("data_dir")
@@ -228,4 +235,5 @@ def build_config(options: RunOptions) -> RunConfig:
         loop=loop,
         jit=_jit(options.jit if options.jit is not None else tensorflow.get("jit", False)),
         out_dir=Path(run.get("out_dir", "results")),
+        threads=options.threads or run.get("threads") or None,
     )

@@ -60,6 +60,22 @@ def _kill_group(process: subprocess.Popen) -> None:
     process.wait()
 
 
+def cell_environment(spec: CellSpec, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The cell process's environment: the user's, plus what makes cells comparable.
+
+    - OMP_NUM_THREADS = the run's intra-op thread count (unless the user set it), so OpenMP
+      pools inside the frameworks match the pinned thread count of every policy.
+    - CUDA_DEVICE_ORDER=PCI_BUS_ID (unless the user set it): CUDA then numbers GPUs as NVML
+      does, so cuda:N is the GPU `detect` rated and fingerprinted (CUDA's default order is
+      fastest first; NVML's is PCI bus order; desk review defect 4).
+    """
+    env = dict(os.environ if base is None else base)
+    if spec.intra_op_threads:
+        env.setdefault("OMP_NUM_THREADS", str(spec.intra_op_threads))
+    env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    return env
+
+
 def run_in_child(
     spec: CellSpec,
     timeout_s: float,
@@ -82,6 +98,7 @@ def run_in_child(
             stdout=log,
             stderr=subprocess.STDOUT if log else None,
             start_new_session=True,
+            env=cell_environment(spec),
         )
         os.close(write_fd)
         outcome = _collect(process, read_fd, started + timeout_s, on_step)

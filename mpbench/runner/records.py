@@ -12,6 +12,7 @@ from mpbench.results import (
     CellRecord,
     DataInfo,
     DeviceInfo,
+    EndToEndStats,
     LossScaleStats,
     MemoryStats,
     Status,
@@ -40,7 +41,10 @@ def build_record(
     traits: DeviceTraits,
     fingerprint: str,
     framework_version: str | None,
+    measured_peaks: dict[str, float] | None = None,
 ) -> CellRecord:
+    """`measured_peaks`: the device's measured matmul peak TFLOP/s per policy peak key
+    ("fp32", "bf16", ...), from `detect --measure`'s cache; None when not measured."""
     workload = get_workload(spec.workload)
     flops = workload.flops_per_step(spec.batch_size, spec.units)
     config = spec.config()
@@ -69,11 +73,13 @@ def build_record(
         wall_s=round(outcome.wall_s, 3),
     )
     if outcome.measurements is not None:
-        _fill_measurements(record, outcome.measurements)
+        _fill_measurements(record, outcome.measurements, measured_peaks or {})
     return record
 
 
-def _fill_measurements(record: CellRecord, raw: dict[str, Any]) -> None:
+def _fill_measurements(
+    record: CellRecord, raw: dict[str, Any], measured_peaks: dict[str, float]
+) -> None:
     warmup = raw["warmup_steps"]
     stats = StepTimeStats.from_samples(raw["step_times_s"][warmup:], warmup)
     record.framework_version = raw["framework_version"]
@@ -86,9 +92,14 @@ def _fill_measurements(record: CellRecord, raw: dict[str, Any]) -> None:
     record.accuracy = AccuracyStats(raw["test_accuracy"], raw["test_loss"], raw["epoch_losses"])
     record.loss_scale = LossScaleStats(**raw["loss_scale"]) if raw.get("loss_scale") else None
     record.params = raw["params"]
+    record.end_to_end = EndToEndStats(**raw["end_to_end"]) if raw.get("end_to_end") else None
+    record.threads = raw.get("threads") or {}
     if stats.median_s:
         record.throughput_samples_per_s = raw["samples_per_step"] / stats.median_s
         record.achieved_tflops = record.flops_per_step / stats.median_s / 1e12
         record.peak_tflops = _peak_tflops(record.device, record.policy)
         if record.peak_tflops:
             record.mfu = record.achieved_tflops / record.peak_tflops
+        record.measured_peak_tflops = measured_peaks.get(resolve(record.policy).peak_key)
+        if record.measured_peak_tflops:
+            record.mfu_measured = record.achieved_tflops / record.measured_peak_tflops

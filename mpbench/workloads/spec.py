@@ -77,15 +77,18 @@ class Workload:
             Dense(self.num_classes, activation=None),
         ]
 
-    def _walk(self, units: int | None) -> tuple[int, float]:
-        """(trainable parameters, forward FLOPs per sample), counting a multiply-add as 2."""
+    def _walk(self, units: int | None) -> tuple[int, float, float]:
+        """(trainable parameters, forward FLOPs per sample, forward FLOPs of the first
+        weighted layer per sample), counting a multiply-add as 2."""
         shape = self.input_shape
         params, flops = 0, 0.0
+        first: float | None = None
         for layer in self.layers(units):
             if isinstance(layer, Dense):
                 fan_in = shape[-1]
                 params += fan_in * layer.units + layer.units
                 flops += 2.0 * fan_in * layer.units
+                first = flops if first is None else first
                 shape = (layer.units,)
             elif isinstance(layer, Conv):
                 height, width, channels = shape
@@ -93,6 +96,7 @@ class Workload:
                 per_output = layer.kernel * layer.kernel * channels
                 params += per_output * layer.filters + layer.filters
                 flops += 2.0 * per_output * layer.filters * out_h * out_w
+                first = flops if first is None else first
                 shape = (out_h, out_w, layer.filters)
             elif isinstance(layer, MaxPool):
                 height, width, channels = shape
@@ -102,15 +106,22 @@ class Workload:
                 for dim in shape:
                     total *= dim
                 shape = (total,)
-        return params, flops
+        return params, flops, first or 0.0
 
     def param_count(self, units: int | None = None) -> int:
         return self._walk(units)[0]
 
+    def forward_flops(self, batch_size: int, units: int | None = None) -> float:
+        return self._walk(units)[1] * batch_size
+
     def flops_per_step(self, batch_size: int, units: int | None = None) -> float:
-        """Training FLOPs per step: forward + backward ≈ 3 × forward (pooling, activations
-        and the optimizer update are negligible next to the matmuls and convolutions)."""
-        return 3.0 * self._walk(units)[1] * batch_size
+        """Training FLOPs per step, exactly as torch's FlopCounterMode counts them: forward
+        (1×) + weight gradients (1×) + input gradients (1×) of every matmul and convolution,
+        except the first layer's input gradient, which nothing needs (the data requires no
+        grad): 3 × forward − forward of the first layer. Pooling, activations and the
+        optimizer update are left out, as the counter leaves them out."""
+        _, forward, first = self._walk(units)
+        return (3.0 * forward - first) * batch_size
 
 
 MNIST_DENSE = Workload(

@@ -241,7 +241,29 @@ def test_cell_trains_and_reports(tf_cells: dict[str, Any], loop: str, policy: st
     assert m["warmup_steps"] == 2
     assert all(t > 0 for t in m["step_times_s"])
     assert m["samples_per_step"] == BATCH
-    assert result["progress"] == [[step, total] for step in range(1, total + 1)]
+    # The end-to-end window: whole epochs, about as many steps as were timed one by one.
+    e2e = m["end_to_end"]
+    timed = total - 2
+    assert e2e["steps"] == -(-timed // STEPS_PER_EPOCH) * STEPS_PER_EPOCH
+    assert e2e["seconds"] > 0
+    assert e2e["samples_per_s"] == pytest.approx(e2e["steps"] * BATCH / e2e["seconds"])
+    if loop == "fit":  # what a Keras user passes: arrays and a batch size, shuffled
+        assert e2e["input_pipeline"].startswith("NumPy arrays passed to fit(x, y, batch_size=64")
+    else:
+        assert "custom tf.function step" in e2e["input_pipeline"]
+    grand_total = total + e2e["steps"]
+    assert result["progress"][:total] == [[step, grand_total] for step in range(1, total + 1)]
+    assert result["progress"][-1] == [grand_total, grand_total]
+    # Training memory: this process's RSS sampled while the synced steps ran (a CPU).
+    memory = m["memory"]
+    assert memory["training_source"] == "process RSS sampled"
+    assert memory["samples"] >= 2
+    assert memory["training_peak_bytes"] >= memory["training_start_bytes"] > 0
+    assert (
+        memory["training_bytes"] == memory["training_peak_bytes"] - memory["training_start_bytes"]
+    )
+    assert memory["dataset_device_bytes"] == TRAIN * 784 * 4 + TRAIN * 8  # float32 x, int64 y
+    assert m["threads"]["intra_op"] is not None
     assert result["warnings"] == []
     assert m["test_accuracy"] > 0.5  # 10 balanced classes: chance is 0.1
     assert 0 < m["test_loss"] < m["epoch_losses"][0]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from mpbench.detect.cuda_order import CudaMapping
 from mpbench.errors import InvalidInput
 from mpbench.policies import DeviceTraits
 from mpbench.runner import cells as cells_module
@@ -18,12 +19,22 @@ QUICK = Path(__file__).resolve().parents[2] / "configs" / "quick.toml"
 
 
 class Report:
-    """Stands in for a DetectReport: only the look-up the runner uses."""
+    """Stands in for a DetectReport: the look-ups the runner uses, with the NVIDIA GPUs in
+    CUDA's order (real reports map CUDA indexes to NVML's; tests/detect covers that)."""
 
-    def __init__(self, *devices: DeviceTraits) -> None:
+    def __init__(self, *devices: DeviceTraits, device_files: bool = False) -> None:
         self.devices = devices
+        self.gpus = [d for d in devices if d.kind == "cuda"]
+        self.nvidia_device_files_present = device_files
+        self.nvml_blind = device_files and not self.gpus
+
+    def cuda_mapping(self) -> CudaMapping:
+        return CudaMapping(tuple(self.gpus))
 
     def device_traits(self, kind: str, index: int | None = None) -> DeviceTraits | None:
+        if kind == "cuda":
+            mapped = self.cuda_mapping().get(index or 0)
+            return mapped
         return next((d for d in self.devices if d.kind == kind), None)
 
 
@@ -78,10 +89,24 @@ def test_units_default_to_the_device_kind_unless_given(monkeypatch):
     assert on_cpu[0].spec.units == 64 and on_gpu[0].spec.units == 4096
 
 
-def test_repeats_share_the_seed_and_differ_in_cell_id():
-    _, cells = cells_for(Report(EPYC), policies=["fp32"], repeat=3)
-    assert [c.spec.cell_id for c in cells] == [f"torch/mnist_dense/float32/r{i}" for i in range(3)]
-    assert len({c.spec.seed for c in cells}) == 1
+def test_repeats_run_in_rounds_across_policies_each_with_its_own_seed():
+    _, cells = cells_for(Report(EPYC), policies=["fp32", "bf16", "fp16"], repeat=3, seed=7)
+    ids = [c.spec.cell_id for c in cells]
+    rounds = [
+        f"torch/mnist_dense/{policy}/r{i}"
+        for i in range(3)
+        for policy in ("float32", "mixed_bfloat16", "mixed_float16")
+    ]
+    assert ids == rounds  # float32 r0, bf16 r0, fp16 r0, float32 r1, ...
+    assert [c.spec.seed for c in cells] == [7 + c.spec.repeat for c in cells]
+
+
+def test_every_cell_of_a_run_gets_the_same_pinned_threads(monkeypatch):
+    monkeypatch.setattr(cells_module, "available_cores", lambda: 5)
+    _, cells = cells_for(Report(EPYC), policies=["fp32", "bf16"], repeat=2)
+    assert {(c.spec.intra_op_threads, c.spec.inter_op_threads) for c in cells} == {(5, 5)}
+    _, cells = cells_for(Report(EPYC), policies=["fp32", "bf16"], threads=3)
+    assert {(c.spec.intra_op_threads, c.spec.inter_op_threads) for c in cells} == {(3, 3)}
 
 
 def test_a_missing_framework_is_a_skipped_cell_with_the_install_hint(monkeypatch):
@@ -100,6 +125,32 @@ def test_no_framework_at_all_is_invalid_input(monkeypatch):
 def test_unknown_devices_name_the_choices(device):
     with pytest.raises(InvalidInput, match="auto, cpu, cuda, cuda:N, mps"):
         resolve_device(device, Report(EPYC))
+
+
+def test_a_gpu_index_beyond_those_cuda_numbers_is_invalid_input():
+    assert resolve_device("cuda:1", Report(EPYC, A100, T4))[1] is T4
+    with pytest.raises(InvalidInput, match=r"cuda:2: CUDA numbers 2 GPU\(s\) here"):
+        resolve_device("cuda:2", Report(EPYC, A100, T4))
+
+
+def test_cuda_without_any_gpu_is_invalid_input(monkeypatch, tmp_path):
+    monkeypatch.setattr(cells_module, "ROCM_DEVICE_FILE", tmp_path / "kfd")
+    with pytest.raises(InvalidInput, match="no GPU here"):
+        resolve_device("cuda", Report(EPYC))
+    # Device files but no NVML (a container without libnvidia-ml): the cell decides.
+    device, traits = resolve_device("cuda", Report(EPYC, device_files=True))
+    assert device == "cuda:0" and traits.name == "cuda (not detected)"
+    (tmp_path / "kfd").touch()  # ROCm: torch calls AMD GPUs "cuda" too
+    assert resolve_device("cuda:1", Report(EPYC))[0] == "cuda:1"
+
+
+def test_mps_off_apple_silicon_is_invalid_input(monkeypatch):
+    monkeypatch.setattr(cells_module, "apple_silicon", lambda: False)
+    with pytest.raises(InvalidInput, match="only on Apple Silicon"):
+        resolve_device("mps", Report(EPYC))
+    monkeypatch.setattr(cells_module, "apple_silicon", lambda: True)
+    assert resolve_device("mps", Report(EPYC))[0] == "mps"
+    assert resolve_device("auto", Report(EPYC))[0] == "mps"
 
 
 def test_the_cli_and_runner_start_without_frameworks_or_pandas():

@@ -237,6 +237,10 @@ def cell_processes_marked(mark: str) -> list:
         (["--framework", "jax"], "unknown framework 'jax'; valid choices: torch, tensorflow"),
         (["--device", "tpu"], "unknown device 'tpu'"),
         (["--data", "imagenet"], "valid choices: auto, real, synthetic"),
+        # This machine has no GPU and no NVIDIA or ROCm device files, and is not a Mac.
+        (["--device", "cuda"], "--device cuda:0: no GPU here"),
+        (["--device", "cuda:3"], "--device cuda:3: no GPU here"),
+        (["--device", "mps"], "--device mps: Apple's Metal (MPS) backend exists only on Apple"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):

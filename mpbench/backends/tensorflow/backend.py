@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 from collections.abc import Callable
 
 from mpbench.backends import base
 from mpbench.backends.base import CellSpec, Measurements, Progress
 from mpbench.results.schema import MemoryStats
+from mpbench.telemetry.memory import fill as fill_memory
 from mpbench.workloads import get_workload
 
 LOOPS = ("fit", "custom")
@@ -37,6 +39,8 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
 
     from mpbench.backends.tensorflow import device, loops, models, precision
 
+    threads = base.thread_settings(spec)
+    threads.update(device.pin_threads(tf, spec.intra_op_threads, spec.inter_op_threads))
     workload = get_workload(spec.workload)
     placement = device.resolve(tf, spec.device)
     precision.apply_policy(spec.policy, placement)
@@ -44,6 +48,8 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
     plan = base.plan_steps(
         len(data.x_train), spec.batch_size, spec.epochs, spec.max_steps, spec.warmup_steps
     )
+    window = base.end_to_end_window(plan)
+    total = plan.total_steps + window.total_steps
 
     with tf.device(placement.tf_device):
         keras.utils.set_random_seed(spec.seed)
@@ -58,26 +64,61 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
                 f"loss scaling is {'on' if state['loss_scaling'] else 'off'} "
                 f"under {spec.policy}: the policy was not applied as intended"
             )
+        # TensorFlow autotunes cuDNN convolutions unless this is set to false.
+        state["cudnn_autotune"] = os.environ.get("TF_CUDNN_USE_AUTOTUNE", "1") not in ("0", "false")
 
         batches = loops.training_batches(
             data.x_train, data.y_train, plan, spec.batch_size, placement
         )
-        device.reset_peak_memory(tf, placement)
+        meter = device.memory_meter(tf, placement)
         if spec.loop == "fit":
-            trained = loops.train_with_fit(model, batches, plan, progress)
+            trained = loops.train_with_fit(model, batches, plan, progress, total)
         else:
-            trained = loops.train_with_custom_loop(model, batches, plan, progress, jit_compile)
+            train_step = loops.custom_train_step(model, jit_compile)
+            iterator = iter(batches)
+            trained = loops.train_with_custom_loop(train_step, iterator, plan, progress, total)
+        training_memory = meter.stop()
         device_peak = device.peak_memory_bytes(tf, placement)
         if trained.steps_run != plan.total_steps:
             raise RuntimeError(f"trained {trained.steps_run} steps, planned {plan.total_steps}")
 
+        if spec.loop == "fit":
+            end_to_end, e2e_trained = loops.end_to_end_fit(
+                model,
+                data.x_train,
+                data.y_train,
+                spec.batch_size,
+                window,
+                progress,
+                plan.total_steps,
+                total,
+            )
+        else:
+            end_to_end, e2e_trained = loops.end_to_end_custom(
+                train_step,
+                iterator,
+                window.total_steps,
+                spec.batch_size,
+                progress,
+                plan.total_steps,
+                total,
+            )
+        steps_trained = trained.steps_run + e2e_trained
+
         accuracy, test_loss = loops.evaluate(model, data.x_test, data.y_test, spec.batch_size)
         if not math.isfinite(test_loss):
-            raise base.Diverged(f"test loss is {test_loss} after {trained.steps_run} steps")
+            raise base.Diverged(f"test loss is {test_loss} after {steps_trained} steps")
         loss_scale = None
         if state["loss_scaling"]:
-            loss_scale = loops.loss_scale_stats(model.optimizer, trained.steps_run)
+            loss_scale = loops.loss_scale_stats(model.optimizer, steps_trained)
 
+    memory = MemoryStats(
+        device_peak_allocated_bytes=device_peak, host_peak_rss_bytes=base.peak_rss_bytes()
+    )
+    # TensorFlow streams batches from host memory (tf.data); nothing is preloaded on the
+    # device, so the dataset's device bytes are 0 on a GPU. On a CPU the arrays are in RSS.
+    dataset_bytes = 0 if placement.is_gpu else data.x_train.nbytes + data.y_train.nbytes
+    fill_memory(memory, training_memory, dataset_bytes)
     return Measurements(
         framework_version=f"tensorflow {tf.__version__} / keras {keras.__version__}",
         device=placement.info,
@@ -89,9 +130,7 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
         test_accuracy=accuracy,
         test_loss=test_loss,
         params=int(model.count_params()),
-        memory=MemoryStats(
-            device_peak_allocated_bytes=device_peak, host_peak_rss_bytes=base.peak_rss_bytes()
-        ),
+        memory=memory,
         loss_scale=loss_scale,
         data=data.info,
         extra_config={
@@ -100,4 +139,6 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
             "input_pipeline": "pre-batched tf.data, prefetched"
             + (" to the device" if placement.is_gpu else ""),
         },
+        end_to_end=end_to_end,
+        threads=threads,
     )

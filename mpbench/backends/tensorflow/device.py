@@ -7,6 +7,7 @@ from typing import Any
 
 from mpbench.backends.base import Unsupported, cpu_device_info
 from mpbench.results.schema import DeviceInfo
+from mpbench.telemetry.memory import TrainingMemory, rss_sampler
 
 NO_GPU = "TensorFlow sees no GPU (CPU-only build?): pip install 'tensorflow[and-cuda]'"
 
@@ -36,8 +37,28 @@ def _gpu_index(device: str) -> int:
     return int(index)
 
 
+def pin_threads(tf: Any, intra_op: int | None, inter_op: int | None) -> dict[str, Any]:
+    """Set TensorFlow's thread pools before its runtime starts (afterwards the setters raise
+    RuntimeError), and report what it then uses."""
+    if intra_op:
+        tf.config.threading.set_intra_op_parallelism_threads(intra_op)
+    if inter_op:
+        tf.config.threading.set_inter_op_parallelism_threads(inter_op)
+    return {
+        "intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
+        "inter_op": tf.config.threading.get_inter_op_parallelism_threads(),
+    }
+
+
 def resolve(tf: Any, device: str) -> Placement:
-    """The TensorFlow placement for the cell's device; Unsupported where TF cannot run it."""
+    """The TensorFlow placement for the cell's device; Unsupported where TF cannot run it.
+
+    On a GPU, only the cell's GPU is made visible and its memory grows on demand: by default
+    TensorFlow maps nearly all memory of every visible GPU, so a `cuda:1` cell would starve
+    whatever else runs on the machine (desk review defect 6). Both calls must precede the
+    runtime's initialisation (tf.config.set_visible_devices and
+    tf.config.experimental.set_memory_growth raise RuntimeError afterwards), so this runs
+    before any op. The one visible GPU is then the logical device "/GPU:0"."""
     kind = device.split(":", 1)[0].lower()
     if kind == "cpu":
         return Placement("/CPU:0", cpu_device_info())
@@ -49,24 +70,50 @@ def resolve(tf: Any, device: str) -> Placement:
     index = _gpu_index(device)
     if index >= len(gpus):
         raise Unsupported(f"TensorFlow sees {len(gpus)} GPU(s); {device!r} is not one of them")
-    details = tf.config.experimental.get_device_details(gpus[index])
+    gpu = gpus[index]
+    details = tf.config.experimental.get_device_details(gpu)
     capability = details.get("compute_capability")  # absent on ROCm builds
     info = DeviceInfo(
         kind="cuda",
-        name=details.get("device_name", gpus[index].name),
+        name=details.get("device_name", gpu.name),
         capability=f"{capability[0]}.{capability[1]}" if capability else None,
         index=index,
     )
-    return Placement(f"/GPU:{index}", info, tuple(capability) if capability else None)
+    tf.config.set_visible_devices([gpu], "GPU")
+    tf.config.experimental.set_memory_growth(gpu, True)
+    logical = tf.config.list_logical_devices("GPU")
+    if len(logical) != 1:
+        raise RuntimeError(f"expected one visible GPU after restricting to {device}: {logical}")
+    # "/device:GPU:0" -> "/GPU:0"
+    name = "/" + logical[0].name.rsplit("/device:", 1)[-1]
+    return Placement(name, info, tuple(capability) if capability else None)
 
 
-def reset_peak_memory(tf: Any, placement: Placement) -> None:
+class TensorFlowAllocatorMeter:
+    """TensorFlow's allocator counters on the GPU (DESIGN §5): `current` when training starts,
+    `peak` after it, with the peak reset first (tf.config.experimental.reset_memory_stats /
+    get_memory_info, both keyed by "GPU:0")."""
+
+    def __init__(self, tf: Any, placement: Placement) -> None:
+        self._tf, self._name = tf, placement.memory_name
+        tf.config.experimental.reset_memory_stats(self._name)
+        self.start_bytes = int(tf.config.experimental.get_memory_info(self._name)["current"])
+
+    def stop(self) -> TrainingMemory:
+        peak = int(self._tf.config.experimental.get_memory_info(self._name)["peak"])
+        return TrainingMemory(self.start_bytes, peak, "tensorflow allocator")
+
+
+def memory_meter(tf: Any, placement: Placement) -> Any:
+    """Starts measuring training memory now; `.stop()` returns a TrainingMemory."""
     if placement.is_gpu:
-        tf.config.experimental.reset_memory_stats(placement.memory_name)
+        return TensorFlowAllocatorMeter(tf, placement)
+    return rss_sampler().start()
 
 
 def peak_memory_bytes(tf: Any, placement: Placement) -> int | None:
-    """Peak bytes TensorFlow's allocator held on the GPU since the last reset (None on CPU)."""
+    """Peak bytes TensorFlow's allocator held on the GPU since the last reset (None on CPU);
+    read before the end-to-end window and evaluation add their own."""
     if not placement.is_gpu:
         return None
     return int(tf.config.experimental.get_memory_info(placement.memory_name)["peak"])

@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from mpbench.backends.base import Progress, StepPlan, check_finite
+from mpbench.backends.base import Progress, StepPlan, WindowPlan, check_finite
 from mpbench.backends.tensorflow.device import Placement
-from mpbench.backends.timing import StepTimer
-from mpbench.results.schema import LossScaleStats
+from mpbench.backends.timing import StepTimer, WindowTimer
+from mpbench.results.schema import EndToEndStats, LossScaleStats
 
 
 @dataclass
@@ -49,9 +49,10 @@ class _StepTimingCallback(keras.callbacks.Callback):
     with the step's logs already converted to Python floats: the conversion waits for the
     device, so the clock is read after the step's work has finished."""
 
-    def __init__(self, plan: StepPlan, progress: Progress, result: TrainResult) -> None:
+    def __init__(self, plan: StepPlan, progress: Progress, result: TrainResult, total: int) -> None:
         super().__init__()
         self._plan, self._progress, self._result = plan, progress, result
+        self._total = total
         self._timer = StepTimer()
 
     def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
@@ -63,7 +64,7 @@ class _StepTimingCallback(keras.callbacks.Callback):
         step = self._result.steps_run = self._result.steps_run + 1
         # A non-finite step loss makes the running mean non-finite from that step on.
         check_finite(running_loss, step)
-        self._progress(step, self._plan.total_steps)
+        self._progress(step, self._total)
         if step >= self._plan.total_steps:
             self.model.stop_training = True
 
@@ -75,27 +76,21 @@ class _StepTimingCallback(keras.callbacks.Callback):
 
 
 def train_with_fit(
-    model: keras.Model, batches: tf.data.Dataset, plan: StepPlan, progress: Progress
+    model: keras.Model, batches: tf.data.Dataset, plan: StepPlan, progress: Progress, total: int
 ) -> TrainResult:
     result = TrainResult()
     model.fit(
         batches,
         epochs=plan.epochs,
         steps_per_epoch=plan.steps_per_epoch,
-        callbacks=[_StepTimingCallback(plan, progress, result)],
+        callbacks=[_StepTimingCallback(plan, progress, result, total)],
         shuffle=False,
         verbose=0,
     )
     return result
 
 
-def train_with_custom_loop(
-    model: keras.Model,
-    batches: tf.data.Dataset,
-    plan: StepPlan,
-    progress: Progress,
-    jit_compile: bool,
-) -> TrainResult:
+def custom_train_step(model: keras.Model, jit_compile: bool) -> Callable[[Iterator], tf.Tensor]:
     """A hand-written step with the Keras 3 loss-scaling API: `scale_loss` inside the tape,
     then `apply`, which (for a LossScaleOptimizer) unscales and skips non-finite steps. For
     other optimizers `scale_loss` is the identity, so one step serves every policy."""
@@ -119,8 +114,17 @@ def train_with_custom_loop(
         x, y = next(iterator)
         return train_on_batch(x, y)
 
+    return train_step
+
+
+def train_with_custom_loop(
+    train_step: Callable[[Iterator], tf.Tensor],
+    iterator: Iterator,
+    plan: StepPlan,
+    progress: Progress,
+    total: int,
+) -> TrainResult:
     result, timer = TrainResult(), StepTimer()
-    iterator = iter(batches)
     epoch_losses: list[float] = []
     for step in range(1, plan.total_steps + 1):
         timer.start()
@@ -128,12 +132,122 @@ def train_with_custom_loop(
         timer.stop()
         result.steps_run = step
         epoch_losses.append(check_finite(loss, step))
-        progress(step, plan.total_steps)
+        progress(step, total)
         if step % plan.steps_per_epoch == 0 or step == plan.total_steps:
             result.epoch_losses.append(statistics.fmean(epoch_losses))
             epoch_losses = []
     result.step_times_s = list(timer.times_s)
     return result
+
+
+# --- end-to-end windows: no per-step synchronisation (DESIGN §5) ---------------------------
+
+
+class _EpochWindow(keras.callbacks.Callback):
+    """Reads the clock when the first epoch begins and after the last one ends. Only epoch
+    hooks are overridden, so Keras runs its steps without waiting for each one; converting
+    the epoch's loss to a float waits for the device before the clock is read."""
+
+    def __init__(self, progress: Progress, done: int, steps_per_epoch: int, total: int) -> None:
+        super().__init__()
+        self._progress, self._done, self._per_epoch, self._total = (
+            progress,
+            done,
+            steps_per_epoch,
+            total,
+        )
+        self.timer = WindowTimer()
+        self.epochs = 0
+        self.last_loss = math.nan
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        if self.epochs == 0:
+            self.timer.start()
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        self.last_loss = float((logs or {})["loss"])
+        self.epochs += 1
+        self._progress(self._done + self.epochs * self._per_epoch, self._total)
+
+    def on_train_end(self, logs: dict | None = None) -> None:
+        self.timer.stop()
+
+
+def fit_pipeline(samples: int, batch_size: int) -> str:
+    return (
+        f"NumPy arrays passed to fit(x, y, batch_size={batch_size}, shuffle=True), "
+        f"trimmed to {samples} samples (whole batches); no per-step callback"
+    )
+
+
+def end_to_end_fit(
+    model: keras.Model,
+    x: np.ndarray,
+    y: np.ndarray,
+    batch_size: int,
+    window: WindowPlan,
+    progress: Progress,
+    done: int,
+    total: int,
+) -> tuple[EndToEndStats, int]:
+    """`model.fit` as a Keras user calls it — arrays, batch_size, shuffled — timed over whole
+    epochs. The arrays are trimmed to whole batches so that a partial last batch does not
+    retrace the train function inside the window; otherwise this is the guide's own call.
+    A window shorter than an epoch passes the first `window.steps_per_epoch` batches' worth
+    of samples.
+
+    Array input reaches the train function with another signature than the pre-batched
+    dataset of the synced phase, so it is traced once more: one warm-up step of the same
+    call, outside the window, keeps that tracing out (a long `fit` pays it once, in its first
+    epoch). Returns the stats and the steps trained, warm-up included."""
+    steps_per_epoch = window.steps_per_epoch
+    used = steps_per_epoch * batch_size
+    epochs = window.epochs
+    model.fit(x[:batch_size], y[:batch_size], batch_size=batch_size, epochs=1, verbose=0)
+    timing = _EpochWindow(progress, done, steps_per_epoch, total)
+    model.fit(
+        x[:used],
+        y[:used],
+        batch_size=batch_size,
+        epochs=epochs,
+        shuffle=True,
+        callbacks=[timing],
+        verbose=0,
+    )
+    seconds = timing.timer.seconds
+    assert seconds is not None
+    steps = window.total_steps
+    check_finite(timing.last_loss, done + 1 + steps)
+    stats = EndToEndStats(epochs * used / seconds, steps, seconds, fit_pipeline(used, batch_size))
+    return stats, steps + 1
+
+
+CUSTOM_PIPELINE = (
+    "pre-batched tf.data (cut once, repeated, prefetched) into the custom tf.function step; "
+    "the loss read once at the end"
+)
+
+
+def end_to_end_custom(
+    train_step: Callable[[Iterator], tf.Tensor],
+    iterator: Iterator,
+    steps: int,
+    batch_size: int,
+    progress: Progress,
+    done: int,
+    total: int,
+) -> tuple[EndToEndStats, int]:
+    """The custom loop free-running: steps are dispatched without reading their loss."""
+    timer = WindowTimer()
+    loss = None
+    timer.start()
+    for step in range(1, steps + 1):
+        loss = train_step(iterator)
+        progress(done + step, total)
+    last = float(loss)  # waits for the device: the window ends when the work is done
+    seconds = timer.stop()
+    check_finite(last, done + steps)
+    return EndToEndStats(steps * batch_size / seconds, steps, seconds, CUSTOM_PIPELINE), steps
 
 
 def evaluate(

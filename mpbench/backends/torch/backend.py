@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -12,14 +13,18 @@ from mpbench.backends.base import (
     CellSpec,
     Measurements,
     Progress,
+    StepPlan,
     Unsupported,
+    WindowPlan,
     check_finite,
     cpu_device_info,
+    end_to_end_window,
     load_dataset,
     peak_rss_bytes,
     plan_steps,
+    thread_settings,
 )
-from mpbench.backends.timing import StepTimer
+from mpbench.backends.timing import StepTimer, WindowTimer
 from mpbench.backends.torch.models import build_model, build_optimizer
 from mpbench.backends.torch.precision import (
     TorchPrecision,
@@ -28,7 +33,9 @@ from mpbench.backends.torch.precision import (
     read_tf32,
 )
 from mpbench.policies import resolve
-from mpbench.results.schema import DeviceInfo, LossScaleStats, MemoryStats
+from mpbench.results.schema import DeviceInfo, EndToEndStats, LossScaleStats, MemoryStats
+from mpbench.telemetry.memory import MemorySampler, TrainingMemory, rss_sampler
+from mpbench.telemetry.memory import fill as fill_memory
 from mpbench.workloads import get_workload
 
 
@@ -74,10 +81,55 @@ def _to_device(array: Any, device: torch.device, channels_last: bool) -> torch.T
     return tensor.to(device)
 
 
+def pin_threads(spec: CellSpec) -> dict[str, Any]:
+    """Pin torch's thread pools to what the runner chose (the same for every policy of a
+    run), and report what torch then uses. set_num_interop_threads must come before any
+    inter-op parallel work, so this runs first in the cell."""
+    if spec.intra_op_threads:
+        torch.set_num_threads(spec.intra_op_threads)
+    if spec.inter_op_threads:
+        torch.set_num_interop_threads(spec.inter_op_threads)
+    threads = thread_settings(spec)
+    threads.update(intra_op=torch.get_num_threads(), inter_op=torch.get_num_interop_threads())
+    return threads
+
+
+def memory_meter(device: torch.device) -> Any:
+    """Starts measuring training memory now; `.stop()` returns a TrainingMemory."""
+    if device.type == "cuda":
+        return CudaAllocatorMeter(device)
+    if device.type == "mps":
+        # MPS keeps no peak counter: sample what tensors occupy (documented as "the current
+        # GPU memory occupied by tensors in bytes").
+        return MemorySampler(torch.mps.current_allocated_memory, "mps allocator sampled").start()
+    return rss_sampler().start()
+
+
+class CudaAllocatorMeter:
+    """memory_allocated when training starts, max_memory_allocated after it (DESIGN §5): the
+    caching allocator's exact counters of bytes in live tensors."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        self.start_bytes = torch.cuda.memory_allocated(device)
+
+    def stop(self) -> TrainingMemory:
+        torch.cuda.synchronize(self.device)
+        peak = torch.cuda.max_memory_allocated(self.device)
+        return TrainingMemory(self.start_bytes, peak, "cuda allocator")
+
+
+def _nbytes(*tensors: torch.Tensor) -> int:
+    return sum(t.element_size() * t.nelement() for t in tensors)
+
+
 def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) -> Measurements:
     workload = get_workload(spec.workload)
     policy = resolve(spec.policy)
     device = resolve_device(spec.device)
+    threads = pin_threads(spec)
     torch.manual_seed(spec.seed)
 
     data = load_dataset(spec, workload, warn)
@@ -87,6 +139,7 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
     y_train = torch.from_numpy(data.y_train).to(device)
     x_test = _to_device(data.x_test, device, channels_last)
     y_test = torch.from_numpy(data.y_test).to(device)
+    dataset_bytes = _nbytes(x_train, y_train, x_test, y_test)
 
     model = build_model(workload, spec.units).to(device)
     if channels_last:
@@ -94,68 +147,152 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
     optimizer = build_optimizer(workload, model.parameters())
     precision = apply_policy(policy, device)
     plan = plan_steps(len(x_train), spec.batch_size, spec.epochs, spec.max_steps, spec.warmup_steps)
+    window = end_to_end_window(plan)
+    total = plan.total_steps + window.total_steps
 
     sync = synchronizer(device)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
     state: dict[str, Any] = {}
-    timer = StepTimer(sync)
     generator = torch.Generator(device=device).manual_seed(spec.seed)
-    epoch_losses: list[float] = []
-    skipped_steps = 0
-    step = 0
+    batches = _Batches(x_train, y_train, spec.batch_size, plan.steps_per_epoch, generator)
     model.train()
-    while step < plan.total_steps:
-        order = torch.randperm(len(x_train), device=device, generator=generator)
-        losses: list[float] = []
-        for index in range(plan.steps_per_epoch):
-            if step >= plan.total_steps:
-                break
-            batch = order[index * spec.batch_size : (index + 1) * spec.batch_size]
-            xb, yb = x_train[batch], y_train[batch]
-            scale_before = precision.scaler.get_scale() if precision.scaler else None
-            timer.start()
-            loss = _train_step(model, optimizer, precision, xb, yb, state if step == 0 else None)
-            timer.stop()
-            step += 1
-            losses.append(check_finite(loss.item(), step))
-            if precision.scaler and precision.scaler.get_scale() < scale_before:
-                skipped_steps += 1  # GradScaler lowers the scale exactly when it skips a step
-            progress(step, plan.total_steps)
-        epoch_losses.append(sum(losses) / len(losses))
+    meter = memory_meter(device)
+    trained = _train_synced(
+        model, optimizer, precision, batches, plan, sync, state, progress, total
+    )
+    training_memory = meter.stop()
+    end_to_end = _train_end_to_end(
+        model, optimizer, precision, batches, window, sync, progress, plan.total_steps, total
+    )
 
     test_accuracy, test_loss = _evaluate(model, precision, x_test, y_test, spec.batch_size)
     memory = MemoryStats(host_peak_rss_bytes=peak_rss_bytes())
     if device.type == "cuda":
         memory.device_peak_allocated_bytes = torch.cuda.max_memory_allocated(device)
         memory.device_peak_reserved_bytes = torch.cuda.max_memory_reserved(device)
+    fill_memory(memory, training_memory, dataset_bytes)
 
     loss_scale = None
     if precision.scaler:
-        loss_scale = LossScaleStats(float(precision.scaler.get_scale()), skipped_steps)
+        loss_scale = LossScaleStats(float(precision.scaler.get_scale()), trained.skipped_steps)
     state.update(read_tf32())
     state.update(
         policy=policy.name,
         variable_dtype=str(next(model.parameters()).dtype).replace("torch.", ""),
         loss_scaling=bool(precision.scaler and precision.scaler.is_enabled()),
-        float32_matmul_precision=torch.get_float32_matmul_precision(),
+        cudnn_benchmark=torch.backends.cudnn.benchmark,
         memory_format="channels_last" if channels_last else "contiguous",
     )
     return Measurements(
         framework_version=f"torch {torch.__version__}",
         device=describe_device(device),
         precision=state,
-        step_times_s=timer.times_s,
+        step_times_s=trained.step_times_s,
         warmup_steps=plan.warmup_steps,
         samples_per_step=spec.batch_size,
-        epoch_losses=epoch_losses,
+        epoch_losses=trained.epoch_losses,
         test_accuracy=test_accuracy,
         test_loss=test_loss,
         params=sum(p.numel() for p in model.parameters()),
         memory=memory,
         loss_scale=loss_scale,
         data=data.info,
+        end_to_end=end_to_end,
+        threads=threads,
     )
+
+
+@dataclass
+class _Batches:
+    """Whole batches drawn from tensors preloaded on the device, reshuffled every epoch."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    batch_size: int
+    steps_per_epoch: int
+    generator: torch.Generator
+
+    def epoch(self, steps: int | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        order = torch.randperm(len(self.x), device=self.x.device, generator=self.generator)
+        for index in range(steps or self.steps_per_epoch):
+            batch = order[index * self.batch_size : (index + 1) * self.batch_size]
+            yield self.x[batch], self.y[batch]
+
+
+@dataclass
+class _Trained:
+    step_times_s: list[float]
+    epoch_losses: list[float]
+    skipped_steps: int
+
+
+def _train_synced(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    precision: TorchPrecision,
+    batches: _Batches,
+    plan: StepPlan,
+    sync: Callable[[], None],
+    readback: dict[str, Any],
+    progress: Progress,
+    total: int,
+) -> _Trained:
+    """Every step timed on its own, the device synchronised before each clock read."""
+    timer = StepTimer(sync)
+    epoch_losses: list[float] = []
+    skipped_steps = 0
+    step = 0
+    while step < plan.total_steps:
+        losses: list[float] = []
+        for xb, yb in batches.epoch():
+            if step >= plan.total_steps:
+                break
+            scale_before = precision.scaler.get_scale() if precision.scaler else None
+            timer.start()
+            loss = _train_step(model, optimizer, precision, xb, yb, readback if step == 0 else None)
+            timer.stop()
+            step += 1
+            losses.append(check_finite(loss.item(), step))
+            if precision.scaler and precision.scaler.get_scale() < scale_before:
+                skipped_steps += 1  # GradScaler lowers the scale exactly when it skips a step
+            progress(step, total)
+        epoch_losses.append(sum(losses) / len(losses))
+    return _Trained(timer.times_s, epoch_losses, skipped_steps)
+
+
+_TORCH_PIPELINE = (
+    "tensors preloaded on the device, reshuffled each epoch (randperm), whole batches; "
+    "no per-step synchronisation"
+)
+
+
+def _train_end_to_end(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    precision: TorchPrecision,
+    batches: _Batches,
+    window: WindowPlan,
+    sync: Callable[[], None],
+    progress: Progress,
+    done: int,
+    total: int,
+) -> EndToEndStats:
+    """Whole epochs free-running, as a training loop runs them: the loss is not read and the
+    device not synchronised until the window ends (GradScaler still checks for overflow each
+    step, as it does in any AMP loop)."""
+    timer = WindowTimer(sync)
+    steps = 0
+    loss = None
+    timer.start()
+    for _ in range(window.epochs):
+        for xb, yb in batches.epoch(window.steps_per_epoch):
+            loss = _train_step(model, optimizer, precision, xb, yb, None)
+            steps += 1
+            progress(done + steps, total)
+    seconds = timer.stop()
+    assert loss is not None  # plan_steps guarantees at least one step per epoch
+    check_finite(loss.item(), done + steps)
+    samples = steps * batches.batch_size
+    return EndToEndStats(samples / seconds, steps, seconds, _TORCH_PIPELINE)
 
 
 def _train_step(

@@ -1,11 +1,17 @@
 """Apply a policy to PyTorch and read the effective state back (DESIGN.md §2).
 
 TF32 is set through the fp32_precision API where torch has it (2.9+), else the legacy
-allow_tf32 flags — never both in one process, which torch rejects.
+allow_tf32 flags — never both in one process, which torch rejects. The read-back reads only
+the API that was written: once `torch.backends.cuda.matmul.fp32_precision` has been set, the
+legacy getter `torch.get_float32_matmul_precision()` raises "PyTorch is checking the matmul
+precision without a specific backend name" (a TORCH_CHECK in ATen's Context, see
+docs/source/notes/cuda.rst "TensorFloat-32 (TF32) on Ampere (and later) devices"; it fires on
+CPU builds too, which is how tests/backends/test_torch_precision.py reproduces it).
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,12 +28,13 @@ class TorchPrecision:
     autocast_dtype: torch.dtype | None  # None: no autocast (float32 / tf32)
     scaler: Any  # torch.amp.GradScaler, or None without loss scaling
 
-    def autocast(self) -> torch.autocast:
-        return torch.autocast(
-            self.device_type,
-            dtype=self.autocast_dtype or torch.float32,
-            enabled=self.autocast_dtype is not None,
-        )
+    def autocast(self) -> contextlib.AbstractContextManager:
+        # No autocast at all when the policy has none: torch.autocast("mps", enabled=False)
+        # raises "unsupported autocast device_type" on torch versions without MPS autocast
+        # before it looks at `enabled` (desk review defect 11).
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device_type, dtype=self.autocast_dtype)
 
 
 def _new_tf32_api() -> bool:
@@ -62,11 +69,17 @@ def read_tf32() -> dict[str, Any]:
         "matmul_allow_tf32": matmul,
         "cudnn_allow_tf32": conv,
         "tf32_enabled": bool(matmul or conv),
+        # Safe here: only the legacy API was written in this process.
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
     }
 
 
 def apply_policy(policy: Policy, device: torch.device) -> TorchPrecision:
     set_tf32(policy.tf32)
+    # Full batches only, so shapes never change: let cuDNN autotune its convolution
+    # algorithms, as TensorFlow does by default (TF_CUDNN_USE_AUTOTUNE), so torch-vs-TF CNN
+    # times compare autotuned kernels on both sides (desk review defect 7).
+    torch.backends.cudnn.benchmark = device.type == "cuda"
     autocast_dtype = _DTYPES.get(policy.compute_dtype)
     scaler = _grad_scaler(device.type) if policy.loss_scaling else None
     return TorchPrecision(device.type, autocast_dtype, scaler)
