@@ -95,8 +95,17 @@ def step_time(series: Sequence[StepTimeStats]) -> Estimate:
 # --- within one run: against float32 -------------------------------------------------------
 
 
-def paired_ratio(pairs: Sequence[tuple[float, float]]) -> Estimate:
+def _ratio_of_means(numerators: Sequence[float], denominators: Sequence[float]) -> Estimate | None:
+    """A zero (training memory that did not measurably grow) has no logarithm: then the ratio
+    of the means, with no interval; None when the denominators are all zero."""
+    total = sum(denominators) / len(denominators)
+    return Estimate.point(sum(numerators) / len(numerators) / total) if total > 0 else None
+
+
+def paired_ratio(pairs: Sequence[tuple[float, float]]) -> Estimate | None:
     """numerator / denominator per repeat pair: geometric mean and t-interval on the logs."""
+    if any(a <= 0 or b <= 0 for a, b in pairs):
+        return _ratio_of_means([a for a, _ in pairs], [b for _, b in pairs])
     if len(pairs) == 1:
         return Estimate.point(pairs[0][0] / pairs[0][1])
     return _over_repeats(st.log_ratio_interval([a / b for a, b in pairs]), len(pairs))
@@ -139,9 +148,11 @@ def step_change(base: Sequence[StepTimeStats], cand: Sequence[StepTimeStats]) ->
     return two_sample_ratio([s.median_s for s in base], [s.median_s for s in cand])
 
 
-def two_sample_ratio(base: Sequence[float], cand: Sequence[float]) -> Estimate:
+def two_sample_ratio(base: Sequence[float], cand: Sequence[float]) -> Estimate | None:
     """Geometric-mean candidate / baseline with Welch's t-interval on the logs; n is the
     smaller side (a lone repeat borrows the other side's spread, see stats.welch_interval)."""
+    if any(v <= 0 for v in (*base, *cand)):
+        return _ratio_of_means(cand, base)
     if len(base) == 1 and len(cand) == 1:
         return Estimate.point(cand[0] / base[0])
     interval = st.log_welch_ratio_interval(base, cand)

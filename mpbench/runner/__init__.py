@@ -139,7 +139,13 @@ def run_matrix(options: RunOptions) -> int:
             f"continue with: mpbench run --out {run_dir} --resume"
         )
         return 130
-    _print_summary(console, records)
+    try:
+        _print_summary(console, records)
+    except Exception as exc:  # the records are on disk: a report bug must not hide them
+        console.print(
+            f"[yellow]Could not print the summary[/yellow] ({type(exc).__name__}: {exc}); "
+            f"the records are complete: mpbench compare {run_dir}"
+        )
     console.print(f"Results: {run_dir / RESULTS_FILE}")
     return 1 if any(r.status in FAILED for r in records) else 0
 

@@ -157,6 +157,9 @@ def parse_file(path: Path) -> dict[str, Any]:
             f"table in {path}:", sorted(unknown)[0], ["run", "workloads", "tensorflow"]
         )
     run = _check_table(path, "run", raw.get("run", {}), _RUN_KEYS)
+    for key in ("repeat", "threads"):
+        if run.get(key) == 0:
+            raise InvalidInput(f"config {path}: [run] {key} must be at least 1")
     workloads = raw.get("workloads", {})
     if not isinstance(workloads, dict):
         raise InvalidInput(f"config {path}: [workloads] must be a table")
@@ -211,9 +214,6 @@ def build_config(options: RunOptions) -> RunConfig:
             synthetic_test_size=table.get("synthetic_test_size"),
         )
 
-    for key in ("repeat", "threads"):
-        if run.get(key) == 0:
-            raise InvalidInput(f"config {path}: [run] {key} must be at least 1")
     data = _choice("--data mode", options.data or run.get("data", "auto"), DATA_MODES)
     loop = _choice("--loop", options.loop or tensorflow.get("loop", "fit"), LOOPS)
     data_dir = options.data_dir or run.get("data_dir")

@@ -204,3 +204,24 @@ def test_require_conclusive_on_the_command_line(tmp_path: Path) -> None:
     strict = run_cli(run, "--baseline", baseline, "--max-slowdown", "10%", "--require-conclusive")
     assert strict.code == 1
     assert "FAIL" in strict.stdout and "--require-conclusive" in strict.stdout
+
+
+def test_training_memory_that_did_not_grow_gives_a_plain_ratio_not_a_crash(tmp_path: Path) -> None:
+    """Sampled RSS can show no growth at all (TensorFlow reusing its pool): a zero has no
+    logarithm, so the memory ratio is the ratio of the means, without an interval."""
+    records = []
+    for repeat, bf16_mib in enumerate([0.0, 2.0, 0.0]):
+        records.append(
+            record("torch", "mnist_dense", "float32", median_ms=2.4, accuracy=0.97,
+                   rss_mib=612, training_mib=4.0, repeat=repeat)
+        )  # fmt: skip
+        records.append(
+            record("torch", "mnist_dense", "mixed_bfloat16", median_ms=1.0, accuracy=0.97,
+                   rss_mib=604, training_mib=bf16_mib, repeat=repeat)
+        )  # fmt: skip
+    run = write_run(tmp_path / "run", records)
+    out = _outputs(run)
+    ratio = _json_cell(out["json"], BF16)["memory_vs_float32"]
+    assert ratio["value"] == pytest.approx((2.0 / 3) / 4.0)
+    assert ratio["interval"] is None
+    assert "0.17×" in out["table"]

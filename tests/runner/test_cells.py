@@ -44,7 +44,7 @@ T4 = DeviceTraits("cuda", "Tesla T4", compute_capability=(7, 5))
 
 
 def cells_for(report: Report, **overrides) -> tuple[str, list]:
-    options = RunOptions(config=QUICK, frameworks=["torch"], workloads=["mnist_dense"])
+    options = RunOptions(config=QUICK, frameworks=["torch"], workloads=["mnist_dense"], repeat=1)
     for key, value in overrides.items():
         setattr(options, key, value)
     device, _, cells = expand(build_config(options), report, "run-1")
@@ -161,3 +161,14 @@ def test_the_cli_and_runner_start_without_frameworks_or_pandas():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_each_cell_process_gets_the_pinned_threads_and_nvml_gpu_order():
+    from mpbench.runner.execute import cell_environment
+
+    _, (cell,) = cells_for(Report(EPYC), policies=["fp32"], threads=3)
+    env = cell_environment(cell.spec, base={"PATH": "/bin"})
+    assert env == {"PATH": "/bin", "OMP_NUM_THREADS": "3", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    # What the user set is theirs to keep (and is recorded as the cell saw it).
+    mine = {"OMP_NUM_THREADS": "1", "CUDA_DEVICE_ORDER": "FASTEST_FIRST"}
+    assert cell_environment(cell.spec, base=mine) == mine

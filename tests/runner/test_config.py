@@ -8,10 +8,19 @@ from mpbench.runner.config import RunOptions, build_config, parse_file
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
-@pytest.mark.parametrize("name", ["default", "quick", "full"])
-def test_shipped_configs_parse(name):
+@pytest.mark.parametrize(
+    ("name", "workloads"),
+    [
+        ("default", {"mnist_dense", "cifar10_cnn"}),
+        # The CI smoke test: 3 repeats of every policy fit in minutes only for the small model.
+        ("quick", {"mnist_dense"}),
+        ("full", {"mnist_dense", "cifar10_cnn"}),
+    ],
+)
+def test_shipped_configs_parse_and_repeat_three_times(name, workloads):
     config = build_config(RunOptions(config=CONFIGS / f"{name}.toml"))
-    assert set(config.workload_names) == {"mnist_dense", "cifar10_cnn"}
+    assert set(config.workload_names) == workloads
+    assert config.repeat >= 3  # intervals from separate processes (issue 9)
 
 
 def test_default_config_is_reference_faithful_for_mnist():
@@ -54,6 +63,8 @@ def test_command_line_overrides_the_file():
         ("[run\n", "not valid TOML"),
         ("[extras]\n", "unknown table"),
         ("[workloads.mnist_dense]\nepochs = -1\n", "must not be negative"),
+        ("[run]\nrepeat = 0\n", "repeat must be at least 1"),
+        ("[run]\nthreads = 0\n", "threads must be at least 1"),
     ],
 )
 def test_malformed_configs_are_invalid_input(tmp_path, text, message):
