@@ -315,3 +315,26 @@ def test_real_data_never_falls_back_to_synthetic(tmp_path, tiny_config):
     assert record["status"] == "error" and "MNIST" in record["reason"]
     assert record["data"] is None
     assert result.returncode == 1
+
+
+def test_measure_peak_measures_once_and_records_mfu_against_it(tmp_path, tiny_config):
+    """--measure-peak runs detect's matmul measurement (tiny sizes here) when nothing is cached
+    for this hardware, then every ok record carries mfu_measured = achieved / measured peak."""
+    env = {
+        "MPBENCH_CACHE": str(tmp_path / "cache"),
+        "MPBENCH_MEASURE_SIZES": "128,256",
+        "MPBENCH_MEASURE_BUDGET": "0.3",
+    }
+    out = tmp_path / "run"
+    args = torch_args(tiny_config, out, "--policy", "fp32", "--max-steps", "8", "--measure-peak")
+    result = mpbench(*args, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Measuring the matmul peak" in result.stdout
+    (cached,) = (tmp_path / "cache" / "peaks").glob("*.json")
+    record = json.loads((out / "results.jsonl").read_text().splitlines()[0])
+    assert record["hardware_fingerprint"] == cached.stem
+    assert record["measured_peak_tflops"] > 0
+    assert record["mfu_measured"] == pytest.approx(
+        record["achieved_tflops"] / record["measured_peak_tflops"]
+    )
+    assert record["mfu"] is None  # no datasheet peak for a CPU
