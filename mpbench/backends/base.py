@@ -167,11 +167,12 @@ def end_to_end_window(plan: StepPlan) -> WindowPlan:
     return WindowPlan(math.ceil(timed / plan.steps_per_epoch), plan.steps_per_epoch)
 
 
-def thread_settings(spec: CellSpec) -> dict[str, Any]:
-    """What the runner pinned, plus OMP_NUM_THREADS as this process sees it."""
+def thread_settings(intra_op: int, inter_op: int) -> dict[str, Any]:
+    """The thread pools as the framework reports them, plus OMP_NUM_THREADS as this cell
+    process sees it: what the record keeps."""
     return {
-        "intra_op": spec.intra_op_threads,
-        "inter_op": spec.inter_op_threads,
+        "intra_op": intra_op,
+        "inter_op": inter_op,
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
     }
 

@@ -36,6 +36,13 @@ from mpbench.detect.gpu import GpuInfo
 PCI_BUS_ID = "PCI_BUS_ID"
 
 
+def in_pci_order(env: Mapping[str, str]) -> dict[str, str]:
+    """A child process's environment with CUDA numbering GPUs as NVML does (PCI bus order),
+    unless the user chose an order: the one rule every mpbench child (cells, --measure) and
+    cuda_mapping's reading of an unset CUDA_DEVICE_ORDER rely on."""
+    return {**env, "CUDA_DEVICE_ORDER": env.get("CUDA_DEVICE_ORDER", PCI_BUS_ID)}
+
+
 @dataclass(frozen=True)
 class CudaMapping:
     """The GPUs CUDA would number 0, 1, ... in an environment; `gpus` None = not knowable."""

@@ -7,17 +7,15 @@ its own child process (mpbench.detect.probe_child) with a timeout.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
-import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields, replace
 from importlib import metadata
 from typing import Any
 
+from mpbench.detect.child import PROBE_MARKER, run_child
 from mpbench.detect.cuda_order import CudaMapping, cuda_mapping
 from mpbench.detect.gpu import GpuInfo
 
@@ -136,38 +134,15 @@ def _probe_from_json(data: dict[str, Any], seconds: float) -> FrameworkProbe:
     return FrameworkProbe(ok=True, seconds=seconds, devices=devices, **reported)
 
 
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else ""
-
-
 def run_probe(framework: str, timeout: float = DEFAULT_PROBE_TIMEOUT_S) -> FrameworkProbe:
     """Import `framework` in a child process and read back what it sees."""
-    # Imported here, not at the top: `python -m mpbench.detect.probe_child` imports this
-    # package first, and runpy warns when the module it is about to run is already loaded.
-    from mpbench.detect.probe_child import MARKER
-
     env = dict(os.environ)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     command = [sys.executable, "-m", "mpbench.detect.probe_child", framework]
-    start = time.perf_counter()
-    try:
-        done = subprocess.run(
-            command, capture_output=True, text=True, timeout=timeout, env=env, check=False
-        )
-    except subprocess.TimeoutExpired:
-        return FrameworkProbe(
-            ok=False, seconds=timeout, error=f"timed out after {timeout:.0f} s while importing"
-        )
-    except OSError as error:
-        return FrameworkProbe(ok=False, seconds=0.0, error=f"could not start a probe: {error}")
-    seconds = round(time.perf_counter() - start, 2)
-    for line in reversed(done.stdout.splitlines()):
-        if line.startswith(MARKER):
-            return _probe_from_json(json.loads(line[len(MARKER) :]), seconds)
-    # No answer: the child died (segfault in a CUDA library, killed, ...).
-    why = _last_line(done.stderr) or f"exit status {done.returncode}"
-    return FrameworkProbe(ok=False, seconds=seconds, error=f"probe process failed: {why}")
+    answer = run_child(command, PROBE_MARKER, timeout, env)
+    if answer.result is None:
+        return FrameworkProbe(ok=False, seconds=answer.seconds, error=f"probe {answer.error}")
+    return _probe_from_json(answer.result, answer.seconds)
 
 
 def probe_frameworks(

@@ -20,16 +20,16 @@ import json
 import os
 import platform
 import re
-import subprocess
 import sys
 import tempfile
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from mpbench import __version__
 from mpbench.cache import cache_dir
+from mpbench.detect.child import MEASURE_MARKER, run_child
+from mpbench.detect.cuda_order import in_pci_order
 
 CACHE_SCHEMA_VERSION = 1
 DEFAULT_MEASURE_TIMEOUT_S = 900.0
@@ -62,17 +62,21 @@ def read_cached(fingerprint: str) -> dict | None:
     return data
 
 
+def cached_peaks(fingerprint: str) -> dict[str, float]:
+    """The best measured matmul TFLOP/s of this hardware per policy peak key ("fp32", "tf32",
+    "fp16", "bf16"), read from the cache once; keys with nothing measured are left out."""
+    dtypes = (read_cached(fingerprint) or {}).get("dtypes", {})
+    peaks = {}
+    for key, entry in dtypes.items() if isinstance(dtypes, dict) else ():
+        best = entry.get("best_tflops") if isinstance(entry, dict) and entry.get("ok") else None
+        if isinstance(best, int | float) and best > 0:
+            peaks[key] = float(best)
+    return peaks
+
+
 def cached_peak(fingerprint: str, dtype_key: str) -> float | None:
-    """The best measured matmul TFLOP/s of this hardware for a policy's peak key ("fp32",
-    "tf32", "fp16", "bf16"; dtype names such as "bfloat16" are accepted too); None when
-    nothing was measured for it."""
-    key = _ALIASES.get(dtype_key, dtype_key)
-    data = read_cached(fingerprint)
-    entry = (data or {}).get("dtypes", {}).get(key)
-    if not isinstance(entry, dict) or not entry.get("ok"):
-        return None
-    best = entry.get("best_tflops")
-    return float(best) if isinstance(best, int | float) and best > 0 else None
+    """One key of cached_peaks; dtype names such as "bfloat16" are accepted too."""
+    return cached_peaks(fingerprint).get(_ALIASES.get(dtype_key, dtype_key))
 
 
 def write_cache(fingerprint: str, result: dict) -> Path:
@@ -93,11 +97,6 @@ def write_cache(fingerprint: str, result: dict) -> Path:
     return path
 
 
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else ""
-
-
 def run_measure_child(
     device: str,
     *,
@@ -111,8 +110,6 @@ def run_measure_child(
 ) -> dict[str, Any]:
     """Measure in a child process and return its answer; failures come back as
     {"ok": False, "error": ...}, never raised."""
-    from mpbench.detect.measure_child import MARKER  # not at the top: see frameworks.run_probe
-
     # Quick runs (tests, a first look): MPBENCH_MEASURE_SIZES="256,512", MPBENCH_MEASURE_BUDGET.
     if sizes is None and os.environ.get("MPBENCH_MEASURE_SIZES"):
         sizes = [int(n) for n in os.environ["MPBENCH_MEASURE_SIZES"].split(",") if n.strip()]
@@ -130,30 +127,14 @@ def run_measure_child(
     ):
         if value is not None:
             command += [option, str(value)]
-    env = dict(os.environ)
-    # The order detect maps CUDA indices to NVML GPUs with (mpbench.detect.cuda_order).
-    env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
-    start = time.perf_counter()
-    try:
-        done = subprocess.run(
-            command, capture_output=True, text=True, timeout=timeout, env=env, check=False
-        )
-    except subprocess.TimeoutExpired:
-        return {"ok": False, "device": device, "error": f"timed out after {timeout:.0f} s"}
-    except OSError as error:
-        return {"ok": False, "device": device, "error": f"could not start: {error}"}
-    seconds = round(time.perf_counter() - start, 2)
-    for line in reversed(done.stdout.splitlines()):
-        if line.startswith(MARKER):
-            try:
-                result = json.loads(line[len(MARKER) :])
-            except ValueError:
-                break
-            result.setdefault("device", device)
-            result["wall_seconds"] = seconds
-            return result
-    why = _last_line(done.stderr) or f"exit status {done.returncode}"
-    return {"ok": False, "device": device, "error": f"measurement process failed: {why}"}
+    env = in_pci_order(os.environ)
+    answer = run_child(command, MEASURE_MARKER, timeout, env)
+    if answer.result is None:
+        return {"ok": False, "device": device, "error": f"measurement {answer.error}"}
+    result = answer.result
+    result.setdefault("device", device)
+    result["wall_seconds"] = answer.seconds
+    return result
 
 
 def measure_and_cache(device: str, fingerprint: str, **options: Any) -> dict:

@@ -20,22 +20,17 @@ L2 cache flushed between multiplies, so no iteration reuses the previous one's c
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
-MARKER = "MPBENCH_MEASURE "
+from mpbench.detect.child import MEASURE_MARKER, answer, one_line
+
 DTYPES = {"fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 CPU_SIZES = (512, 1024, 2048)
 GPU_SIZES = (2048, 4096, 8192)
-
-
-def _one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split())
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def _set_tf32(torch, enabled: bool) -> str:
@@ -148,8 +143,8 @@ def _measure_dtype(torch, device, key: str, sizes: list[int], timer: _Timer, lim
         try:
             result = _time_size(torch, device, dtype, n, timer, limits)
         except Exception as error:  # unsupported dtype, out of memory, ...: this dtype's answer
-            entry["sizes"].append({"n": n, "error": _one_line(error)})
-            entry.setdefault("error", _one_line(error))
+            entry["sizes"].append({"n": n, "error": one_line(error)})
+            entry.setdefault("error", one_line(error))
             break
         entry["sizes"].append(result)
         if "skipped" in result:
@@ -257,13 +252,7 @@ def main(argv: list[str]) -> int:
     for name in ("budget", "max_iters", "min_iters", "warmup"):
         if getattr(args, name) is not None:
             limits[name] = getattr(args, name)
-    try:
-        result = measure(args.device, sizes, keys, limits)
-    except BaseException as error:  # a failed import or a crashed device is the answer
-        result = {"ok": False, "error": _one_line(error)}
-    sys.stdout.flush()
-    print(MARKER + json.dumps(result), flush=True)
-    return 0
+    return answer(MEASURE_MARKER, lambda: measure(args.device, sizes, keys, limits))
 
 
 if __name__ == "__main__":

@@ -8,17 +8,11 @@ stdout line is `MPBENCH_PROBE <json>`; the JSON always has "ok", and "error" whe
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from typing import Any
 
-MARKER = "MPBENCH_PROBE "
-
-
-def _one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split())
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+from mpbench.detect.child import PROBE_MARKER, answer
 
 
 def probe_torch() -> dict[str, Any]:
@@ -94,13 +88,7 @@ def main(argv: list[str]) -> int:
             f"usage: python -m mpbench.detect.probe_child {{{'|'.join(PROBES)}}}", file=sys.stderr
         )
         return 2
-    try:
-        result = PROBES[argv[0]]()
-    except BaseException as error:  # a failed import is the answer, not a crash
-        result = {"ok": False, "error": _one_line(error)}
-    sys.stdout.flush()
-    print(MARKER + json.dumps(result), flush=True)
-    return 0
+    return answer(PROBE_MARKER, PROBES[argv[0]])
 
 
 if __name__ == "__main__":

@@ -173,22 +173,19 @@ def _run_cell(
     return record, outcome.warnings
 
 
-PEAK_KEYS = ("fp32", "tf32", "fp16", "bf16")
-
-
 def _measured_peaks(
     device: str, fingerprint: str, measure: bool, console: Console
 ) -> dict[str, float]:
     """The device's measured matmul peaks (TFLOP/s per policy peak key) from detect's cache;
     with --measure-peak, measured first when the cache has none for this hardware."""
-    from mpbench.detect.measure import cached_peak, measure_and_cache
+    from mpbench.detect.measure import cached_peaks, measure_and_cache
 
-    peaks = {key: cached_peak(fingerprint, key) for key in PEAK_KEYS}
-    if measure and not any(peaks.values()):
+    peaks = cached_peaks(fingerprint)
+    if measure and not peaks:
         console.print(f"Measuring the matmul peak of {device} (detect --measure) ...")
         measure_and_cache(device, fingerprint)
-        peaks = {key: cached_peak(fingerprint, key) for key in PEAK_KEYS}
-    return {key: value for key, value in peaks.items() if value}
+        peaks = cached_peaks(fingerprint)
+    return peaks
 
 
 def _print_summary(console: Console, records: list[CellRecord]) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from mpbench.backends.base import CellSpec
+from mpbench.detect.cuda_order import in_pci_order
 
 
 @dataclass
@@ -69,10 +70,9 @@ def cell_environment(spec: CellSpec, base: dict[str, str] | None = None) -> dict
       does, so cuda:N is the GPU `detect` rated and fingerprinted (CUDA's default order is
       fastest first; NVML's is PCI bus order; desk review defect 4).
     """
-    env = dict(os.environ if base is None else base)
+    env = in_pci_order(os.environ if base is None else base)
     if spec.intra_op_threads:
         env.setdefault("OMP_NUM_THREADS", str(spec.intra_op_threads))
-    env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     return env
 
 

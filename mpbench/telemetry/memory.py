@@ -86,10 +86,10 @@ def release_free_heap() -> bool:
     """Hand the C heap's free pages back to the system (glibc's malloc_trim(0)).
 
     RSS counts resident pages, not live objects: memory freed while the data was prepared
-    stays resident in the heap, and training would then reuse it without RSS growing at all
-    (seen with TensorFlow: 0-2 MiB of "training memory" for a CNN whose first activation alone
-    is 14.7 MB). Trimming right before the first sample makes the start RSS close to what is
-    live, so what training allocates shows up. False where there is no glibc (macOS, musl)."""
+    stays resident in the heap, and training can reuse it without RSS growing. Trimming right
+    before the first sample brings the start figure closer to what is live. It does not help
+    where a framework pools its own buffers: TensorFlow's CPU training memory of the CIFAR
+    CNN read 0-2 MiB with and without it. False where there is no glibc (macOS, musl)."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         return bool(libc.malloc_trim(0))

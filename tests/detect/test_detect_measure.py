@@ -6,6 +6,7 @@ other, and land in the cache. The bf16-vs-float32 comparison is printed, not che
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -123,8 +124,9 @@ def test_xdg_cache_home_is_the_default(tmp_path, monkeypatch):
     assert cache_path("abcdef0123456789") == tmp_path / "xdg/mpbench/peaks/abcdef0123456789.json"
 
 
-@needs_torch
-def test_cuda_on_a_machine_torch_sees_no_gpu_on(cache):
+@functools.cache
+def _torch_sees_cuda() -> bool:
+    """Asked in a child once per session: this process must not import torch."""
     probe = subprocess.run(
         [sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
         capture_output=True,
@@ -132,8 +134,17 @@ def test_cuda_on_a_machine_torch_sees_no_gpu_on(cache):
         timeout=120,
         check=False,
     )
-    if probe.stdout.strip() != "False":
+    return probe.stdout.strip() != "False"
+
+
+def skip_if_torch_sees_cuda() -> None:
+    if _torch_sees_cuda():
         pytest.skip("torch sees a CUDA device here")
+
+
+@needs_torch
+def test_cuda_on_a_machine_torch_sees_no_gpu_on(cache):
+    skip_if_torch_sees_cuda()
     result = measure_and_cache("cuda:0", "0123456789abcdef", **TINY)
     assert result["ok"] is False and "sees no CUDA device" in result["error"]
     assert result["cache_file"] is None
@@ -230,15 +241,7 @@ def test_cli_cuda_index_this_machine_lacks_is_exit_2(tmp_path, fake_pynvml, run_
 @needs_torch
 def test_cli_measure_failure_is_exit_1(cache, run_mpbench):
     # no NVML here and (on this CPU machine) no CUDA in torch: the child says why
-    probe = subprocess.run(
-        [sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    if probe.stdout.strip() != "False":
-        pytest.skip("torch sees a CUDA device here")
+    skip_if_torch_sees_cuda()
     done = run_mpbench("detect", "--measure", "--device", "cuda", "--json", env=QUICK)
     assert done.returncode == 1, done.stderr
     data = json.loads(done.stdout)

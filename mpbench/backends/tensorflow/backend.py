@@ -39,8 +39,9 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
 
     from mpbench.backends.tensorflow import device, loops, models, precision
 
-    threads = base.thread_settings(spec)
-    threads.update(device.pin_threads(tf, spec.intra_op_threads, spec.inter_op_threads))
+    threads = base.thread_settings(
+        *device.pin_threads(tf, spec.intra_op_threads, spec.inter_op_threads)
+    )
     workload = get_workload(spec.workload)
     placement = device.resolve(tf, spec.device)
     precision.apply_policy(spec.policy, placement)
@@ -78,7 +79,8 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
             iterator = iter(batches)
             trained = loops.train_with_custom_loop(train_step, iterator, plan, progress, total)
         training_memory = meter.stop()
-        device_peak = device.peak_memory_bytes(tf, placement)
+        # The allocator's peak over training (None on a CPU, where TF keeps no stats).
+        device_peak = training_memory.peak_bytes if placement.is_gpu else None
         if trained.steps_run != plan.total_steps:
             raise RuntimeError(f"trained {trained.steps_run} steps, planned {plan.total_steps}")
 

@@ -37,17 +37,17 @@ def _gpu_index(device: str) -> int:
     return int(index)
 
 
-def pin_threads(tf: Any, intra_op: int | None, inter_op: int | None) -> dict[str, Any]:
+def pin_threads(tf: Any, intra_op: int | None, inter_op: int | None) -> tuple[int, int]:
     """Set TensorFlow's thread pools before its runtime starts (afterwards the setters raise
-    RuntimeError), and report what it then uses."""
+    RuntimeError), and report what it then uses (0: TensorFlow's default)."""
     if intra_op:
         tf.config.threading.set_intra_op_parallelism_threads(intra_op)
     if inter_op:
         tf.config.threading.set_inter_op_parallelism_threads(inter_op)
-    return {
-        "intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
-        "inter_op": tf.config.threading.get_inter_op_parallelism_threads(),
-    }
+    return (
+        tf.config.threading.get_intra_op_parallelism_threads(),
+        tf.config.threading.get_inter_op_parallelism_threads(),
+    )
 
 
 def resolve(tf: Any, device: str) -> Placement:
@@ -109,11 +109,3 @@ def memory_meter(tf: Any, placement: Placement) -> Any:
     if placement.is_gpu:
         return TensorFlowAllocatorMeter(tf, placement)
     return rss_sampler().start()
-
-
-def peak_memory_bytes(tf: Any, placement: Placement) -> int | None:
-    """Peak bytes TensorFlow's allocator held on the GPU since the last reset (None on CPU);
-    read before the end-to-end window and evaluation add their own."""
-    if not placement.is_gpu:
-        return None
-    return int(tf.config.experimental.get_memory_info(placement.memory_name)["peak"])

@@ -24,7 +24,7 @@ from mpbench.backends.base import (
     plan_steps,
     thread_settings,
 )
-from mpbench.backends.timing import StepTimer, WindowTimer
+from mpbench.backends.timing import StepTimer
 from mpbench.backends.torch.models import build_model, build_optimizer
 from mpbench.backends.torch.precision import (
     TorchPrecision,
@@ -89,9 +89,7 @@ def pin_threads(spec: CellSpec) -> dict[str, Any]:
         torch.set_num_threads(spec.intra_op_threads)
     if spec.inter_op_threads:
         torch.set_num_interop_threads(spec.inter_op_threads)
-    threads = thread_settings(spec)
-    threads.update(intra_op=torch.get_num_threads(), inter_op=torch.get_num_interop_threads())
-    return threads
+    return thread_settings(torch.get_num_threads(), torch.get_num_interop_threads())
 
 
 def memory_meter(device: torch.device) -> Any:
@@ -279,7 +277,7 @@ def _train_end_to_end(
     """Whole epochs free-running, as a training loop runs them: the loss is not read and the
     device not synchronised until the window ends (GradScaler still checks for overflow each
     step, as it does in any AMP loop)."""
-    timer = WindowTimer(sync)
+    timer = StepTimer(sync)  # one interval: the whole window
     steps = 0
     loss = None
     timer.start()
