@@ -1,6 +1,6 @@
 """Result records and files: the contract between `mpbench run` and `mpbench compare`."""
 
-from mpbench.results.io import append_record, read_records, write_csv, write_environment
+from mpbench.results.io import read_records
 from mpbench.results.schema import (
     SCHEMA_VERSION,
     AccuracyStats,
@@ -14,6 +14,7 @@ from mpbench.results.schema import (
     Status,
     StepTimeStats,
 )
+from mpbench.results.writer import append_record, write_csv, write_environment
 
 __all__ = [
     "SCHEMA_VERSION",

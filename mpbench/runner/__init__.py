@@ -22,6 +22,7 @@ from mpbench.runner.config import RunConfig, RunOptions, build_config
 from mpbench.runner.execute import Outcome, run_in_child
 from mpbench.runner.progress import Reporter
 from mpbench.runner.records import build_record, now_iso
+from mpbench.runner.signals import interrupted_exit_code, stop_on_termination
 
 __all__ = ["RunOptions", "run_matrix"]
 
@@ -114,8 +115,8 @@ def run_matrix(options: RunOptions) -> int:
             "chose the CPU; pass --device cuda to try the GPU (mpbench detect says more)"
         )
     records = list(done.values())
-    interrupted = False
-    with Reporter(console, len(cells)) as reporter:
+    interrupted: KeyboardInterrupt | None = None
+    with stop_on_termination(), Reporter(console, len(cells)) as reporter:
         try:
             for cell in cells:
                 if cell.spec.cell_id in done:
@@ -129,16 +130,16 @@ def run_matrix(options: RunOptions) -> int:
                 for message in warnings:
                     reporter.warn(message)
                 reporter.cell_finished(record)
-        except KeyboardInterrupt:
-            interrupted = True
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (runner.signals)
+            interrupted = exc
     if records:
         write_csv(run_dir, records)
-    if interrupted:
+    if interrupted is not None:
         console.print(
             f"[yellow]Interrupted.[/yellow] {len(records)} finished cells kept in {run_dir}; "
             f"continue with: mpbench run --out {run_dir} --resume"
         )
-        return 130
+        return interrupted_exit_code(interrupted)
     try:
         _print_summary(console, records)
     except Exception as exc:  # the records are on disk: a report bug must not hide them
