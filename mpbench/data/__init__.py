@@ -10,9 +10,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from mpbench.data import cifar, mnist, synthetic
-from mpbench.data.dataset import DATASETS, IMAGE_SHAPES, LABELS, REAL_SIZES, LoadedDataset
-from mpbench.data.download import DownloadFailed, fetch_dataset, source
+from mpbench.data import synthetic
+from mpbench.data.check import DataCheck, check_data
+from mpbench.data.dataset import DATASETS, IMAGE_SHAPES, REAL_SIZES, LoadedDataset
+from mpbench.data.download import source
 from mpbench.data.errors import (
     ChecksumMismatch,
     DataError,
@@ -21,11 +22,9 @@ from mpbench.data.errors import (
     UnsafeData,
     UnsafePickle,
 )
-from mpbench.data.locate import CIFAR_ARCHIVE, MNIST_NPZ, Found, Place, find, places
+from mpbench.data.locate import find
 from mpbench.data.locations import cache_dir, datasets_dir
-from mpbench.errors import unknown_choice
-
-MODES = ("auto", "real", "synthetic")
+from mpbench.data.resolve import MODES, read_found, resolve
 
 __all__ = [
     "DATASETS",
@@ -33,6 +32,7 @@ __all__ = [
     "MODES",
     "REAL_SIZES",
     "ChecksumMismatch",
+    "DataCheck",
     "DataError",
     "DataNotFound",
     "LoadedDataset",
@@ -40,6 +40,7 @@ __all__ = [
     "UnsafeData",
     "UnsafePickle",
     "cache_dir",
+    "check_data",
     "datasets_dir",
     "find",
     "load",
@@ -59,47 +60,25 @@ def load(
     warn: Callable[[str], None] | None = None,
 ) -> LoadedDataset:
     """Real data if found (or fetched); synthetic when asked, or in `auto` mode when no
-    real copy can be had (with a warning). `real` never falls back."""
-    if dataset not in DATASETS:
-        raise unknown_choice("dataset", dataset, DATASETS)
-    if mode not in MODES:
-        raise unknown_choice("data mode", mode, MODES)
+    real copy can be had (with a warning). `real` never falls back. The same locating
+    step as `check_data`, so a run checked in the parent loads the same data here."""
     warn = warn or _warn_stderr
-
-    def stand_in() -> LoadedDataset:
-        return synthetic.generate(dataset, seed, synthetic_train_size, synthetic_test_size)
-
-    if mode == "synthetic":
-        return stand_in()
-    found = find(dataset, data_dir)
-    if found is not None:
-        return read_found(found)
-    problem = "downloads are disabled"
-    if allow_download:
-        try:
-            path = fetch_dataset(dataset, notify=warn)
-        except DownloadFailed as exc:
-            problem = str(exc)
-        else:
-            fmt = MNIST_NPZ if dataset == "mnist" else CIFAR_ARCHIVE
-            return read_found(Found(dataset, fmt, path, Place("mpbench cache", path.parent)))
-    searched = ", ".join(str(place.path) for place in places(data_dir))
-    name = LABELS[dataset]
-    if mode == "real":
-        raise DataNotFound(
-            f"no {name} data found in {searched}, and {problem}; fetch it on a machine with "
-            "network access (see `mpbench data`) or use --data synthetic"
-        )
-    warn(
-        f"no {name} data found in {searched}, and {problem}: using synthetic-{dataset}, "
-        f"a seeded stand-in; its accuracy is not {name} accuracy"
+    resolved = resolve(
+        dataset,
+        mode,
+        data_dir,
+        allow_download,
+        seed,
+        synthetic_train_size,
+        synthetic_test_size,
+        notify=warn,
     )
-    return stand_in()
-
-
-def read_found(found: Found) -> LoadedDataset:
-    """Read and validate one located copy."""
-    return mnist.read(found) if found.dataset == "mnist" else cifar.read(found)
+    if resolved.found is not None:
+        return read_found(resolved.found)
+    if resolved.warning:
+        warn(resolved.warning)
+    train, test = resolved.synthetic_sizes
+    return synthetic.generate(dataset, seed, train, test)
 
 
 def _warn_stderr(message: str) -> None:

@@ -6,6 +6,8 @@ store each image as three 1024-byte planes R, G, B.
 
 from __future__ import annotations
 
+import itertools
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ from mpbench.data import safe_pickle
 from mpbench.data.archive import extract_safely
 from mpbench.data.dataset import IMAGE_SHAPES, LoadedDataset, check_images, check_labels
 from mpbench.data.errors import DataError
+from mpbench.data.files import is_dir, is_file, kind, read_file
 from mpbench.data.locate import CIFAR_ARCHIVE, CIFAR_BIN, CIFAR_BIN_DIR, CIFAR_PY_DIR, Found
 from mpbench.data.locations import datasets_dir, sha256_bytes, sha256_file
 
@@ -64,21 +67,52 @@ def parse_py_batch(data: bytes, where: str) -> tuple[np.ndarray, np.ndarray]:
         raise DataError(f"{where}: 'data' is {kind}, expected a uint8 array")
     if pixels.ndim != 2 or pixels.shape[1] != PIXELS or len(pixels) == 0:
         raise DataError(f"{where}: 'data' has shape {pixels.shape}, expected (N, {PIXELS})")
+    if pixels.nbytes > len(data):
+        # Genuine pixels are rebuilt from bytes in the file. A pickle can also call
+        # numpy.ndarray(shape) for an uninitialised array of any size, which reordering
+        # below would then have to touch (terabytes); no file this size holds that much.
+        raise DataError(
+            f"{where}: 'data' claims {len(pixels)} images ({pixels.nbytes} bytes) but the "
+            f"file holds only {len(data)} bytes"
+        )
     images = check_images(_planes_to_hwc(pixels), IMAGE_SHAPES["cifar10"], where)
     return images, check_labels(labels, len(images), where)
 
 
 def read_archive(archive: Path) -> LoadedDataset:
-    """Extract (once, keyed by the archive's SHA-256) into the mpbench cache, then read."""
-    digest = sha256_file(archive)
-    target = datasets_dir() / "extracted" / digest[:16]
+    """Extract (once, keyed by the archive's SHA-256) into the mpbench cache, then read.
+
+    An extraction whose batches are refused is deleted, so nothing from a refused archive
+    stays in the cache. One found from an earlier run that fails (say, a batch deleted by
+    hand) is extracted afresh once before the archive is refused."""
     try:
-        folder = extract_safely(archive, target)
+        digest = sha256_file(archive)
+    except OSError as exc:
+        raise DataError(f"{archive}: cannot read ({exc.strerror or exc})") from exc
+    target = datasets_dir() / "extracted" / digest[:16]
+    if is_dir(target):
+        try:
+            return _read_extracted(archive, digest, target)
+        except DataError:
+            _discard(target)
+    try:
+        return _read_extracted(archive, digest, _extract(archive, target))
+    except DataError as exc:
+        _discard(target)
+        raise _in_archive(exc, archive, target) from exc
+
+
+def _extract(archive: Path, target: Path) -> Path:
+    try:
+        return extract_safely(archive, target)
     except OSError as exc:
         raise DataError(f"{archive}: cannot extract into {target} ({exc})") from exc
-    if (folder / CIFAR_BIN_DIR / "data_batch_1.bin").is_file():
+
+
+def _read_extracted(archive: Path, digest: str, folder: Path) -> LoadedDataset:
+    if is_file(folder / CIFAR_BIN_DIR / "data_batch_1.bin"):
         inner, loaded = CIFAR_BIN_DIR, read_bin_folder(folder / CIFAR_BIN_DIR)
-    elif (folder / CIFAR_PY_DIR / "data_batch_1").is_file():
+    elif is_file(folder / CIFAR_PY_DIR / "data_batch_1"):
         inner, loaded = CIFAR_PY_DIR, read_py_folder(folder / CIFAR_PY_DIR)
     else:
         raise DataError(f"{archive}: holds neither {CIFAR_BIN_DIR}/ nor {CIFAR_PY_DIR}/ batches")
@@ -88,17 +122,29 @@ def read_archive(archive: Path) -> LoadedDataset:
     return loaded
 
 
+def _in_archive(exc: DataError, archive: Path, folder: Path) -> DataError:
+    """The same refusal, naming the archive the user has and the member inside it, not
+    the extracted copy (which `_discard` has just deleted)."""
+    message = str(exc).replace(f"{folder}/", "")
+    if not message.startswith(f"{archive}:"):
+        message = f"{archive}: {message}"
+    return type(exc)(message)
+
+
+def _discard(folder: Path) -> None:
+    """Remove an extraction that was refused. A failure to remove it is not the user's
+    problem to see here: the refusal that caused it is what gets reported."""
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def _read_batches(folder: Path, suffix: str, parse: Any) -> LoadedDataset:
     digests: dict[str, str] = {}
     parts: list[tuple[np.ndarray, np.ndarray]] = []
     for name in (*TRAIN_BATCHES, TEST_BATCH):
         path = folder / f"{name}{suffix}"
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
-            raise DataError(f"{folder}: CIFAR-10 batch {path.name} is missing") from None
-        except OSError as exc:
-            raise DataError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+        if kind(path) is None:
+            raise DataError(f"{folder}: CIFAR-10 batch {path.name} is missing")
+        raw = read_file(path)
         digests[path.name] = sha256_bytes(raw)
         parts.append(parse(raw, str(path)))
     x_train = np.concatenate([images for images, _ in parts[:-1]])
@@ -112,7 +158,15 @@ def _entry(batch: dict[Any, Any], key: str, where: str) -> Any:
     for candidate in (key.encode(), key):
         if candidate in batch:
             return batch[candidate]
-    raise DataError(f"{where}: no {key!r} entry (keys: {sorted(map(repr, batch))})")
+    raise DataError(f"{where}: no {key!r} entry (keys: {_some_keys(batch)})")
+
+
+def _some_keys(batch: dict[Any, Any]) -> str:
+    """A short list of the keys for a message: a hostile dict can have millions, or keys
+    of a gigabyte (the unpickler admits only bytes, strings and numbers as keys)."""
+    first = itertools.islice(batch, 10)
+    shown = [repr(k[:16] if isinstance(k, bytes | str) else k) for k in first]
+    return ", ".join(sorted(shown)) + (", ..." if len(batch) > 10 else "")
 
 
 def _planes_to_hwc(pixels: np.ndarray) -> np.ndarray:

@@ -63,6 +63,12 @@ def check_labels(labels: Any, count: int, where: str) -> np.ndarray:
     if isinstance(labels, list | tuple):
         if not all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in labels):
             raise DataError(f"{where}: labels must be integers")
+        # Range first: a Python int beyond int64 would make numpy raise OverflowError.
+        bad = next((int(v) for v in labels if not 0 <= v < NUM_CLASSES), None)
+        if bad is not None:
+            # str() of a hostile int with thousands of digits raises ValueError: abbreviate.
+            shown = str(bad) if bad.bit_length() <= 1000 else f"of {bad.bit_length()} bits"
+            raise DataError(f"{where}: label {shown} out of range; expected 0..{NUM_CLASSES - 1}")
         labels = np.asarray(labels, dtype=np.int64)
     if not isinstance(labels, np.ndarray):
         raise DataError(f"{where}: labels are a {type(labels).__name__}, expected integers")

@@ -7,6 +7,8 @@ connecting (unless a proxy does that), and every socket operation has a timeout.
 from __future__ import annotations
 
 import hashlib
+import http.client
+import math
 import os
 import socket
 import tempfile
@@ -22,6 +24,7 @@ from mpbench.data.errors import ChecksumMismatch
 from mpbench.data.locations import datasets_dir
 
 DEFAULT_TIMEOUT_S = 20.0
+MAX_TIMEOUT_S = 24 * 3600.0
 DNS_TIMEOUT_S = 5.0
 _CHUNK = 1 << 20
 
@@ -75,10 +78,13 @@ def source(dataset: str) -> Source:
 
 
 def download_timeout() -> float:
+    """`$MPBENCH_DOWNLOAD_TIMEOUT` seconds; the default where it is not a positive finite
+    number (sockets refuse NaN, negative or infinite timeouts with odd errors)."""
     try:
-        return float(os.environ.get("MPBENCH_DOWNLOAD_TIMEOUT", DEFAULT_TIMEOUT_S))
+        value = float(os.environ.get("MPBENCH_DOWNLOAD_TIMEOUT", DEFAULT_TIMEOUT_S))
     except ValueError:
         return DEFAULT_TIMEOUT_S
+    return value if math.isfinite(value) and 0 < value <= MAX_TIMEOUT_S else DEFAULT_TIMEOUT_S
 
 
 def fetch_dataset(dataset: str, notify: Callable[[str], None] | None = None) -> Path:
@@ -104,9 +110,9 @@ def fetch(
         notify(f"downloading {url} into {dest}; it must match SHA-256 {sha256[:16]}…")
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
     except OSError as exc:
-        raise DownloadFailed(f"cannot create {dest.parent} ({exc})") from exc
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
+        raise DownloadFailed(f"cannot write into {dest.parent} ({exc})") from exc
     tmp = Path(tmp_name)
     try:
         digest, received = _stream(url, fd, timeout, size)
@@ -115,7 +121,10 @@ def fetch(
                 f"{url}: downloaded {received} bytes with SHA-256 {digest}, but the "
                 f"published SHA-256 is {sha256}; the download was deleted"
             )
-        os.replace(tmp, dest)
+        try:
+            os.replace(tmp, dest)
+        except OSError as exc:  # e.g. a folder already sits under the file's name
+            raise DownloadFailed(f"cannot move the download to {dest} ({exc})") from exc
     finally:
         tmp.unlink(missing_ok=True)
     return dest
@@ -136,7 +145,8 @@ def _stream(url: str, fd: int, timeout: float, size: int | None) -> tuple[str, i
         raise DownloadFailed(f"could not download {url}: HTTP {exc.code} {exc.reason}") from exc
     except urllib.error.URLError as exc:
         raise DownloadFailed(f"could not download {url}: {exc.reason}") from exc
-    except (OSError, ValueError) as exc:  # timeouts, resets, unknown URL scheme
+    except (OSError, ValueError, http.client.HTTPException) as exc:
+        # timeouts, resets, an unknown URL scheme, a body cut short (IncompleteRead)
         raise DownloadFailed(f"could not download {url}: {exc}") from exc
     return digest.hexdigest(), received
 
@@ -144,7 +154,11 @@ def _stream(url: str, fd: int, timeout: float, size: int | None) -> tuple[str, i
 def _resolve_quickly(url: str, deadline: float) -> None:
     """Resolve the host in a helper thread so a missing DNS server costs seconds, not the
     resolver's own minutes-long retry schedule. Skipped where a proxy resolves names."""
-    parts = urllib.parse.urlsplit(url)
+    try:  # a mirror URL comes from the environment: "http://[::1", "http://h:99999/"
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port or 443
+    except ValueError as exc:
+        raise DownloadFailed(f"could not download {url}: not a valid URL ({exc})") from exc
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return
     if urllib.request.getproxies().get(parts.scheme):
@@ -153,9 +167,9 @@ def _resolve_quickly(url: str, deadline: float) -> None:
 
     def resolve() -> None:
         try:
-            socket.getaddrinfo(parts.hostname, parts.port or 443)
+            socket.getaddrinfo(parts.hostname, port)
             outcome["error"] = None
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: a host name idna cannot encode
             outcome["error"] = exc
 
     worker = threading.Thread(target=resolve, name="mpbench-dns", daemon=True)

@@ -5,8 +5,16 @@ from __future__ import annotations
 from mpbench.errors import InvalidInput
 
 
+def one_line(message: str) -> str:
+    """`message` without line breaks: a file name may contain one, a message must not."""
+    return " ".join(message.splitlines())
+
+
 class DataError(InvalidInput):
     """A data file is malformed: wrong magic, truncated, wrong shape or dtype, bad labels."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(one_line(message))
 
 
 class UnsafeData(DataError):

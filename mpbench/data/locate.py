@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from mpbench.data.files import is_file, kind
 from mpbench.data.locations import datasets_dir, keras_datasets_dir
 from mpbench.errors import InvalidInput
 
@@ -21,6 +22,7 @@ MNIST_IDX_FILES = (
     "t10k-images-idx3-ubyte",
     "t10k-labels-idx1-ubyte",
 )
+CIFAR_BATCHES = (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch")
 CIFAR_BIN_DIR = "cifar-10-batches-bin"
 CIFAR_PY_DIR = "cifar-10-batches-py"
 CIFAR_ARCHIVES = (
@@ -58,8 +60,13 @@ def places(data_dir: str | Path | None) -> list[Place]:
     """The folders searched, in order. A `data_dir` that does not exist is bad input."""
     out: list[Place] = []
     if data_dir is not None:
-        path = Path(data_dir).expanduser()
-        if not path.exists():
+        if isinstance(data_dir, str) and not data_dir.strip():
+            raise InvalidInput("data dir '': empty path; name a folder or a dataset file")
+        try:
+            path = Path(data_dir).expanduser()
+        except RuntimeError as exc:  # "~nosuchuser/...": no home folder to expand to
+            raise InvalidInput(f"data dir {str(data_dir)!r}: {exc}") from None
+        if kind(path) is None:
             raise InvalidInput(f"data dir {str(path)!r} does not exist")
         out.append(Place("data-dir", path))
     out.append(Place("mpbench cache", datasets_dir()))
@@ -79,9 +86,10 @@ def find(dataset: str, data_dir: str | Path | None = None) -> Found | None:
 def find_in(dataset: str, place: Place) -> Found | None:
     """The first copy of `dataset` in one place, or None."""
     path = place.path
-    if path.is_file():  # --data-dir may name the file itself
+    found = kind(path)
+    if found == "file":  # --data-dir may name the file itself
         return _file_format(dataset, path, place)
-    if not path.is_dir():
+    if found != "dir":
         return None
     for fmt, candidate in _candidates(dataset, path):
         return Found(dataset, fmt, candidate, place)
@@ -91,7 +99,7 @@ def find_in(dataset: str, place: Place) -> Found | None:
 def _candidates(dataset: str, root: Path) -> Iterator[tuple[str, Path]]:
     """Existing copies under `root`, best first."""
     if dataset == "mnist":
-        if (root / "mnist.npz").is_file():
+        if is_file(root / "mnist.npz"):
             yield MNIST_NPZ, root / "mnist.npz"
         for folder in (root, root / "MNIST" / "raw"):  # the latter is torchvision's layout
             if idx_file(folder, MNIST_IDX_FILES[0]) is not None:
@@ -99,30 +107,37 @@ def _candidates(dataset: str, root: Path) -> Iterator[tuple[str, Path]]:
         return
     # `root` itself may be the batch folder (e.g. --data-dir .../cifar-10-batches-bin).
     for folder in (root / CIFAR_BIN_DIR, root):
-        if (folder / "data_batch_1.bin").is_file():
+        if is_file(folder / "data_batch_1.bin"):
             yield CIFAR_BIN, folder
     for folder in (root / CIFAR_PY_DIR, root / "cifar-10-batches-py-target" / CIFAR_PY_DIR, root):
-        if (folder / "data_batch_1").is_file():
+        if is_file(folder / "data_batch_1"):
             yield CIFAR_PY, folder
     for name in CIFAR_ARCHIVES:
-        if (root / name).is_file():
+        if is_file(root / name):
             yield CIFAR_ARCHIVE, root / name
 
 
 def _file_format(dataset: str, path: Path, place: Place) -> Found | None:
+    """What a `--data-dir` naming a file holds, by its name. One of the IDX files or CIFAR
+    batches stands for the folder it is in (the reader needs its siblings)."""
     name = path.name
-    if dataset == "mnist" and name.endswith(".npz"):
-        return Found(dataset, MNIST_NPZ, path, place)
-    if dataset == "cifar10" and (
-        name.endswith((".tar.gz", ".tgz", ".tar")) or name in CIFAR_ARCHIVES
-    ):
+    if dataset == "mnist":
+        if name.endswith(".npz"):
+            return Found(dataset, MNIST_NPZ, path, place)
+        if name.removesuffix(".gz") in MNIST_IDX_FILES:
+            return Found(dataset, MNIST_IDX, path.parent, place)
+        return None
+    if name.endswith((".tar.gz", ".tgz", ".tar")) or name in CIFAR_ARCHIVES:
         return Found(dataset, CIFAR_ARCHIVE, path, place)
+    if name.removesuffix(".bin") in CIFAR_BATCHES:
+        fmt = CIFAR_BIN if name.endswith(".bin") else CIFAR_PY
+        return Found(dataset, fmt, path.parent, place)
     return None
 
 
 def idx_file(folder: Path, name: str) -> Path | None:
     """`name` or `name.gz` in `folder` (raw preferred), or None."""
     for candidate in (folder / name, folder / f"{name}.gz"):
-        if candidate.is_file():
+        if is_file(candidate):
             return candidate
     return None

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import gzip
-import io
-import zipfile
-import zlib
 from pathlib import Path
 
 import numpy as np
 
+from mpbench.data import npz
 from mpbench.data.dataset import IMAGE_SHAPES, LoadedDataset, check_images, check_labels
-from mpbench.data.errors import DataError, UnsafePickle
+from mpbench.data.errors import DataError
+from mpbench.data.files import gunzip, read_file
 from mpbench.data.locate import MNIST_IDX_FILES, MNIST_NPZ, Found, idx_file
 from mpbench.data.locations import sha256_bytes
 
@@ -29,31 +27,8 @@ def read(found: Found) -> LoadedDataset:
 
 def read_npz(path: Path) -> LoadedDataset:
     """`mnist.npz` as Keras caches it: uint8 images (N, 28, 28), integer labels (N,)."""
-    raw = _read_bytes(path)
-    if not zipfile.is_zipfile(io.BytesIO(raw)):  # else np.load would take it for a pickle
-        raise DataError(f"{path}: not a valid .npz file (no zip archive structure)")
-    arrays: dict[str, np.ndarray] = {}
-    try:
-        with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
-            missing = [k for k in NPZ_KEYS if k not in npz.files]
-            if missing:
-                found = ", ".join(npz.files) or "none"
-                raise DataError(
-                    f"{path}: no {', '.join(missing)} array (arrays found: {found}); "
-                    f"expected {', '.join(NPZ_KEYS)}"
-                )
-            for key in NPZ_KEYS:
-                arrays[key] = npz[key]
-    except DataError:
-        raise
-    except ValueError as exc:
-        if "allow_pickle" in str(exc):
-            raise UnsafePickle(
-                f"{path}: holds pickled objects; mpbench reads only plain arrays"
-            ) from None
-        raise DataError(f"{path}: not a valid .npz file ({exc})") from exc
-    except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
-        raise DataError(f"{path}: not a valid .npz file ({exc})") from exc
+    raw = read_file(path)
+    arrays = npz.read_arrays(raw, NPZ_KEYS, str(path))
     x_train = check_images(arrays["x_train"], IMAGE_SHAPES["mnist"], f"{path} x_train")
     x_test = check_images(arrays["x_test"], IMAGE_SHAPES["mnist"], f"{path} x_test")
     y_train = check_labels(arrays["y_train"], len(x_train), f"{path} y_train")
@@ -71,9 +46,9 @@ def read_idx_folder(folder: Path) -> LoadedDataset:
         path = idx_file(folder, name)
         if path is None:
             raise DataError(f"{folder}: MNIST IDX file {name} (or {name}.gz) is missing")
-        raw = _read_bytes(path)
+        raw = read_file(path)
         digests[path.name] = sha256_bytes(raw)
-        data = _gunzip(raw, path) if path.name.endswith(".gz") else raw
+        data = gunzip(raw, path) if path.name.endswith(".gz") else raw
         if "images" in name:
             arrays.append(parse_idx_images(data, str(path)))
         else:
@@ -133,17 +108,3 @@ def _check_length(data: bytes, header: int, body: int, what: str, where: str) ->
             f"{where}: {len(data) - header - body} unexpected bytes after the {what} "
             "the header announces"
         )
-
-
-def _read_bytes(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise DataError(f"{path}: cannot read ({exc.strerror or exc})") from exc
-
-
-def _gunzip(raw: bytes, path: Path) -> bytes:
-    try:
-        return gzip.decompress(raw)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise DataError(f"{path}: not a valid gzip file ({exc})") from exc

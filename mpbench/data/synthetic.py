@@ -40,6 +40,8 @@ RECIPES = {
     "cifar10": Recipe(max_shift=3, envelope=False, noise_bits=7),
 }
 _DATASET_TAG = {"mnist": 1, "cifar10": 2}
+# Samples per split: 20x the real training sets (CIFAR-10 at this size is 3 GB in memory).
+MAX_SIZE = 1_000_000
 _CHUNK = 8192
 
 
@@ -51,9 +53,7 @@ def generate(
 ) -> LoadedDataset:
     """Stand-in for `dataset`, named "synthetic-<dataset>". Sizes default to the real
     split sizes (MNIST 60000/10000, CIFAR-10 50000/10000)."""
-    default_train, default_test = REAL_SIZES[dataset]
-    train_size = _size(train_size, default_train, "synthetic train size")
-    test_size = _size(test_size, default_test, "synthetic test size")
+    train_size, test_size = sizes(dataset, train_size, test_size)
     rng = np.random.default_rng([_DATASET_TAG[dataset], seed % (1 << 63)])
     recipe = RECIPES[dataset]
     shape = IMAGE_SHAPES[dataset]
@@ -64,11 +64,23 @@ def generate(
     return LoadedDataset(x_train, y_train, x_test, y_test, f"synthetic-{dataset}", "synthetic")
 
 
+def sizes(dataset: str, train_size: int | None, test_size: int | None) -> tuple[int, int]:
+    """The (train, test) sizes `generate` would use, validated, without generating."""
+    default_train, default_test = REAL_SIZES[dataset]
+    return (
+        _size(train_size, default_train, "synthetic train size"),
+        _size(test_size, default_test, "synthetic test size"),
+    )
+
+
 def _size(value: int | None, default: int, what: str) -> int:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
         raise InvalidInput(f"{what} must be a positive integer, got {value!r}")
+    if value > MAX_SIZE:
+        # Generated in memory by every cell: 10**9 CIFAR images would be 3 TB.
+        raise InvalidInput(f"{what} must be at most {MAX_SIZE}, got {value!r}")
     return int(value)
 
 
