@@ -92,7 +92,7 @@ def data(
 
 @app.command()
 def run(
-    config: Path | None = typer.Option(
+    config: str | None = typer.Option(
         None, "--config", "-c", help="TOML run configuration (default: configs/default.toml)."
     ),
     framework: list[str] | None = typer.Option(
@@ -109,33 +109,34 @@ def run(
         "(repeatable) (default: auto).",
     ),
     device: str | None = typer.Option(None, "--device", help="auto, cpu, cuda, cuda:N, mps."),
-    epochs: int | None = typer.Option(None, "--epochs", min=1, help="Training epochs per cell."),
+    epochs: int | None = typer.Option(None, "--epochs", help="Training epochs per cell."),
     max_steps: int | None = typer.Option(
-        None, "--max-steps", min=1, help="Cap on training steps per cell (warm-up included)."
+        None, "--max-steps", help="Cap on training steps per cell (warm-up included)."
     ),
     warmup_steps: int | None = typer.Option(
-        None, "--warmup-steps", min=0, help="Leading steps left out of the timing statistics."
+        None, "--warmup-steps", help="Leading steps left out of the timing statistics."
     ),
-    batch_size: int | None = typer.Option(None, "--batch-size", min=1, help="Samples per step."),
-    units: int | None = typer.Option(None, "--units", min=1, help="Dense width (mnist_dense)."),
+    batch_size: int | None = typer.Option(None, "--batch-size", help="Samples per step."),
+    units: int | None = typer.Option(None, "--units", help="Dense width (mnist_dense)."),
     repeat: int | None = typer.Option(
         None,
         "--repeat",
-        min=1,
         help="Runs of each cell, each its own process, interleaved across policies; "
         "intervals come from them (3 or more for gates that mean something).",
     ),
     seed: int | None = typer.Option(None, "--seed", help="Seed for data, weights and order."),
     data_mode: str | None = typer.Option(None, "--data", help="auto, real or synthetic."),
-    data_dir: Path | None = typer.Option(None, "--data-dir", help="Look for datasets here first."),
+    data_dir: str | None = typer.Option(
+        None, "--data-dir", help="Look for datasets here first (a folder or the file itself)."
+    ),
     loop: str | None = typer.Option(None, "--loop", help="TensorFlow training loop: fit|custom."),
     jit: str | None = typer.Option(None, "--jit", help="TensorFlow XLA jit_compile: on|off."),
-    out: Path | None = typer.Option(
+    out: str | None = typer.Option(
         None, "--out", "-o", help="Run directory (default: results/<run-id>)."
     ),
-    timeout: float | None = typer.Option(None, "--timeout", min=1, help="Seconds per cell."),
+    timeout: float | None = typer.Option(None, "--timeout", help="Seconds per cell."),
     threads: int | None = typer.Option(
-        None, "--threads", min=1, help="Intra/inter-op threads per cell (default: the cores)."
+        None, "--threads", help="Intra/inter-op threads per cell (default: the cores)."
     ),
     measure_peak: bool = typer.Option(
         False,
@@ -147,9 +148,10 @@ def run(
 ) -> None:
     """Train the reference workloads under each precision policy, one process per cell."""
     from mpbench.runner import RunOptions, run_matrix
+    from mpbench.runner.config import path_option
 
     options = RunOptions(
-        config=config,
+        config=path_option("--config", config),
         frameworks=framework or [],
         workloads=workload or [],
         policies=policy or [],
@@ -162,10 +164,10 @@ def run(
         repeat=repeat,
         seed=seed,
         data=data_mode,
-        data_dir=data_dir,
+        data_dir=path_option("--data-dir", data_dir),
         loop=loop,
         jit=jit,
-        out=out,
+        out=path_option("--out", out),
         timeout=timeout,
         threads=threads,
         measure_peak=measure_peak,
@@ -250,8 +252,19 @@ def _one_line(message: str) -> str:
     return " ".join(message.split())
 
 
+def _never_fail_on_encoding() -> None:
+    """A terminal or pipe that cannot encode a character (LC_ALL=C, PYTHONIOENCODING=ascii)
+    gets a replacement for it rather than a UnicodeEncodeError after the cells ran; the
+    renderers also pick ASCII symbols there (mpbench.compare), so this is the last resort."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and stream.errors == "strict":
+            reconfigure(errors="replace")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: bad input becomes one line on stderr and exit code 2, never a traceback."""
+    _never_fail_on_encoding()
     try:
         result = app(args=argv, prog_name="mpbench", standalone_mode=False)
     except TyperException as exc:  # typer's usage errors: unknown option, bad value, ...
@@ -262,11 +275,17 @@ def main(argv: list[str] | None = None) -> int:
     except InvalidInput as exc:
         print(f"mpbench: error: {_one_line(str(exc))}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a disk or a folder failed us where no layer said more
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"mpbench: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 2
     except Exit as exc:
         return exc.exit_code
-    except (Abort, KeyboardInterrupt):
+    except (Abort, KeyboardInterrupt) as exc:
+        from mpbench.runner.signals import interrupted_exit_code
+
         print("mpbench: interrupted", file=sys.stderr)
-        return 130
+        return interrupted_exit_code(exc)
     return result if isinstance(result, int) else 0
 
 

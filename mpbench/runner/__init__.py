@@ -7,6 +7,7 @@ import platform
 import secrets
 import subprocess
 import sys
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -17,11 +18,23 @@ from mpbench import __version__
 from mpbench.errors import InvalidInput
 from mpbench.results import CellRecord, Status, append_record, write_csv, write_environment
 from mpbench.results.io import RESULTS_FILE, read_records
+from mpbench.results.writer import ResultsWriteError, drop_torn_tail
 from mpbench.runner.cells import Cell, expand
-from mpbench.runner.config import RunConfig, RunOptions, build_config
+from mpbench.runner.config import RunConfig, RunOptions, build_config, contradictions
 from mpbench.runner.execute import Outcome, run_in_child
+from mpbench.runner.preflight import preflight
 from mpbench.runner.progress import Reporter
 from mpbench.runner.records import build_record, now_iso
+from mpbench.runner.rundir import (
+    RUN_FILE,
+    RunLock,
+    RunState,
+    check_out_path,
+    holds_a_run,
+    make_dir,
+    read_state,
+    write_state,
+)
 from mpbench.runner.signals import interrupted_exit_code, stop_on_termination
 
 __all__ = ["RunOptions", "run_matrix"]
@@ -69,71 +82,156 @@ def environment(options: RunOptions, config: RunConfig, report: Any, device: str
     }
 
 
-def _open_run_dir(
-    options: RunOptions, config: RunConfig
-) -> tuple[Path, str, dict[str, CellRecord]]:
-    """The run directory, its run id, and (with --resume) the records it already holds."""
-    if options.resume and options.out is None:
-        raise InvalidInput("--resume needs --out DIR: the run directory to continue")
-    run_id = new_run_id()
-    run_dir = options.out or config.out_dir / run_id
-    existing = run_dir / RESULTS_FILE
-    if not existing.exists():
-        return run_dir, run_id, {}
-    if not options.resume:
-        raise InvalidInput(
-            f"{existing} already exists: pass --resume to continue that run, or another --out"
-        )
-    done = {record.cell_id: record for record in read_records(existing)}
-    return run_dir, next(iter(done.values())).run_id, done
-
-
 def run_matrix(options: RunOptions) -> int:
-    """Run every cell; return the exit code (0 ok, 1 some cell failed to run, 130 interrupted)."""
-    from mpbench.detect import collect
-
+    """Run every cell; return the exit code (0 ok, 1 some cell failed to run, 128 + signal
+    when interrupted). Bad input and failed writes raise InvalidInput (exit 2)."""
     console = Console()
     if not console.is_terminal:  # CI logs and pipes: rich would squeeze the summary into 80
         console = Console(width=160)
+    with stop_on_termination():  # SIGTERM / SIGHUP from here on are Ctrl-C (runner.signals)
+        if options.resume:
+            return _resume(options, console)
+        return _new_run(options, console)
+
+
+def _new_run(options: RunOptions, console: Console) -> int:
     config = build_config(options)
+    run_id = new_run_id()
+    run_dir = options.out if options.out is not None else config.out_dir / run_id
+    check_out_path(run_dir, "--out" if options.out is not None else "[run] out_dir")
+    plan = _plan(config, run_id, console)  # every check that needs no file written
+    make_dir(run_dir)
+    with RunLock(run_dir):
+        if holds_a_run(run_dir):
+            raise InvalidInput(
+                f"{run_dir} already holds a run: continue it with "
+                f"'mpbench run --out {run_dir} --resume', or pass another --out"
+            )
+        state = RunState(run_id, now_iso(), options.command_line, __version__, config)
+        write_state(run_dir, state)
+        write_environment(run_dir, environment(options, config, plan.report, plan.device))
+        return _run_cells(plan, config, run_dir, {}, options, console)
+
+
+def _resume(options: RunOptions, console: Console) -> int:
+    """Continue the run in --out with the configuration stored when it started."""
+    run_dir = options.out
+    if run_dir is None:
+        raise InvalidInput("--resume needs --out DIR: the run directory to continue")
+    check_out_path(run_dir)
+    if not (run_dir / RUN_FILE).exists() and not (run_dir / RESULTS_FILE).exists():
+        raise InvalidInput(f"--resume: {run_dir} holds no run to continue")
+    with RunLock(run_dir):
+        state = read_state(run_dir)
+        if state is None:
+            raise InvalidInput(
+                f"--resume: {run_dir} has no {RUN_FILE} (written by an older mpbench), so its "
+                "configuration is unknown; start a new run with another --out"
+            )
+        if options.config is not None and not _same_file(options.config, state.config.source):
+            raise InvalidInput(
+                f"--config {options.config} contradicts the run in {run_dir}, which used "
+                f"{state.config.source or 'no config file'}; resume with --out and --resume only"
+            )
+        conflicts = contradictions(state.config, options)
+        if conflicts:
+            raise InvalidInput(
+                f"--resume: {'; '.join(conflicts)}: options that contradict the run in "
+                f"{run_dir}; resume with --out and --resume only, or start a new run"
+            )
+        torn = drop_torn_tail(run_dir)
+        if torn:
+            console.print(f"[yellow]warning:[/yellow] {torn}")
+        done = _finished(run_dir, state.run_id)
+        plan = _plan(state.config, state.run_id, console)
+        return _run_cells(plan, state.config, run_dir, done, options, console)
+
+
+def _same_file(given: Path, stored: Path | None) -> bool:
+    return stored is not None and given.resolve() == stored.resolve()
+
+
+def _finished(run_dir: Path, run_id: str) -> dict[str, CellRecord]:
+    """The records a resumed run already holds; an empty or missing file: none yet."""
+    path = run_dir / RESULTS_FILE
+    if not path.exists() or not path.read_bytes().strip():
+        return {}
+    done = {record.cell_id: record for record in read_records(path)}
+    strangers = {record.run_id for record in done.values()} - {run_id}
+    if strangers:
+        raise InvalidInput(
+            f"{path} holds records of other runs ({', '.join(sorted(strangers))}) besides "
+            f"{run_id}; it cannot be resumed"
+        )
+    return done
+
+
+@dataclass
+class Plan:
+    """The expanded matrix, checked, ready to run."""
+
+    run_id: str
+    report: Any
+    device: str
+    traits: Any
+    cells: list[Cell]
+    fingerprint: str
+    measured_peaks: dict[str, float]
+
+
+def _plan(config: RunConfig, run_id: str, console: Console) -> Plan:
+    from mpbench.detect import collect
+
     report = collect(probe=False)
-    run_dir, run_id, done = _open_run_dir(options, config)
     device, traits, cells = expand(config, report, run_id)
+    preflight(config, cells, lambda message: console.print(f"[yellow]warning:[/yellow] {message}"))
     kind, _, index = device.partition(":")
     fingerprint = report.hardware_fingerprint(kind, int(index) if index else None)
-    measured_peaks = _measured_peaks(device, fingerprint, options.measure_peak, console)
-    if not done:
-        write_environment(run_dir, environment(options, config, report, device))
+    return Plan(run_id, report, device, traits, cells, fingerprint, {})
 
-    console.print(
-        f"mpbench run [bold]{run_id}[/bold]: {len(cells)} cells on {device} ({traits.name}); "
-        f"data: {config.data}; results: {run_dir}"
+
+def _run_cells(
+    plan: Plan,
+    config: RunConfig,
+    run_dir: Path,
+    done: dict[str, CellRecord],
+    options: RunOptions,
+    console: Console,
+) -> int:
+    plan.measured_peaks = _measured_peaks(
+        plan.device, plan.fingerprint, options.measure_peak, console
     )
-    if config.device == "auto" and device == "cpu" and report.nvml_blind:
+    cells = plan.cells
+    console.print(
+        f"mpbench run [bold]{plan.run_id}[/bold]: {len(cells)} cells "
+        f"on {plan.device} ({plan.traits.name}); data: {config.data}; results: {run_dir}"
+    )
+    if config.device == "auto" and plan.device == "cpu" and plan.report.nvml_blind:
         console.print(
             "[yellow]warning:[/yellow] /dev/nvidia* exists but NVML lists no GPU, so `auto` "
             "chose the CPU; pass --device cuda to try the GPU (mpbench detect says more)"
         )
     records = list(done.values())
     interrupted: KeyboardInterrupt | None = None
-    with stop_on_termination(), Reporter(console, len(cells)) as reporter:
-        try:
-            for cell in cells:
-                if cell.spec.cell_id in done:
-                    reporter.cell_resumed(cell.spec.cell_id)
-                    continue
-                record, warnings = _run_cell(
-                    cell, config, run_dir, reporter, traits, fingerprint, options, measured_peaks
-                )
-                append_record(run_dir, record)
-                records.append(record)
-                for message in warnings:
-                    reporter.warn(message)
-                reporter.cell_finished(record)
-        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (runner.signals)
-            interrupted = exc
-    if records:
-        write_csv(run_dir, records)
+    try:
+        with Reporter(console, len(cells)) as reporter:
+            try:
+                for cell in cells:
+                    if cell.spec.cell_id in done:
+                        reporter.cell_resumed(cell.spec.cell_id)
+                        continue
+                    record, warnings = _run_cell(cell, config, run_dir, reporter, plan, options)
+                    append_record(run_dir, record)  # ResultsWriteError: stop, keep the rest
+                    records.append(record)
+                    for message in warnings:
+                        reporter.warn(message)
+                    reporter.cell_finished(record)
+            except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (runner.signals)
+                interrupted = exc
+    except ResultsWriteError:
+        _write_csv_if_possible(run_dir, records)
+        raise
+    csv_error = _write_csv_if_possible(run_dir, records)
     if interrupted is not None:
         console.print(
             f"[yellow]Interrupted.[/yellow] {len(records)} finished cells kept in {run_dir}; "
@@ -147,8 +245,20 @@ def run_matrix(options: RunOptions) -> int:
             f"[yellow]Could not print the summary[/yellow] ({type(exc).__name__}: {exc}); "
             f"the records are complete: mpbench compare {run_dir}"
         )
+    if csv_error is not None:
+        raise csv_error  # results.jsonl is complete; say (exit 2) that its CSV copy is not
     console.print(f"Results: {run_dir / RESULTS_FILE}")
     return 1 if any(r.status in FAILED for r in records) else 0
+
+
+def _write_csv_if_possible(run_dir: Path, records: list[CellRecord]) -> ResultsWriteError | None:
+    if not records:
+        return None
+    try:
+        write_csv(run_dir, records)
+    except ResultsWriteError as exc:
+        return exc
+    return None
 
 
 def _run_cell(
@@ -156,10 +266,8 @@ def _run_cell(
     config: RunConfig,
     run_dir: Path,
     reporter: Reporter,
-    traits: Any,
-    fingerprint: str,
+    plan: Plan,
     options: RunOptions,
-    measured_peaks: dict[str, float],
 ) -> tuple[CellRecord, list[str]]:
     spec = cell.spec
     spec.verbose = options.verbose
@@ -170,7 +278,9 @@ def _run_cell(
         log_path = run_dir / "logs" / (spec.cell_id.replace("/", "__") + ".log")
         outcome = run_in_child(spec, config.timeout, log_path, reporter.step, options.verbose)
     version = package_version(spec.framework)
-    record = build_record(spec, outcome, traits, fingerprint, version, measured_peaks)
+    record = build_record(
+        spec, outcome, plan.traits, plan.fingerprint, version, plan.measured_peaks
+    )
     return record, outcome.warnings
 
 

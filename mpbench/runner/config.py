@@ -3,10 +3,16 @@
 The file has a `[run]` table (the matrix and its defaults), one table per workload under
 `[workloads.<name>]` (batch size, epochs, step cap, units), and `[tensorflow]` (loop, jit).
 Command-line options override the file; the file overrides the workload's reference values.
+
+Every setting has one entry in `SETTINGS` (its type and limits), and the same check applies
+whether the value came from the file or the command line: a TOML `timeout = -5` is refused
+exactly as `--timeout -5` is.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,32 +30,85 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 PACKAGE_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 DATA_MODES = ("auto", "real", "synthetic")
 LOOPS = ("fit", "custom")
+# numpy's legacy seeding (and so the data order of every cell) takes 0 .. 2**32 - 1; each
+# repeat runs with seed + repeat, which must stay inside that range too.
+SEED_MAX = 2**32 - 1
 
-_RUN_KEYS = {
-    "frameworks": list,
-    "workloads": list,
-    "policies": list,
-    "device": str,
-    "repeat": int,
-    "seed": int,
-    "data": str,
-    "data_dir": str,
-    "timeout": (int, float),
-    "warmup_steps": int,
-    "out_dir": str,
-    "allow_download": bool,
-    "threads": int,
+
+@dataclass(frozen=True)
+class Setting:
+    """One configurable value: the type it must have and the range it must lie in."""
+
+    kind: type | tuple[type, ...]
+    option: str  # the command-line spelling, for messages
+    low: float | None = None
+    high: float | None = None
+    items: type | None = None  # element type of a list
+    why: str = ""  # said when the upper limit is hit
+
+    def check(self, where: str, value: Any) -> Any:
+        """The value, or InvalidInput naming `where` (an option or a TOML key)."""
+        kinds = self.kind if isinstance(self.kind, tuple) else (self.kind,)
+        # bool is an int in Python; a TOML `true` is never a valid count.
+        if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
+            raise InvalidInput(f"{where} {value!r}: must be {_kind_name(self)}")
+        if self.items is not None:
+            for item in value:
+                if not isinstance(item, self.items) or isinstance(item, bool):
+                    raise InvalidInput(f"{where} {value!r}: must be {_kind_name(self)}")
+        if isinstance(value, str) and not value.strip():
+            raise InvalidInput(f"{where}: must not be empty")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(value):
+                raise InvalidInput(f"{where} {value!r}: must be a finite number")
+            if self.low is not None and value < self.low:
+                raise InvalidInput(f"{where} {value!r}: must be at least {self.low:g}")
+            if self.high is not None and value > self.high:
+                raise InvalidInput(
+                    f"{where} {value!r}: must be at most {self.high:g}{self.why and ' ' + self.why}"
+                )
+        return value
+
+
+def _kind_name(setting: Setting) -> str:
+    if setting.items is not None:
+        return "a list of strings"  # the only lists in a config are lists of names
+    kinds = setting.kind if isinstance(setting.kind, tuple) else (setting.kind,)
+    names = {int: "a whole number", float: "a number", str: "a string", bool: "true or false"}
+    if float in kinds:
+        return "a number"
+    return " or ".join(names.get(k, k.__name__) for k in kinds)
+
+
+_NUMBER = (int, float)
+# The [run] table and the options that override it.
+RUN_SETTINGS = {
+    "frameworks": Setting(list, "--framework", items=str),
+    "workloads": Setting(list, "--workload", items=str),
+    "policies": Setting(list, "--policy", items=str),
+    "device": Setting(str, "--device"),
+    "repeat": Setting(int, "--repeat", 1, 1000, why="(repeats are separate processes)"),
+    "seed": Setting(int, "--seed", 0, SEED_MAX, why="(numpy's seed range)"),
+    "data": Setting(str, "--data"),
+    "data_dir": Setting(str, "--data-dir"),
+    "timeout": Setting(_NUMBER, "--timeout", 1, 7 * 24 * 3600, why="seconds (a week)"),
+    "warmup_steps": Setting(int, "--warmup-steps", 0, 10**9),
+    "out_dir": Setting(str, "--out"),
+    "allow_download": Setting(bool, "allow_download"),
+    "threads": Setting(int, "--threads", 1, 4096),
 }
-_WORKLOAD_KEYS = {
-    "batch_size": int,
-    "epochs": int,
-    "max_steps": int,
-    "warmup_steps": int,
-    "units": int,
-    "synthetic_train_size": int,
-    "synthetic_test_size": int,
+# A [workloads.<name>] table; the command-line options apply to every workload. Synthetic set
+# sizes are range-checked by mpbench.data, which owns what a valid stand-in is.
+WORKLOAD_SETTINGS = {
+    "batch_size": Setting(int, "--batch-size", 1, 2**24),
+    "epochs": Setting(int, "--epochs", 1, 10**6),
+    "max_steps": Setting(int, "--max-steps", 1, 10**9),
+    "warmup_steps": Setting(int, "--warmup-steps", 0, 10**9),
+    "units": Setting(int, "--units", 1, 2**16),
+    "synthetic_train_size": Setting(int, "synthetic_train_size"),
+    "synthetic_test_size": Setting(int, "synthetic_test_size"),
 }
-_TENSORFLOW_KEYS = {"loop": str, "jit": bool}
+TENSORFLOW_SETTINGS = {"loop": Setting(str, "--loop"), "jit": Setting(bool, "--jit")}
 
 
 @dataclass
@@ -94,7 +153,7 @@ class WorkloadSettings:
 
 @dataclass
 class RunConfig:
-    """The merged configuration a run executes."""
+    """The merged configuration a run executes; stored with the run (run.json) for --resume."""
 
     source: Path | None
     frameworks: list[str]  # as asked: names, "all", or empty for the installed ones
@@ -113,6 +172,31 @@ class RunConfig:
     out_dir: Path
     threads: int | None = None  # intra- and inter-op threads per cell; None: the cores available
 
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["source"] = str(self.source) if self.source else None
+        out["out_dir"] = str(self.out_dir)
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> RunConfig:
+        values = dict(raw)
+        values["source"] = Path(raw["source"]) if raw.get("source") else None
+        values["out_dir"] = Path(raw["out_dir"])
+        values["workloads"] = {
+            name: WorkloadSettings(**settings) for name, settings in raw["workloads"].items()
+        }
+        return cls(**values)
+
+
+def path_option(option: str, text: str | None) -> Path | None:
+    """A path given on the command line; an empty one is refused rather than read as '.'."""
+    if text is None:
+        return None
+    if not text.strip():
+        raise InvalidInput(f"{option} '': empty path")
+    return Path(text)
+
 
 def default_config_path() -> Path | None:
     for folder in (Path.cwd() / "configs", PACKAGE_CONFIGS):
@@ -123,29 +207,30 @@ def default_config_path() -> Path | None:
 
 
 def read_toml(path: Path) -> dict[str, Any]:
+    if path.is_dir():
+        raise InvalidInput(f"config {path}: is a directory; name a TOML file")
     try:
         with open(path, "rb") as fh:
             return tomllib.load(fh)
     except FileNotFoundError:
         raise InvalidInput(f"config {path}: no such file") from None
+    except UnicodeDecodeError:
+        raise InvalidInput(f"config {path}: not a TOML file (not UTF-8 text)") from None
     except tomllib.TOMLDecodeError as exc:
         raise InvalidInput(f"config {path}: not valid TOML ({exc})") from None
+    except OSError as exc:
+        raise InvalidInput(f"config {path}: cannot read it ({exc.strerror or exc})") from None
 
 
-def _check_table(path: Path, where: str, table: Any, allowed: dict[str, Any]) -> dict[str, Any]:
+def _check_table(
+    path: Path, where: str, table: Any, settings: dict[str, Setting]
+) -> dict[str, Any]:
     if not isinstance(table, dict):
         raise InvalidInput(f"config {path}: [{where}] must be a table")
     for key, value in table.items():
-        if key not in allowed:
-            raise unknown_choice(f"key in [{where}] of {path}:", key, allowed)
-        kind = allowed[key]
-        # bool is an int in Python; a TOML `true` is never a valid count.
-        wrong_bool = isinstance(value, bool) and kind is not bool
-        if wrong_bool or not isinstance(value, kind):
-            names = kind.__name__ if isinstance(kind, type) else "number"
-            raise InvalidInput(f"config {path}: [{where}] {key} must be a {names}, got {value!r}")
-        if isinstance(value, int) and not isinstance(value, bool) and value < 0:
-            raise InvalidInput(f"config {path}: [{where}] {key} must not be negative")
+        if key not in settings:
+            raise unknown_choice(f"key in [{where}] of {path}:", key, settings)
+        settings[key].check(f"config {path}: [{where}] {key} =", value)
     return table
 
 
@@ -156,18 +241,15 @@ def parse_file(path: Path) -> dict[str, Any]:
         raise unknown_choice(
             f"table in {path}:", sorted(unknown)[0], ["run", "workloads", "tensorflow"]
         )
-    run = _check_table(path, "run", raw.get("run", {}), _RUN_KEYS)
-    for key in ("repeat", "threads"):
-        if run.get(key) == 0:
-            raise InvalidInput(f"config {path}: [run] {key} must be at least 1")
+    run = _check_table(path, "run", raw.get("run", {}), RUN_SETTINGS)
     workloads = raw.get("workloads", {})
     if not isinstance(workloads, dict):
         raise InvalidInput(f"config {path}: [workloads] must be a table")
     for name, table in workloads.items():
         if name not in WORKLOADS:
             raise unknown_choice(f"workload in {path}:", name, WORKLOADS)
-        _check_table(path, f"workloads.{name}", table, _WORKLOAD_KEYS)
-    tensorflow = _check_table(path, "tensorflow", raw.get("tensorflow", {}), _TENSORFLOW_KEYS)
+        _check_table(path, f"workloads.{name}", table, WORKLOAD_SETTINGS)
+    tensorflow = _check_table(path, "tensorflow", raw.get("tensorflow", {}), TENSORFLOW_SETTINGS)
     return {"run": run, "workloads": workloads, "tensorflow": tensorflow}
 
 
@@ -178,62 +260,132 @@ def _choice(kind: str, value: str, choices: tuple[str, ...]) -> str:
     return value
 
 
-def _jit(value: str | bool | None) -> bool:
-    if isinstance(value, bool) or value is None:
-        return bool(value)
+def _jit(value: str | bool) -> bool:
+    if isinstance(value, bool):
+        return value
     return _choice("--jit value", value, ("on", "off")) == "on"
+
+
+def file_config(path: Path | None) -> RunConfig:
+    """The workloads' reference values < the config file (already checked by parse_file)."""
+    parsed = parse_file(path) if path else {"run": {}, "workloads": {}, "tensorflow": {}}
+    run, tensorflow = parsed["run"], parsed["tensorflow"]
+    workloads: dict[str, WorkloadSettings] = {}
+    for name, spec in WORKLOADS.items():
+        table = parsed["workloads"].get(name, {})
+        workloads[name] = WorkloadSettings(
+            batch_size=table.get("batch_size", spec.batch_size),
+            epochs=table.get("epochs", spec.epochs),
+            max_steps=table.get("max_steps"),
+            warmup_steps=table.get("warmup_steps", run.get("warmup_steps", 5)),
+            units=table.get("units"),
+            synthetic_train_size=table.get("synthetic_train_size"),
+            synthetic_test_size=table.get("synthetic_test_size"),
+        )
+    return RunConfig(
+        source=path.resolve() if path else None,  # absolute: a resume may start elsewhere
+        frameworks=run.get("frameworks", []),
+        workload_names=run.get("workloads", list(WORKLOADS)),
+        workloads=workloads,
+        policies=run.get("policies", ["auto"]),
+        device=run.get("device", "auto").strip().lower(),
+        repeat=run.get("repeat", 1),
+        seed=run.get("seed", 0),
+        data=_choice("data mode in [run]", run.get("data", "auto"), DATA_MODES),
+        data_dir=run.get("data_dir"),
+        allow_download=run.get("allow_download", True),
+        timeout=float(run.get("timeout", 900)),
+        loop=_choice("loop in [tensorflow]", tensorflow.get("loop", "fit"), LOOPS),
+        jit=tensorflow.get("jit", False),
+        out_dir=Path(run.get("out_dir", "results")),
+        threads=run.get("threads"),
+    )
+
+
+# Command-line option -> the workload setting it overrides in every workload.
+_WORKLOAD_OPTIONS = ("batch_size", "epochs", "max_steps", "warmup_steps", "units")
+# Command-line option -> the RunConfig field it overrides.
+_RUN_OPTIONS = {
+    "frameworks": "frameworks",
+    "workloads": "workload_names",
+    "policies": "policies",
+    "device": "device",
+    "repeat": "repeat",
+    "seed": "seed",
+    "timeout": "timeout",
+    "threads": "threads",
+}
+
+
+def apply_options(config: RunConfig, options: RunOptions) -> RunConfig:
+    """`config` with every option given on the command line applied (a new object)."""
+    merged = dataclasses.replace(
+        config,
+        workloads={name: dataclasses.replace(w) for name, w in config.workloads.items()},
+    )
+    for name in _WORKLOAD_OPTIONS:
+        value = getattr(options, name)
+        if value is not None:
+            WORKLOAD_SETTINGS[name].check(WORKLOAD_SETTINGS[name].option, value)
+            for settings in merged.workloads.values():
+                setattr(settings, name, value)
+    for name, target in _RUN_OPTIONS.items():
+        value = getattr(options, name)
+        if value is not None and value != []:
+            setting = RUN_SETTINGS[name]
+            value = float(value) if name == "timeout" else value
+            setattr(merged, target, setting.check(setting.option, value))
+    merged.device = merged.device.strip().lower()
+    if options.data is not None:
+        merged.data = _choice(
+            "--data mode", RUN_SETTINGS["data"].check("--data", options.data), DATA_MODES
+        )
+    if options.data_dir is not None:
+        merged.data_dir = RUN_SETTINGS["data_dir"].check("--data-dir", str(options.data_dir))
+    if options.loop is not None:
+        merged.loop = _choice("--loop", options.loop, LOOPS)
+    if options.jit is not None:
+        merged.jit = _jit(options.jit)
+    check_combination(merged)
+    return merged
+
+
+def check_combination(config: RunConfig) -> None:
+    """Rules across settings, whichever layer each came from."""
+    last_seed = config.seed + config.repeat - 1
+    if last_seed > SEED_MAX:
+        raise InvalidInput(
+            f"--seed {config.seed} with {config.repeat} repeats reaches {last_seed}: each repeat "
+            f"runs with seed + repeat, and seeds must stay at most {SEED_MAX} (numpy's range)"
+        )
+    if config.data_dir:
+        if not Path(config.data_dir).exists():
+            raise InvalidInput(f"--data-dir {config.data_dir}: no such file or directory")
+        config.data_dir = str(Path(config.data_dir).resolve())  # as above
 
 
 def build_config(options: RunOptions) -> RunConfig:
     """Merge reference defaults < config file < command line into one RunConfig."""
-    path = options.config or default_config_path()
-    parsed = parse_file(path) if path else {"run": {}, "workloads": {}, "tensorflow": {}}
-    run, tensorflow = parsed["run"], parsed["tensorflow"]
+    return apply_options(file_config(options.config or default_config_path()), options)
 
-    warmup = (
-        options.warmup_steps if options.warmup_steps is not None else run.get("warmup_steps", 5)
-    )
-    workloads: dict[str, WorkloadSettings] = {}
-    for name, spec in WORKLOADS.items():
-        table = parsed["workloads"].get(name, {})
 
-        def pick(key: str, cli: Any, reference: Any, table: dict = table) -> Any:
-            if cli is not None:
-                return cli
-            return table.get(key, reference)
-
-        workloads[name] = WorkloadSettings(
-            batch_size=pick("batch_size", options.batch_size, spec.batch_size),
-            epochs=pick("epochs", options.epochs, spec.epochs),
-            max_steps=pick("max_steps", options.max_steps, None),
-            warmup_steps=options.warmup_steps
-            if options.warmup_steps is not None
-            else table.get("warmup_steps", warmup),
-            units=pick("units", options.units, None),
-            synthetic_train_size=table.get("synthetic_train_size"),
-            synthetic_test_size=table.get("synthetic_test_size"),
-        )
-
-    data = _choice("--data mode", options.data or run.get("data", "auto"), DATA_MODES)
-    loop = _choice("--loop", options.loop or tensorflow.get("loop", "fit"), LOOPS)
-    data_dir = options.data_dir or run.get("data_dir")
-    if data_dir and not Path(data_dir).is_dir():
-        raise InvalidInput(f"data directory {data_dir}: no such directory")
-    return RunConfig(
-        source=path,
-        frameworks=options.frameworks or run.get("frameworks", []),
-        workload_names=options.workloads or run.get("workloads", list(WORKLOADS)),
-        workloads=workloads,
-        policies=options.policies or run.get("policies", ["auto"]),
-        device=(options.device or run.get("device", "auto")).strip().lower(),
-        repeat=options.repeat or run.get("repeat", 1),
-        seed=options.seed if options.seed is not None else run.get("seed", 0),
-        data=data,
-        data_dir=str(data_dir) if data_dir else None,
-        allow_download=run.get("allow_download", True),
-        timeout=float(options.timeout or run.get("timeout", 900)),
-        loop=loop,
-        jit=_jit(options.jit if options.jit is not None else tensorflow.get("jit", False)),
-        out_dir=Path(run.get("out_dir", "results")),
-        threads=options.threads or run.get("threads") or None,
-    )
+def contradictions(stored: RunConfig, options: RunOptions) -> list[str]:
+    """The options that would change a stored run's configuration (for --resume)."""
+    resumed = apply_options(stored, options)
+    found = []
+    for name in _WORKLOAD_OPTIONS:
+        value = getattr(options, name)
+        before = {getattr(w, name) for w in stored.workloads.values()}
+        if value is not None and before != {value}:
+            shown = ", ".join(str(v) for v in sorted(before, key=str))
+            found.append(f"{WORKLOAD_SETTINGS[name].option} {value} (the run has {shown})")
+    for name, target in {**_RUN_OPTIONS, "data": "data", "data_dir": "data_dir"}.items():
+        if getattr(resumed, target) != getattr(stored, target):
+            option = RUN_SETTINGS[name].option
+            found.append(
+                f"{option} {getattr(resumed, target)} (the run has {getattr(stored, target)})"
+            )
+    for name in ("loop", "jit"):
+        if getattr(resumed, name) != getattr(stored, name):
+            found.append(f"--{name} {getattr(options, name)} (the run has {getattr(stored, name)})")
+    return found

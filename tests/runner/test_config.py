@@ -1,9 +1,10 @@
+import json
 from pathlib import Path
 
 import pytest
 
 from mpbench.errors import InvalidInput
-from mpbench.runner.config import RunOptions, build_config, parse_file
+from mpbench.runner.config import RunConfig, RunOptions, build_config, contradictions, parse_file
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -57,14 +58,16 @@ def test_command_line_overrides_the_file():
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("[run]\nrepeat = 'two'\n", "repeat must be a int"),
+        ("[run]\nrepeat = 'two'\n", "repeat = 'two': must be a whole number"),
         ("[run]\nbogus = 1\n", "unknown key"),
         ("[workloads.resnet]\nepochs = 1\n", "unknown workload"),
         ("[run\n", "not valid TOML"),
         ("[extras]\n", "unknown table"),
-        ("[workloads.mnist_dense]\nepochs = -1\n", "must not be negative"),
-        ("[run]\nrepeat = 0\n", "repeat must be at least 1"),
-        ("[run]\nthreads = 0\n", "threads must be at least 1"),
+        ("[workloads.mnist_dense]\nepochs = -1\n", "epochs = -1: must be at least 1"),
+        ("[run]\nrepeat = 0\n", "repeat = 0: must be at least 1"),
+        ("[run]\nthreads = 0\n", "threads = 0: must be at least 1"),
+        ("[run]\ntimeout = nan\n", "timeout = nan: must be a finite number"),
+        ("[run]\nframeworks = [1]\n", "must be a list of strings"),
     ],
 )
 def test_malformed_configs_are_invalid_input(tmp_path, text, message):
@@ -79,7 +82,34 @@ def test_bad_choices_name_the_valid_ones():
         build_config(RunOptions(config=CONFIGS / "quick.toml", data="imagenet"))
     with pytest.raises(InvalidInput, match="fit, custom"):
         build_config(RunOptions(config=CONFIGS / "quick.toml", loop="eager"))
-    with pytest.raises(InvalidInput, match="no such directory"):
+    with pytest.raises(InvalidInput, match="no such file or directory"):
         build_config(RunOptions(config=CONFIGS / "quick.toml", data_dir=Path("/nonexistent")))
     with pytest.raises(InvalidInput, match="no such file"):
         build_config(RunOptions(config=Path("/nonexistent.toml")))
+
+
+def test_options_meet_the_limits_of_the_file():
+    for options, message in [
+        (RunOptions(batch_size=0), "--batch-size 0: must be at least 1"),
+        (RunOptions(repeat=10**9), "--repeat 1000000000: must be at most 1000"),
+        (RunOptions(timeout=float("nan")), "--timeout nan: must be a finite number"),
+        (RunOptions(seed=2**32), "--seed 4294967296: must be at most"),
+        (RunOptions(seed=2**32 - 1, repeat=2), "seeds must stay at most 4294967295"),
+    ]:
+        with pytest.raises(InvalidInput, match=message):
+            build_config(RunOptions(**{**options.__dict__, "config": CONFIGS / "quick.toml"}))
+
+
+def test_a_stored_config_round_trips_and_resumes_unchanged():
+    config = build_config(RunOptions(config=CONFIGS / "quick.toml", batch_size=32, jit="on"))
+    stored = RunConfig.from_dict(json.loads(json.dumps(config.to_dict())))
+    assert stored == config
+    assert contradictions(stored, RunOptions()) == []
+    same = RunOptions(batch_size=32, policies=list(config.policies), jit="on")
+    assert contradictions(stored, same) == []
+
+
+def test_resume_options_that_change_the_run_are_named():
+    stored = build_config(RunOptions(config=CONFIGS / "quick.toml", batch_size=64, units=64))
+    found = contradictions(stored, RunOptions(batch_size=32, units=64, policies=["fp16"]))
+    assert found == ["--batch-size 32 (the run has 64)", "--policy ['fp16'] (the run has ['all'])"]

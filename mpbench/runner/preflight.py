@@ -1,0 +1,55 @@
+"""Checks made once, in the parent, before any cell runs or any file is written.
+
+A batch larger than the training set, warm-up that leaves no step to time, `--data real`
+with no data, or a corrupt or hostile data file would otherwise fail in every cell's child
+process, one `error` record at a time. Here they are one line and exit 2, and no run
+directory is created.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from mpbench.backends.base import plan_steps
+from mpbench.errors import InvalidInput
+from mpbench.runner.cells import Cell
+from mpbench.runner.config import RunConfig
+from mpbench.workloads import get_workload
+
+
+def preflight(config: RunConfig, cells: list[Cell], warn: Callable[[str], None]) -> None:
+    """InvalidInput if a cell that would run cannot; `warn` gets data fall-back notes."""
+    from mpbench.data import check_data  # numpy: only when a run really starts
+
+    running = dict.fromkeys(cell.spec.workload for cell in cells if cell.skip_reason is None)
+    for name in running:
+        workload = get_workload(name)
+        settings = config.workloads[name]
+        data = check_data(
+            workload.dataset,
+            config.data,
+            config.data_dir,
+            config.allow_download,
+            seed=config.seed,
+            synthetic_train_size=settings.synthetic_train_size,
+            synthetic_test_size=settings.synthetic_test_size,
+        )
+        if data.warning:
+            warn(data.warning)
+        if data.source == "synthetic" and config.data == "auto":
+            # auto fell back: the cells get the stand-in directly instead of each one
+            # searching (and trying to download) again, which could only end the same way.
+            for cell in cells:
+                if cell.spec.workload == name:
+                    cell.spec.data = "synthetic"
+        try:
+            plan_steps(
+                data.train_size,
+                settings.batch_size,
+                settings.epochs,
+                settings.max_steps,
+                settings.warmup_steps,
+            )
+        except ValueError as exc:  # the same rule each cell applies, said once
+            where = data.origin or f"{data.source} {data.dataset}"
+            raise InvalidInput(f"{name} on {where}: {exc}") from None
