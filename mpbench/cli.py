@@ -202,7 +202,8 @@ def compare(
     min_speedup: list[str] | None = typer.Option(
         None,
         "--min-speedup",
-        help="POLICY=X: speed-up vs float32 of the same run, e.g. bf16=1.5 (repeatable).",
+        help="POLICY=X: speed-up vs float32 of the same run, e.g. bf16=1.5; one policy per "
+        "option (repeatable).",
     ),
     max_accuracy_delta: str | None = typer.Option(
         None, "--max-accuracy-delta", help="Accuracy vs float32 of the same run, ± points."
@@ -220,7 +221,9 @@ def compare(
         "table", "--format", help="table, markdown, json, csv or benchmark-action."
     ),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write the report here."),
-    plot: Path | None = typer.Option(None, "--plot", help="Write grouped bar charts (PNG)."),
+    plot: Path | None = typer.Option(
+        None, "--plot", help="Write grouped bar charts: .png, .svg, .pdf, .jpg or .jpeg."
+    ),
 ) -> None:
     """Speed-up, memory and accuracy against float32; gates for CI (exit 1 on regression)."""
     from mpbench.compare import (

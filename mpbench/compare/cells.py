@@ -25,6 +25,7 @@ from mpbench.compare.estimate import (
     step_ratio,
     step_time,
 )
+from mpbench.errors import InvalidInput
 from mpbench.policies import BASELINE, POLICIES
 from mpbench.results import CellRecord, Status, StepTimeStats
 
@@ -422,15 +423,24 @@ def display_order(key: CellKey) -> tuple:
 
 
 def summarize_all(records: list[CellRecord]) -> dict[CellKey, CellSummary]:
-    """Every cell of the records, repeats merged (a record read twice counts once)."""
-    seen: set[tuple[str, str, int]] = set()
+    """Every cell of the records, repeats merged.
+
+    The reader (results.io.read_runs) already refuses two different records of one repeat,
+    naming both places; records handed over directly (the run summary) are held to the same
+    rule: an identical copy counts once, a different one is an error, never dropped."""
+    seen: dict[tuple[str, str, int], CellRecord] = {}
     by_key: dict[CellKey, list[CellRecord]] = defaultdict(list)
     for record in records:
         identity = (record.run_id, record.cell_id, record.repeat)
-        if identity in seen:
-            continue
-        seen.add(identity)
-        by_key[cell_key(record)].append(record)
+        first = seen.get(identity)
+        if first is None:
+            seen[identity] = record
+            by_key[cell_key(record)].append(record)
+        elif first != record:
+            raise InvalidInput(
+                f"two different records of run {identity[0]}, cell {identity[1]}, "
+                f"repeat {identity[2]}"
+            )
     _adopt_orphans(by_key)
     return {key: summarize(key, recs) for key, recs in by_key.items()}
 

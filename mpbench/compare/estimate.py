@@ -16,6 +16,7 @@ The arithmetic itself lives in `mpbench.results.stats`, shared with the runner.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -108,7 +109,10 @@ def paired_ratio(pairs: Sequence[tuple[float, float]]) -> Estimate | None:
         return _ratio_of_means([a for a, _ in pairs], [b for _, b in pairs])
     if len(pairs) == 1:
         return Estimate.point(pairs[0][0] / pairs[0][1])
-    return _over_repeats(st.log_ratio_interval([a / b for a, b in pairs]), len(pairs))
+    # Log differences, not logs of a / b: a quotient of extreme values would overflow to inf
+    # or underflow to 0 before its logarithm is taken.
+    logs = [math.log(a) - math.log(b) for a, b in pairs]
+    return _over_repeats(st.exp_interval(logs), len(pairs))
 
 
 def paired_difference(pairs: Sequence[tuple[float, float]]) -> Estimate:
@@ -128,8 +132,10 @@ def step_ratio(pairs: Sequence[tuple[StepTimeStats, StepTimeStats]]) -> Estimate
 def _within_run_ratio(a: StepTimeStats, b: StepTimeStats) -> Estimate:
     """median(b) / median(a) with the block-bootstrap interval of their raw steps."""
     point = b.median_s / a.median_s
-    raw_a = [t for t in a.raw_s if t > 0]
-    raw_b = [t for t in b.raw_s if t > 0]
+    # Each series in units of its own recorded median: the interval is the same relative
+    # spread, and no quotient of extreme (valid) step times can overflow or divide by zero.
+    raw_a = [t / a.median_s for t in a.raw_s if t > 0]
+    raw_b = [t / b.median_s for t in b.raw_s if t > 0]
     if len(raw_a) < 2 or len(raw_b) < 2:
         return Estimate.point(point)
     own, low, high = st.block_bootstrap_ratio_interval(raw_a, raw_b, seed=_SEED)

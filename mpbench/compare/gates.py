@@ -248,8 +248,8 @@ def check_ratios(
                 results.append(result)
         if checked == 0:
             raise InvalidInput(
-                f"--min-speedup {policy}={minimum:g}: nothing comparable: no framework × workload "
-                f"has both a float32 and a {policy} cell"
+                f"--min-speedup {policy}={minimum:g}: nothing comparable: no framework and "
+                f"workload has both a float32 and a {policy} cell"
             )
     limit = options.max_accuracy_delta_pp
     if limit is not None:

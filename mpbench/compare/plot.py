@@ -7,6 +7,7 @@ marked where their bar would be, so a missing bar is never mistaken for a zero.
 
 from __future__ import annotations
 
+import math
 import textwrap
 from pathlib import Path
 
@@ -120,12 +121,11 @@ def write_plot(report: Report, path: Path) -> Path:
     )
     fig.tight_layout(rect=(0, 0.55 / fig.get_figheight(), 1, top))
     path = Path(path)
-    if path.parent and not path.parent.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=110)
     except OSError as exc:
-        raise InvalidInput(f"--plot {path}: cannot write ({exc.strerror or exc})") from None
+        raise InvalidInput(f"cannot write --plot {path}: {exc.strerror or exc}") from None
     finally:
         plt.close(fig)
     return path
@@ -180,6 +180,10 @@ def _accuracy(group: PolicyGroup, policy: str) -> Estimate | None:
     return cell.accuracy.scaled(100)
 
 
+def _drawable(estimate: Estimate) -> bool:
+    return all(math.isfinite(v) for v in (estimate.value, estimate.low, estimate.high))
+
+
 def _bars(ax, section: Section, policies: list[str], value_of, label: str) -> None:
     """One bar per framework and policy, a whisker for its 95 % interval, its value."""
     count = len(section.groups)
@@ -193,6 +197,8 @@ def _bars(ax, section: Section, policies: list[str], value_of, label: str) -> No
                 continue
             estimate = value_of(group, policy)
             position = x + offset
+            if estimate is not None and not _drawable(estimate):
+                estimate = None  # an overflowed ratio has no bar height: named, not drawn
             if estimate is None:
                 ax.text(
                     position,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from typing import Any
 
 from mpbench.compare import fmt
@@ -140,7 +141,31 @@ def render_json(report: Report) -> str:
         ],
         "notes": report.notes,
     }
+    found: list[str] = []
+    data = finite_only(data, "", found)
+    if found:
+        data["notes"].append(f"not a finite number, written as null: {', '.join(found)}")
     return json.dumps(data, indent=2, allow_nan=False) + "\n"
+
+
+def finite_only(value: Any, path: str, found: list[str]) -> Any:
+    """`value` with every NaN or infinity replaced by None, and where each was put in `found`.
+
+    Records are finite (results/validate.py), but a quotient of extreme step times or memory
+    can still overflow; JSON has no such numbers, and a consumer must not read one as zero."""
+    if isinstance(value, float) and not math.isfinite(value):
+        found.append(path)
+        return None
+    if isinstance(value, dict):
+        return {k: finite_only(v, f"{path}.{k}" if path else k, found) for k, v in value.items()}
+    if isinstance(value, list):
+        return [finite_only(v, f"{path}[{_item_name(v, i)}]", found) for i, v in enumerate(value)]
+    return value
+
+
+def _item_name(item: Any, index: int) -> str:
+    """A cell or gate by its label, anything else by its index."""
+    return str(item["cell"]) if isinstance(item, dict) and "cell" in item else str(index)
 
 
 def _flat(name: str, estimate: dict[str, Any] | None, value_column: str | None = None) -> dict:
@@ -269,7 +294,7 @@ def render_csv(report: Report) -> str:
                 baseline_test_accuracy=base.accuracy.value if base.accuracy else None,
                 **_flat("accuracy_change_pp", estimate_json(match.accuracy_change_pp())),
             )
-        writer.writerow(row)
+        writer.writerow(finite_only(row, "", []))  # empty, as for a value not measured
     return out.getvalue()
 
 
@@ -309,11 +334,11 @@ def render_benchmark_action(report: Report) -> str:
             entry = {
                 "name": f"{label}: step time vs float32",
                 "unit": "x float32",
-                "value": round(1 / speedup.value, 6),
+                "value": round(_inverse(speedup.value), 6),
                 "extra": f"speed-up {fmt.ratio(speedup.value)} vs float32 in the same run",
             }
             if speedup.has_interval:
-                entry["range"] = f"{1 / speedup.high:.3f}–{1 / speedup.low:.3f}"
+                entry["range"] = f"{_inverse(speedup.high):.3f}–{_inverse(speedup.low):.3f}"
                 entry["extra"] += f"; 95 % interval {fmt.interval_kind(speedup)}"
             entries.append(entry)
         if cell.memory_bytes is not None:
@@ -334,4 +359,10 @@ def render_benchmark_action(report: Report) -> str:
                     "extra": f"100 - test accuracy ({fmt.accuracy(cell.accuracy.value)})",
                 }
             )
+    # A series point must be a number: one that overflowed is left out, not charted as null.
+    entries = [e for e in entries if math.isfinite(e["value"])]
     return json.dumps(entries, indent=2, allow_nan=False) + "\n"
+
+
+def _inverse(value: float) -> float:
+    return 1 / value if value else math.inf

@@ -11,11 +11,18 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from mpbench.compare.destinations import (
+    append_step_summary,
+    check_destinations,
+    input_files,
+    write_text,
+)
+from mpbench.compare.encoding import safe_stream
 from mpbench.compare.options import CompareOptions, parse_format
 from mpbench.compare.report import Report, build_report
 from mpbench.errors import InvalidInput
-from mpbench.results import CellRecord, read_records
-from mpbench.results.io import RESULTS_FILE
+from mpbench.results import CellRecord
+from mpbench.results.io import RESULTS_FILE, read_runs
 
 _HUMAN = ("table", "markdown")
 
@@ -37,10 +44,8 @@ def latest_run(results_dir: Path) -> Path:
 
 
 def load(paths: list[Path]) -> list[CellRecord]:
-    records: list[CellRecord] = []
-    for path in paths:
-        records += read_records(Path(path))
-    return records
+    """The records of every path, merged (conflicting duplicates refused: read_runs)."""
+    return read_runs(paths)
 
 
 def run_compare(paths: list[Path] | None = None, **options: object) -> int:
@@ -57,26 +62,31 @@ def run_compare(paths: list[Path] | None = None, **options: object) -> int:
 def compare(options: CompareOptions, stdout: TextIO | None = None) -> int:
     options.format = parse_format(options.format)
     paths = options.paths or [latest_run(options.results_dir)]
-    records = load(paths)
-    baseline = read_records(options.baseline) if options.baseline is not None else None
-    if options.has_baseline_gates and baseline is None:
+    # Before anything is read: a report must never be written over what it reports on.
+    inputs = input_files([*paths, *([options.baseline] if options.baseline else [])])
+    check_destinations(options.output, options.plot, inputs)
+    if options.has_baseline_gates and options.baseline is None:
         raise InvalidInput(
             "--max-slowdown, --max-memory-increase and --max-accuracy-drop need --baseline "
             "(within one run, use --min-speedup and --max-accuracy-delta)"
         )
+    records = load(paths)
+    baseline = load([options.baseline]) if options.baseline is not None else None
     report = build_report(records, options, baseline)
-    write_outputs(report, options, stdout or sys.stdout)
+    write_outputs(report, options, safe_stream(stdout or sys.stdout), inputs)
     return report.exit_code
 
 
-def write_outputs(report: Report, options: CompareOptions, stdout: TextIO) -> None:
+def write_outputs(
+    report: Report, options: CompareOptions, stdout: TextIO, inputs: list[Path] | None = None
+) -> None:
     """The chosen format to --output or stdout; markdown to the step summary; the plot."""
     if options.plot is not None:
         from mpbench.compare.plot import write_plot
 
         write_plot(report, options.plot)
     if options.output is not None:
-        _write_file(options.output, render(report, options.format, terminal=False))
+        write_text("--output", options.output, render(report, options.format, terminal=False))
     elif options.format == "table":
         _print_table(report, stdout)
     else:
@@ -85,7 +95,9 @@ def write_outputs(report: Report, options: CompareOptions, stdout: TextIO) -> No
     if summary:
         from mpbench.compare.render_text import render_markdown
 
-        _write_file(Path(summary), render_markdown(report) + "\n", append=True)
+        warning = append_step_summary(Path(summary), render_markdown(report) + "\n", inputs or [])
+        if warning:
+            print(f"mpbench: warning: {warning}", file=safe_stream(sys.stderr))
     if options.output is not None or options.format not in _HUMAN:
         _print_failures(report)
 
@@ -122,18 +134,10 @@ def _print_table(report: Report, out: TextIO, terminal: bool | None = None) -> N
     print_report(report, console)
 
 
-def _write_file(path: Path, text: str, append: bool = False) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a" if append else "w", encoding="utf-8") as fh:
-            fh.write(text)
-    except OSError as exc:
-        raise InvalidInput(f"cannot write {path}: {exc.strerror or exc}") from None
-
-
 def _print_failures(report: Report) -> None:
     """When the report went to a file or is machine-readable, CI logs still say why."""
+    stderr = safe_stream(sys.stderr)
     for failure in report.failures:
-        print(f"FAIL {failure.gate} {failure.cell}: {failure.message}", file=sys.stderr)
+        print(f"FAIL {failure.gate} {failure.cell}: {failure.message}", file=stderr)
     if report.results:
-        print(report.verdict, file=sys.stderr)
+        print(report.verdict, file=stderr)

@@ -1,15 +1,25 @@
-"""Reading result files: results.jsonl (the truth), validated where it enters."""
+"""Reading result files: results.jsonl (the truth), validated where it enters.
+
+Everything that can be wrong with a file is refused here, as a SchemaError (exit 2) naming the
+file and line: bytes that are not UTF-8, a line that is not JSON, NaN or Infinity (which
+Python's json reads although JSON has neither), a record that breaks the schema (validate.py),
+and two different records claiming to be the same repeat of the same cell.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from mpbench.results.schema import CellRecord, SchemaError
 
 RESULTS_FILE = "results.jsonl"
 CSV_FILE = "results.csv"
 ENVIRONMENT_FILE = "environment.json"
+RUN_FILES = (RESULTS_FILE, CSV_FILE, ENVIRONMENT_FILE)  # what `mpbench run` writes per run
 
 
 def results_file(path: Path) -> Path:
@@ -19,22 +29,100 @@ def results_file(path: Path) -> Path:
 
 def read_records(path: Path) -> list[CellRecord]:
     """Every record of a run directory or results.jsonl, validated; SchemaError on bad input."""
-    file = results_file(Path(path))
+    return read_runs([path])
+
+
+@dataclass(frozen=True)
+class _Origin:
+    file: Path
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.file} line {self.line}"
+
+
+def read_runs(paths: Iterable[Path]) -> list[CellRecord]:
+    """The records of several run directories or results files, merged and validated.
+
+    A record is identified by (run_id, cell_id, repeat). Two records with one identity and
+    different contents are an error naming both places: keeping either would silently drop a
+    measurement, and merging them would count one repeat twice. Identical copies are read once:
+    the same run passed twice (a directory and its results.jsonl, an overlapping shell glob) is
+    a harmless slip, and refusing it would only make the user edit a command line.
+    """
+    seen: dict[tuple[str, str, int], tuple[_Origin, CellRecord]] = {}
+    records: list[CellRecord] = []
+    for path in paths:
+        for origin, record in _read_file(results_file(Path(path))):
+            identity = (record.run_id, record.cell_id, record.repeat)
+            first = seen.get(identity)
+            if first is None:
+                seen[identity] = (origin, record)
+                records.append(record)
+            elif first[1] != record:
+                raise _conflict(identity, first, (origin, record))
+    return records
+
+
+def _conflict(
+    identity: tuple[str, str, int],
+    first: tuple[_Origin, CellRecord],
+    second: tuple[_Origin, CellRecord],
+) -> SchemaError:
+    a, b = first[1].to_dict(), second[1].to_dict()
+    differ = [name for name in a if a[name] != b[name]]
+    run_id, cell_id, repeat = identity
+    return SchemaError(
+        f"{first[0]} and {second[0]}: two different records of run {run_id}, cell {cell_id}, "
+        f"repeat {repeat} (they differ in {', '.join(differ)}); pass each run once"
+    )
+
+
+def _read_file(file: Path) -> list[tuple[_Origin, CellRecord]]:
     if not file.exists():
         raise SchemaError(f"{file}: no such results file")
+    try:
+        data = file.read_bytes()
+    except OSError as exc:
+        raise SchemaError(f"{file}: cannot read ({exc.strerror or exc})") from None
     records = []
-    with open(file, encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                raw = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise SchemaError(f"{file} line {number}: not valid JSON ({exc.msg})") from exc
-            try:
-                records.append(CellRecord.from_dict(raw))
-            except SchemaError as exc:
-                raise SchemaError(f"{file} line {number}: {exc}") from exc
+    for number, raw_line in enumerate(data.splitlines(), start=1):
+        try:
+            line = raw_line.decode("utf-8")  # strict: mojibake is no measurement
+        except UnicodeDecodeError as exc:
+            raise SchemaError(
+                f"{file} line {number}: not UTF-8 (byte 0x{raw_line[exc.start]:02x} at column "
+                f"{exc.start + 1})"
+            ) from None
+        if not line.strip():
+            continue
+        try:
+            records.append((_Origin(file, number), CellRecord.from_dict(_parse(line))))
+        except SchemaError as exc:
+            raise SchemaError(f"{file} line {number}: {exc}") from None
     if not records:
         raise SchemaError(f"{file}: contains no records")
     return records
+
+
+class _NonFinite(ValueError):
+    """NaN, Infinity or -Infinity in the text: tokens JSON does not have."""
+
+
+def _refuse(token: str) -> float:
+    raise _NonFinite(token)
+
+
+def _parse(line: str) -> Any:
+    try:
+        return json.loads(line, parse_constant=_refuse)
+    except json.JSONDecodeError as exc:
+        raise SchemaError(f"not valid JSON ({exc.msg})") from None
+    except _NonFinite as exc:
+        # Say which field holds it: read the line as Python's json would (NaN as a float) and
+        # let the validator name the field; it refuses every non-finite number.
+        try:
+            CellRecord.from_dict(json.loads(line))
+        except json.JSONDecodeError as later:  # broken further on, too
+            raise SchemaError(f"not valid JSON ({later.msg})") from None
+        raise SchemaError(f"{exc} is not a number (JSON has no NaN or Infinity)") from None

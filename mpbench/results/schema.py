@@ -188,38 +188,18 @@ class CellRecord:
         return out
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> CellRecord:
+    def from_dict(cls, raw: Any) -> CellRecord:
+        """A record from parsed JSON, every value checked (validate.py); SchemaError if not."""
+        # Imported here: validate.py builds on the dataclasses of this module.
+        from mpbench.results.validate import build, shown
+
         if not isinstance(raw, dict):
             raise SchemaError("a record must be a JSON object")
         version = raw.get("schema_version")
+        # The version first: a newer record may differ in any field, so say that, not which.
         if isinstance(version, bool) or version not in READABLE_VERSIONS:
             readable = ", ".join(str(v) for v in READABLE_VERSIONS)
             raise SchemaError(
-                f"unknown schema version {version!r} (this mpbench reads versions {readable})"
+                f"unknown schema version {shown(version)} (this mpbench reads versions {readable})"
             )
-        try:
-            values = dict(raw)
-            values["status"] = Status(values["status"])
-            values["device"] = DeviceInfo(**values["device"])
-            for key, kind in _NESTED.items():
-                if values.get(key) is not None:
-                    values[key] = kind(**values[key])
-            names = {f.name for f in dataclasses.fields(cls)}
-            unknown = set(values) - names
-            if unknown:
-                raise SchemaError(f"unknown fields {sorted(unknown)}")
-            return cls(**values)
-        except SchemaError:
-            raise
-        except (KeyError, TypeError, ValueError) as exc:
-            raise SchemaError(f"malformed record: {exc}") from exc
-
-
-_NESTED = {
-    "data": DataInfo,
-    "step_time": StepTimeStats,
-    "memory": MemoryStats,
-    "accuracy": AccuracyStats,
-    "loss_scale": LossScaleStats,
-    "end_to_end": EndToEndStats,
-}
+        return build(cls, raw)

@@ -125,6 +125,15 @@ def _finite(values: Sequence[float], what: str) -> np.ndarray:
 # --- across repeats ------------------------------------------------------------------------
 
 
+def _exp(x: float) -> float:
+    """math.exp, but inf past the largest float instead of OverflowError: a ratio of extreme
+    (valid) step times is then an infinite value that renderers show as such, not a crash."""
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf
+
+
 def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
     """Mean with its Student-t interval (n >= 2; one value is its own point, no interval)."""
     x = _finite(values, "values")
@@ -132,8 +141,10 @@ def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> In
         raise ValueError("no values")
     if len(x) == 1:
         return float(x[0]), float(x[0]), float(x[0])
-    se = float(np.std(x, ddof=1)) / math.sqrt(len(x))
-    return _t_interval(float(np.mean(x)), se, len(x) - 1, confidence)
+    with np.errstate(over="ignore", invalid="ignore"):  # huge values: inf, not a warning
+        se = float(np.std(x, ddof=1)) / math.sqrt(len(x))
+        mean = float(np.mean(x))
+    return _t_interval(mean, se, len(x) - 1, confidence)
 
 
 def paired_difference_interval(diffs: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
@@ -149,8 +160,14 @@ def log_ratio_interval(ratios: Sequence[float], confidence: float = CONFIDENCE) 
     r = _finite(ratios, "ratios")
     if np.any(r <= 0):
         raise ValueError("ratios must be positive")
-    mean, low, high = mean_interval(np.log(r), confidence)
-    return math.exp(mean), math.exp(low), math.exp(high)
+    return exp_interval(np.log(r), confidence)
+
+
+def exp_interval(logs: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
+    """exp of the mean of logarithms with its t-interval: a geometric mean from the logs of its
+    values (or of ratios taken as log differences, which neither overflow nor underflow)."""
+    mean, low, high = mean_interval(logs, confidence)
+    return _exp(mean), _exp(low), _exp(high)
 
 
 def welch_interval(
@@ -166,6 +183,11 @@ def welch_interval(
     x, y = _finite(a, "baseline values"), _finite(b, "candidate values")
     if len(x) == 0 or len(y) == 0:
         raise ValueError("no values")
+    with np.errstate(over="ignore", invalid="ignore"):  # huge values: inf, not a warning
+        return _welch(x, y, confidence)
+
+
+def _welch(x: np.ndarray, y: np.ndarray, confidence: float) -> Interval:
     diff = float(np.mean(y) - np.mean(x))
     nx, ny = len(x), len(y)
     if nx == 1 and ny == 1:
@@ -190,7 +212,7 @@ def log_welch_ratio_interval(
     if np.any(x <= 0) or np.any(y <= 0):
         raise ValueError("values must be positive")
     diff, low, high = welch_interval(np.log(x), np.log(y), confidence)
-    return math.exp(diff), math.exp(low), math.exp(high)
+    return _exp(diff), _exp(low), _exp(high)
 
 
 # --- within one run ------------------------------------------------------------------------

@@ -87,7 +87,7 @@ def run_matrix(options: RunOptions) -> int:
     when interrupted). Bad input and failed writes raise InvalidInput (exit 2)."""
     console = Console()
     if not console.is_terminal:  # CI logs and pipes: rich would squeeze the summary into 80
-        console = Console(width=160)
+        console = Console(width=200)  # as compare's piped tables
     with stop_on_termination():  # SIGTERM / SIGHUP from here on are Ctrl-C (runner.signals)
         if options.resume:
             return _resume(options, console)

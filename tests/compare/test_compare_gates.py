@@ -318,7 +318,7 @@ def test_min_speedup_on_a_skipped_policy_fails() -> None:
 def test_min_speedup_for_a_policy_nobody_ran_is_nothing_comparable() -> None:
     records = [r for r in cpu_run() if r.policy != "mixed_bfloat16"]
     with pytest.raises(
-        InvalidInput, match="no framework × workload has both a float32 and a mixed_bf"
+        InvalidInput, match="no framework and workload has both a float32 and a mixed_bf"
     ):
         _report(records, min_speedup={"mixed_bfloat16": 1.5})
 

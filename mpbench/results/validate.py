@@ -1,0 +1,200 @@
+"""Building records from parsed JSON, checking every value against the schema on the way in.
+
+One validator for every field, driven by the type hints of the dataclasses in schema.py: a
+field is checked as soon as it is declared, and compare and `run --resume` may trust what they
+read (DESIGN.md §4: user data is validated once, where it enters). The checks:
+
+- types: `int` is a whole number and never a bool, `float` any finite number, `str`, `bool`,
+  enums by value, `list[X]`, `dict[str, X]`, nested dataclasses (no unknown fields, no missing
+  required ones), `X | None`;
+- numbers: every number a record measures is a count, a time, bytes, a ratio, a loss or an
+  accuracy, so none may be negative; step times must be positive (ratios are taken of them);
+  an accuracy is a fraction;
+- free-form objects (`dict[str, Any]`: config, precision, threads): objects, and every number
+  in them finite.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+import re
+import types
+import typing
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, TypeVar, Union
+
+from mpbench.results.schema import SchemaError
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Where a measured number may lie."""
+
+    low: float = 0.0
+    low_open: bool = False  # True: > low; False: >= low
+    high: float | None = None
+
+    def allows(self, value: float) -> bool:
+        above = value > self.low if self.low_open else value >= self.low
+        return above and (self.high is None or value <= self.high)
+
+    def __str__(self) -> str:
+        if self.high is not None:
+            return f"in [{self.low:g}, {self.high:g}]"
+        return f"{'>' if self.low_open else '>='} {self.low:g}"
+
+
+NOT_NEGATIVE = Bounds()
+POSITIVE = Bounds(low_open=True)
+FRACTION = Bounds(high=1.0)
+
+# Fields whose bounds are tighter than NOT_NEGATIVE, by dotted path (list indexes left out).
+# A step, and the end-to-end window, take time: a zero would make a speed-up infinite.
+# stdev_s is not here: one step has a spread of 0.
+BOUNDS = {
+    **dict.fromkeys(
+        (
+            "step_time.raw_s",
+            "step_time.median_s",
+            "step_time.mean_s",
+            "step_time.p10_s",
+            "step_time.p90_s",
+            "step_time.first_half_median_s",
+            "step_time.second_half_median_s",
+            "end_to_end.seconds",
+        ),
+        POSITIVE,
+    ),
+    "accuracy.test_accuracy": FRACTION,
+}
+
+
+def build(cls: type[T], raw: Any) -> T:
+    """`cls` (a schema dataclass) from a parsed JSON object; SchemaError naming the field."""
+    return _dataclass(cls, raw, "", nullable=False)
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _check(hint: Any, value: Any, path: str, nullable: bool = False) -> Any:
+    """`value` checked against `hint`; what the record holds (enums and dataclasses built)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) != 1:
+            raise TypeError(f"{path}: the validator reads `X | None` only, not {hint}")
+        if value is None and len(inner) < len(args):
+            return None
+        return _check(inner[0], value, path, nullable=len(inner) < len(args))
+    if hint is Any:
+        return _finite_json(value, path)
+    if dataclasses.is_dataclass(hint):
+        return _dataclass(hint, value, path, nullable)
+    if origin is list:
+        if not isinstance(value, list):
+            raise _wrong(path, "a list", value, nullable)
+        return [_check(args[0], item, f"{path}[{i}]") for i, item in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise _wrong(path, "an object", value, nullable)
+        return {key: _check(args[1], item, _join(path, key)) for key, item in value.items()}
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        choices = [member.value for member in hint]
+        if not isinstance(value, str) or value not in choices:
+            raise _wrong(path, f"one of {', '.join(choices)}", value, nullable)
+        return hint(value)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise _wrong(path, "a boolean", value, nullable)
+        return value
+    if hint is str:
+        if not isinstance(value, str):
+            raise _wrong(path, "a string", value, nullable)
+        return value
+    if hint in (int, float):
+        return _number(value, path, whole=hint is int, nullable=nullable)
+    raise TypeError(f"{path}: the validator has no rule for {hint}")  # a schema change: add one
+
+
+def _dataclass(cls: type[T], value: Any, path: str, nullable: bool) -> T:
+    if not isinstance(value, dict):
+        if not path:
+            raise SchemaError(f"a record must be a JSON object, got {shown(value)}")
+        raise _wrong(path, "an object", value, nullable)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = [_join(path, name) for name in value if name not in fields]
+    if unknown:
+        raise SchemaError(f"unknown fields: {', '.join(unknown)}")
+    missing = [
+        _join(path, name)
+        for name, f in fields.items()
+        if name not in value
+        and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise SchemaError(f"missing fields: {', '.join(missing)}")
+    hints = _hints(cls)
+    values = {name: _check(hints[name], item, _join(path, name)) for name, item in value.items()}
+    return cls(**values)
+
+
+def _number(value: Any, path: str, whole: bool, nullable: bool) -> int | float:
+    bounds = BOUNDS.get(re.sub(r"\[\d+\]", "", path), NOT_NEGATIVE)
+    expected = f"{'a whole number' if whole else 'a finite number'} {bounds}"
+    kind = int if whole else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise _wrong(path, expected, value, nullable)
+    if not _is_finite(value) or not bounds.allows(value):
+        raise _wrong(path, expected, value, nullable)
+    return value
+
+
+def _is_finite(value: int | float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer too large for a float: no statistic can use it
+        return False
+
+
+def _finite_json(value: Any, path: str) -> Any:
+    """Free-form JSON (config, precision state): any shape, but every number finite."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _wrong(path, "a finite number", value, nullable=False)
+    if isinstance(value, dict):
+        return {key: _finite_json(item, _join(path, key)) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_finite_json(item, f"{path}[{i}]") for i, item in enumerate(value)]
+    return value
+
+
+def _wrong(path: str, expected: str, value: Any, nullable: bool) -> SchemaError:
+    null = " or null" if nullable else ""
+    return SchemaError(f"{path} must be {expected}{null}, got {shown(value)}")
+
+
+def shown(value: Any) -> str:
+    """The value as JSON spells it, short; NaN and infinities by name."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, int) and not isinstance(value, bool) and not _is_finite(value):
+        return "an integer too large for a float"
+    text = json.dumps(value)  # escapes non-ASCII: the message prints on any terminal
+    return text if len(text) <= 40 else text[:37] + "..."
