@@ -1,6 +1,8 @@
 """The child process that runs exactly one cell (DESIGN.md §4: one process per cell).
 
-Usage: python -m mpbench.runner.child SPEC_JSON EVENTS_FD
+Usage: python -m mpbench.runner.child EVENTS_FD PARENT_PID
+The parent writes the CellSpec as one JSON line on stdin and keeps stdin open: it is the
+cell's lifeline, and the cell dies, with all it started, when it closes or the parent dies.
 It reports to the parent through JSON lines on EVENTS_FD — progress, warnings, and one final
 `done` (measurements) or `failed` (status + reason) event — and never lets an exception
 escape as a bare traceback: the parent turns whatever happens into a record.
@@ -8,13 +10,16 @@ escape as a bare traceback: the parent turns whatever happens into a record.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import dataclasses
 import json
 import os
+import signal
 import sys
 import time
 import traceback
-from typing import Any
+from typing import Any, NoReturn
 
 from mpbench.backends import INSTALL_HINTS, get_backend
 from mpbench.backends.base import CellSpec, Diverged, Unsupported
@@ -23,6 +28,10 @@ from mpbench.runner.faults import inject, requested_fault
 
 _OOM_NAMES = {"OutOfMemoryError", "ResourceExhaustedError", "MemoryError", "_ArrayMemoryError"}
 _PROGRESS_INTERVAL_S = 0.2  # the parent redraws a few times a second; no need for more
+# A failed CPU allocation: torch's "DefaultCPUAllocator: can't allocate memory: you tried to
+# allocate N bytes", and ENOMEM's "Cannot allocate memory" wherever else it surfaces.
+_OOM_MESSAGES = ("out of memory", "can't allocate memory", "cannot allocate memory")
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 class Events:
@@ -55,7 +64,7 @@ def classify(exc: BaseException) -> tuple[str, str]:
     if isinstance(exc, Unsupported):
         return "skipped", message
     oom = any(t.__name__ in _OOM_NAMES for t in type(exc).__mro__)
-    if oom or "out of memory" in message.lower():
+    if oom or any(text in message.lower() for text in _OOM_MESSAGES):
         return "oom", f"{type(exc).__name__}: {message}"[:500]
     if isinstance(exc, InvalidInput):
         return "error", message
@@ -80,11 +89,60 @@ def run(spec: CellSpec, events: Events) -> None:
     events.send("done", measurements=dataclasses.asdict(measurements))
 
 
+def die_with_parent(parent_pid: int) -> None:
+    """Make sure this cell never outlives its parent (DESIGN.md §4), even while it is silent
+    or stuck in a C call that holds the GIL."""
+    if sys.platform.startswith("linux"):
+        # prctl(2) PR_SET_PDEATHSIG: the kernel sends us SIGKILL when the parent *thread* that
+        # created us terminates. run_in_child forks from the run's main thread, which lives as
+        # long as the run. SIGKILL needs no Python code to run, so a stuck cell dies too. The
+        # setting is cleared in a fork's child: the lifeline watcher outlives the cell.
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    # A parent that died before prctl sends nothing: we have been re-parented already.
+    if os.getppid() != parent_pid:
+        _die()
+
+
+def watch_lifeline() -> None:
+    """The portable lifeline: stdin is a pipe whose write end only the parent holds, and end
+    of file means the parent is gone (or done with us). A watcher blocked reading it then
+    kills our whole process group: this cell and the grandchildren it started (compile or
+    data workers). The watcher is a process of its own, not a thread of the cell: when the
+    parent dies, the SIGKILL of PR_SET_PDEATHSIG reaches the cell within microseconds of that
+    end of file, and a thread would die with the cell, leaving the grandchildren running."""
+    cell = os.getpid()
+    if os.fork() != 0:
+        return
+    try:  # the watcher: it holds nothing but stdin, so the parent still sees the cell's exit
+        os.closerange(1, os.sysconf("SC_OPEN_MAX"))
+        while os.read(0, 4096):  # the parent writes nothing after the spec
+            pass
+        kill_process_group(cell)
+    finally:
+        os._exit(0)
+
+
+def kill_process_group(leader: int) -> None:
+    """SIGKILL the cell `leader` and everything it started: run_in_child starts a cell as the
+    leader of a new session (start_new_session=True), so its process group id is its pid."""
+    with contextlib.suppress(ProcessLookupError):  # no such group: the cell was started by hand
+        os.killpg(leader, signal.SIGKILL)
+
+
+def _die() -> NoReturn:
+    kill_process_group(os.getpid())
+    os._exit(1)  # still here: not a group leader
+
+
 def main(argv: list[str]) -> int:
-    spec_path, fd = argv[1], int(argv[2])
+    fd, parent_pid = int(argv[1]), int(argv[2])
+    die_with_parent(parent_pid)  # first: the parent may die at any moment
+    line = sys.stdin.buffer.readline()  # the spec; stdin then stays open as the lifeline
+    if not line.endswith(b"\n"):  # the parent went away before it sent the spec
+        _die()
+    watch_lifeline()
+    spec = CellSpec(**json.loads(line))
     events = Events(fd)
-    with open(spec_path, encoding="utf-8") as fh:
-        spec = CellSpec(**json.load(fh))
     try:
         run(spec, events)
     except Exception as exc:

@@ -2,6 +2,8 @@
 
 The child gets its own session (process group) so that a timeout or Ctrl-C kills it and
 everything it started, and so the terminal's Ctrl-C reaches only the parent, which decides.
+The spec travels on the child's stdin, which the parent then keeps open as the child's
+lifeline: nothing is written to disk, and the child dies with the parent (child.py).
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import select
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -85,36 +86,45 @@ def run_in_child(
 ) -> Outcome:
     started = time.monotonic()
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    cgroup = memory_cgroup()
+    oom_kills_before = oom_kill_count(cgroup)
     read_fd, write_fd = os.pipe()
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
-        json.dump(asdict(spec), fh)
-        spec_file = fh.name
     log = None if verbose else open(log_path, "w", encoding="utf-8")  # noqa: SIM115
+    process = None
     try:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "mpbench.runner.child", spec_file, str(write_fd)],
-            pass_fds=(write_fd,),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT if log else None,
-            start_new_session=True,
-            env=cell_environment(spec),
-        )
-        os.close(write_fd)
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "mpbench.runner.child", str(write_fd), str(os.getpid())],
+                # The events pipe and stdin (the lifeline: its write end stays here alone) are
+                # all the child gets; pass_fds implies close_fds, so no other descriptor leaks.
+                pass_fds=(write_fd,),
+                stdin=subprocess.PIPE,
+                bufsize=0,  # stdin: the spec goes out in one write, nothing lingers in a buffer
+                stdout=log,
+                stderr=subprocess.STDOUT if log else None,
+                start_new_session=True,
+                env=cell_environment(spec),
+            )
+        finally:
+            os.close(write_fd)  # the child has its copy; ours would hide the child's exit
+        with contextlib.suppress(BrokenPipeError):  # a child that died at once: _from_exit
+            process.stdin.write(json.dumps(asdict(spec)).encode() + b"\n")
         outcome = _collect(process, read_fd, started + timeout_s, on_step)
     except BaseException:
         # Ctrl-C (KeyboardInterrupt) or anything else: never leave an orphaned cell running.
-        if "process" in locals() and process.poll() is None:
+        if process is not None and process.poll() is None:
             _kill_group(process)
         raise
     finally:
         os.close(read_fd)
-        os.unlink(spec_file)
+        if process is not None:
+            process.stdin.close()
         if log:
             log.close()
 
     if outcome is None:  # no final event: the child died or timed out
-        outcome = _from_exit(process, timeout_s, log_path, verbose)
+        oom_killed = _rose(oom_kills_before, oom_kill_count(cgroup))
+        outcome = _from_exit(process, timeout_s, log_path, verbose, oom_killed)
     outcome.wall_s = time.monotonic() - started
     return outcome
 
@@ -154,7 +164,7 @@ def _collect(
 
 
 def _from_exit(
-    process: subprocess.Popen, timeout_s: float, log_path: Path, verbose: bool
+    process: subprocess.Popen, timeout_s: float, log_path: Path, verbose: bool, oom_killed: bool
 ) -> Outcome:
     where = "" if verbose else f" (log: {log_path})"
     if getattr(process, "timed_out", False):
@@ -163,10 +173,55 @@ def _from_exit(
     if code is not None and code < 0:
         name = _signal_name(-code)
         if -code == signal.SIGKILL:
-            return Outcome(
-                "oom", f"killed by {name}, most likely by the system's out-of-memory killer{where}"
-            )
+            # SIGKILL alone is no proof of the OOM killer (a user, a supervisor, a limit can
+            # send it): only the cgroup's oom_kill count rising while the cell ran is.
+            if oom_killed:
+                return Outcome("oom", f"killed by {name} from the out-of-memory killer{where}")
+            return Outcome("error", f"killed by {name}{where}")
         return Outcome("error", f"cell process crashed with {name}{where}")
     last = "" if verbose else _last_line(log_path)
     detail = f": {last}" if last else ""
     return Outcome("error", f"cell process exited with code {code} without a result{detail}{where}")
+
+
+def memory_cgroup(
+    proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")
+) -> Path | None:
+    """This process's memory cgroup directory (cgroup v2, or v1's memory controller), where
+    the OOM killer counts its kills; None when there is none to read (not Linux, no cgroup).
+    Cells run in their parent's cgroup, so the parent reads the count for them."""
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        return None
+    candidates = []
+    for line in lines:  # "hierarchy-id:controllers:path"
+        _, controllers, path = line.split(":", 2)
+        relative = path.lstrip("/")
+        if controllers == "":  # v2; on a hybrid system it is mounted at unified/
+            candidates += [root / relative, root / "unified" / relative]
+        elif "memory" in controllers.split(","):
+            candidates.append(root / "memory" / relative)
+    return next((path for path in candidates if oom_kill_count(path) is not None), None)
+
+
+def oom_kill_count(cgroup: Path | None) -> int | None:
+    """The `oom_kill` count of a memory cgroup directory: the line in memory.events (v2) or
+    memory.oom_control (v1). The kernel counts a kill in the victim's cgroup before it sends
+    the SIGKILL. None (no evidence) when neither file is there or readable."""
+    if cgroup is None:
+        return None
+    for name in ("memory.events", "memory.oom_control"):
+        try:
+            text = (cgroup / name).read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill" and value.strip().isdigit():
+                return int(value)
+    return None
+
+
+def _rose(before: int | None, after: int | None) -> bool:
+    return before is not None and after is not None and after > before

@@ -2,22 +2,33 @@
 
 Set MPBENCH_FAULT=<kind>[@<text>] in the environment of `mpbench run`; the fault fires in
 every cell whose id contains <text> (every cell without it). Kinds:
-  raise    the cell raises an exception           -> status error
-  oom      the cell exhausts memory (MemoryError) -> status oom
-  hang     the cell never finishes                -> status timeout
-  crash    the cell process aborts (SIGABRT)      -> status error
-  diverge  training with a huge learning rate     -> status diverged
+  raise    the cell raises an exception                  -> status error
+  oom      the cell exhausts memory (MemoryError)        -> status oom
+  hang     the cell never finishes                       -> status timeout
+  crash    the cell process aborts (SIGABRT)             -> status error
+  diverge  training with a huge learning rate            -> status diverged
+  alloc    torch's CPU allocator refuses a huge tensor   -> status oom (torch's own message)
+  sigkill  the cell process SIGKILLs itself              -> status error, or oom where the
+           cgroup's oom_kill count rose meanwhile
+  silent   the cell sleeps in a C call that holds the GIL: no events, and no Python code
+           runs (signal handlers, the lifeline thread)   -> status timeout
+  spawn    the cell starts a grandchild process, and both never finish -> status timeout
+  deaf     the cell ignores SIGTERM and never finishes: only the parent's SIGKILL after
+           its grace period ends it                      -> status timeout
 """
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import os
 import signal
+import subprocess
+import sys
 import time
 
 FAULT_ENV = "MPBENCH_FAULT"
-KINDS = ("raise", "oom", "hang", "crash", "diverge")
+KINDS = ("raise", "oom", "hang", "crash", "diverge", "alloc", "sigkill", "silent", "spawn", "deaf")
 
 
 def requested_fault(cell_id: str) -> str | None:
@@ -32,6 +43,8 @@ def requested_fault(cell_id: str) -> str | None:
 
 def inject(kind: str) -> None:
     """Called in the child before training starts."""
+    # Into the cell's log: tests wait for this line to know the fault is in place.
+    print(f"mpbench: injecting the {kind} fault ({FAULT_ENV})", file=sys.stderr, flush=True)
     if kind == "raise":
         raise RuntimeError(f"injected failure ({FAULT_ENV}=raise)")
     if kind == "oom":
@@ -49,3 +62,20 @@ def inject(kind: str) -> None:
         for name, workload in list(spec.WORKLOADS.items()):
             optimizer = dataclasses.replace(workload.optimizer, learning_rate=1e30)
             spec.WORKLOADS[name] = dataclasses.replace(workload, optimizer=optimizer)
+    if kind == "alloc":
+        import torch
+
+        torch.empty((1 << 50,), dtype=torch.uint8)  # a pebibyte: torch's allocator refuses
+    if kind == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if kind == "silent":
+        # ctypes.PyDLL calls keep the GIL (CDLL calls release it).
+        ctypes.PyDLL(None).sleep(1 << 30)
+    if kind == "spawn":
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+        while True:
+            time.sleep(3600)
+    if kind == "deaf":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        while True:
+            time.sleep(3600)

@@ -25,18 +25,30 @@ class Terminated(KeyboardInterrupt):
         self.signum = signum
 
 
-def _raise(signum: int, _frame: FrameType | None) -> None:
-    raise Terminated(signum)
+def _ignore(_signum: int, _frame: FrameType | None) -> None:
+    pass
 
 
 @contextlib.contextmanager
 def stop_on_termination() -> Iterator[None]:
-    """While inside, SIGTERM and SIGHUP raise `Terminated` (main thread only: Python delivers
-    signals there, and handlers can only be installed there)."""
+    """While inside, SIGTERM and SIGHUP raise `Terminated` and SIGINT KeyboardInterrupt, once:
+    later ones are ignored until the block ends, so that an impatient second Ctrl-C or a
+    supervisor's repeated SIGTERM cannot cut short the cleanup that kills the running cell and
+    keeps the records. A signal the run was started with ignored (`nohup` ignores SIGHUP)
+    stays ignored. Main thread only: Python delivers signals there, and handlers can only be
+    installed there."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {number: signal.signal(number, _raise) for number in STOPPING_SIGNALS}
+    numbers = [signal.SIGINT, *STOPPING_SIGNALS]
+    numbers = [number for number in numbers if signal.getsignal(number) is not signal.SIG_IGN]
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        for number in numbers:
+            signal.signal(number, _ignore)
+        raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
+
+    previous = {number: signal.signal(number, stop) for number in numbers}
     try:
         yield
     finally:

@@ -1,0 +1,194 @@
+"""Real signals to a real `mpbench run` while a cell hangs in its child process.
+
+SIGTERM and SIGHUP stop the run as Ctrl-C does (exit 128 + signal, finished records kept,
+results.csv written, resume hint, nothing left running); SIGKILL of the parent gives it no
+chance to clean up, so the cell must die by itself (PR_SET_PDEATHSIG and its lifeline), with
+everything it started, and nothing may be left in the temp folder.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from adversary import read_jsonl
+
+pytest.importorskip("torch")
+
+MATRIX = ("--framework", "torch", "--workload", "mnist_dense", "--device", "cpu")
+POLICIES = ("--policy", "fp32", "--policy", "bf16")
+
+
+class Run:
+    """`mpbench run` of float32 then bfloat16 as a subprocess, marked with MPBENCH_MARK, with
+    a private TMPDIR, and `fault` in the bfloat16 cell."""
+
+    def __init__(self, tmp_path: Path, config: Path, fault: str | None, prefix=()) -> None:
+        self.out = tmp_path / "run"
+        self.tmpdir = tmp_path / "tmp"
+        self.tmpdir.mkdir()
+        self.mark = str(tmp_path)
+        env = {**os.environ, "MPBENCH_MARK": self.mark, "TMPDIR": str(self.tmpdir)}
+        env.pop("MPBENCH_FAULT", None)
+        if fault:
+            env["MPBENCH_FAULT"] = f"{fault}@mixed_bfloat16"
+        args = ["run", "--config", str(config), *MATRIX, *POLICIES, "--out", str(self.out)]
+        self.process = subprocess.Popen(
+            [*prefix, sys.executable, "-m", "mpbench", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+
+    def records(self) -> list[dict]:
+        results = self.out / "results.jsonl"
+        return read_jsonl(results) if results.exists() else []
+
+    def wait_for_the_fault(self) -> None:
+        """Until float32's record is written and the bfloat16 cell has reached its fault."""
+        log = self.out / "logs" / "torch__mnist_dense__mixed_bfloat16__r0.log"
+        deadline = time.monotonic() + 120
+        while not (self.records() and log.exists() and "injecting the" in log.read_text()):
+            assert self.process.poll() is None, self.process.communicate()
+            assert time.monotonic() < deadline, "the second cell never reached its fault"
+            time.sleep(0.1)
+        time.sleep(0.2)
+
+    def temp_files(self) -> list[str]:
+        """What the run left in its TMPDIR; torch's own cache folder is not ours to judge."""
+        return [p.name for p in self.tmpdir.iterdir() if not p.name.startswith("torchinductor_")]
+
+    def finish(self) -> tuple[int, str]:
+        stdout, stderr = self.process.communicate(timeout=60)
+        return self.process.returncode, stdout + stderr
+
+
+def marked(mark: str) -> list[psutil.Process]:
+    """Live processes with MPBENCH_MARK=mark in their environment, whatever their command:
+    cells, their lifeline watchers, grandchildren."""
+    found = []
+    for process in psutil.process_iter():
+        try:
+            live = process.status() != psutil.STATUS_ZOMBIE
+            if live and process.environ().get("MPBENCH_MARK") == mark:
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+def cell_processes(mark: str) -> list[psutil.Process]:
+    found = []
+    for process in marked(mark):
+        try:
+            if "mpbench.runner.child" in " ".join(process.cmdline()):
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+def gone_within(mark: str, seconds: float) -> list[psutil.Process]:
+    """The marked processes still alive after `seconds` (polling); [] as soon as none is."""
+    deadline = time.monotonic() + seconds
+    while (left := marked(mark)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_sigterm_and_sighup_stop_the_run_as_ctrl_c_does(tmp_path, tiny_config, signum, code):
+    run = Run(tmp_path, tiny_config, "hang")
+    run.wait_for_the_fault()
+    run.process.send_signal(signum)
+    returncode, output = run.finish()
+    assert returncode == code, output
+    assert "Traceback" not in output
+    assert f"continue with: mpbench run --out {run.out} --resume" in output.replace("\n", "")
+    assert [r["policy"] for r in run.records()] == ["float32"]
+    assert run.records()[0]["status"] == "ok"
+    assert (run.out / "results.csv").exists()
+    assert gone_within(run.mark, 2) == [], "a cell process outlived the run"
+    assert run.temp_files() == []
+
+
+def test_more_signals_during_the_cleanup_do_not_cut_it_short(tmp_path, tiny_config):
+    """`deaf` ignores SIGTERM, so the cleanup waits out its grace period before the SIGKILL;
+    the signals that arrive meanwhile change nothing."""
+    run = Run(tmp_path, tiny_config, "deaf")
+    run.wait_for_the_fault()
+    (cell,) = [p for p in cell_processes(run.mark) if p.ppid() == run.process.pid]
+    deadline = time.monotonic() + 10
+    while not ignores_sigterm(cell.pid):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    run.process.send_signal(signal.SIGTERM)
+    stopped = time.monotonic()
+    time.sleep(1.0)
+    for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        run.process.send_signal(signum)
+    returncode, output = run.finish()
+    assert time.monotonic() - stopped > 4  # the extra signals came during the grace period
+    assert returncode == 143, output
+    assert "Traceback" not in output
+    assert "--resume" in output
+    assert [r["policy"] for r in run.records()] == ["float32"]
+    assert (run.out / "results.csv").exists()
+    assert gone_within(run.mark, 2) == []
+
+
+def ignores_sigterm(pid: int) -> bool:
+    status = Path(f"/proc/{pid}/status").read_text()
+    ignored = int(next(line for line in status.splitlines() if line.startswith("SigIgn:"))[7:], 16)
+    return bool(ignored & (1 << (signal.SIGTERM - 1)))
+
+
+def test_a_run_started_with_sighup_ignored_ignores_it(tmp_path, tiny_config):
+    """`nohup mpbench run ...` must survive the terminal closing."""
+    ignore_sighup = (
+        "import os, signal, sys; signal.signal(signal.SIGHUP, signal.SIG_IGN); "
+        "os.execv(sys.argv[1], sys.argv[1:])"
+    )
+    run = Run(tmp_path, tiny_config, None, prefix=(sys.executable, "-c", ignore_sighup))
+    deadline = time.monotonic() + 120
+    while not run.records():
+        assert run.process.poll() is None and time.monotonic() < deadline
+        time.sleep(0.1)
+    run.process.send_signal(signal.SIGHUP)
+    returncode, output = run.finish()
+    assert returncode == 0, output
+    assert [(r["policy"], r["status"]) for r in run.records()] == [
+        ("float32", "ok"),
+        ("mixed_bfloat16", "ok"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        "hang",  # asleep in time.sleep
+        "silent",  # asleep in a C call that holds the GIL: no Python code runs
+        "spawn",  # has started a grandchild process
+    ],
+)
+def test_sigkill_of_the_parent_leaves_no_cell_running(tmp_path, tiny_config, fault):
+    run = Run(tmp_path, tiny_config, fault)
+    run.wait_for_the_fault()
+    if fault == "spawn":
+        deadline = time.monotonic() + 10
+        while len(marked(run.mark)) == len(cell_processes(run.mark)):
+            assert time.monotonic() < deadline, "the cell started no grandchild"
+            time.sleep(0.1)
+    run.process.kill()
+    run.process.communicate(timeout=10)
+    assert gone_within(run.mark, 10) == [], f"the {fault} cell outlived its parent"
+    kept = run.records()  # intact: every line parses
+    assert [(r["policy"], r["status"]) for r in kept] == [("float32", "ok")]
+    assert run.temp_files() == []
