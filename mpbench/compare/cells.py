@@ -9,7 +9,6 @@ before it started) joins the group of its siblings.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import statistics
 from collections import defaultdict
@@ -84,22 +83,26 @@ def _data_kind(record: CellRecord) -> str | None:
 _UNKNOWN_DATA = json.dumps(None)
 
 
-def _with_data(key: CellKey, value: str) -> CellKey:
-    config = tuple((n, value if n == "data" else v) for n, v in key.group.config)
-    return CellKey(dataclasses.replace(key.group, config=config), key.policy)
-
-
 def _adopt_orphans(by_key: dict[CellKey, list[CellRecord]]) -> None:
-    """Cells of unknown data kind join the group of the same config that knows it."""
-    known: dict[CellKey, set[str]] = defaultdict(set)
-    for key in by_key:
-        data = dict(key.group.config).get("data")
-        if data != _UNKNOWN_DATA:
-            known[_with_data(key, _UNKNOWN_DATA)].add(data)
-    for key in [k for k in by_key if dict(k.group.config).get("data") == _UNKNOWN_DATA]:
-        siblings = {data for k, kinds in known.items() if k.group == key.group for data in kinds}
-        if siblings:
-            target = _with_data(key, sorted(siblings)[0])
+    """Cells that never trained join the group of their siblings.
+
+    A skipped or failed cell has no measurements, so it lacks what a finished cell adds to
+    its config (the data kind actually used, TensorFlow's input pipeline and jit state, ...).
+    It joins the group that agrees on every config entry it does have; without this, a
+    skipped tf32 cell would form a group, a label and a config line of its own."""
+    trained = [k for k, records in by_key.items() if any(r.status is Status.OK for r in records)]
+    for key in [k for k in by_key if k not in trained]:
+        have = {n: v for n, v in key.group.config if not (n == "data" and v == _UNKNOWN_DATA)}
+        homes = [
+            k
+            for k in trained
+            if (k.group.fingerprint, k.group.device, k.group.workload, k.group.framework)
+            == (key.group.fingerprint, key.group.device, key.group.workload, key.group.framework)
+            and all(dict(k.group.config).get(n) == v for n, v in have.items())
+        ]
+        groups = sorted({k.group for k in homes})
+        if groups and groups[0] != key.group:
+            target = CellKey(groups[0], key.policy)
             by_key.setdefault(target, []).extend(by_key.pop(key))
 
 

@@ -23,7 +23,18 @@ if TYPE_CHECKING:
 
     from mpbench.results import CellRecord
 
-_TEXT_COLUMNS = {"framework", "policy", "status", "cell", "result", "gate", "numbers"}
+_TEXT_COLUMNS = {
+    "framework",
+    "policy",
+    "status",
+    "status: baseline → now",
+    "cell",
+    "result",
+    "gate",
+    "numbers",
+}
+# Prose columns (gate messages, statuses) may wrap between words; numbers and names never do.
+_WRAPPING = {"status: baseline → now", "numbers", "gate"}
 
 
 def _tables(report: Report) -> list[TextTable]:
@@ -68,12 +79,44 @@ def print_run_summary(records: list[CellRecord], console: Console) -> None:
 def _print_tables(tables: list[TextTable], console: Console) -> None:
     for text_table in tables:
         text_table = _spelled(text_table, console)
-        table = _rich_table(text_table)
         console.print()
-        if _fits(table, console):
-            console.print(table)
-        else:
+        fitted, left_out = _fit(text_table, console)
+        if fitted is None:
             _print_stacked(text_table, console)
+        else:
+            console.print(_rich_table(fitted, left_out))
+        _print_verdicts(text_table, console)
+
+
+def _fit(text_table: TextTable, console: Console) -> tuple[TextTable | None, list[str]]:
+    """The table with the fewest columns left out that fits the console, least important
+    first (TextTable.priorities), and the headers left out; None when even the essential
+    columns do not fit (then it is printed as blocks)."""
+    dropped: set[int] = set()
+    while True:
+        candidate = text_table.without(dropped)
+        left_out = [text_table.headers[i] for i in sorted(dropped)]
+        if _fits(_rich_table(candidate, left_out), console):
+            return candidate, left_out
+        droppable = [
+            i
+            for i in range(len(text_table.headers))
+            if i not in dropped and text_table.priority(i) > 0
+        ]
+        if not droppable:
+            return None, []
+        # The least important column; of equals, the rightmost.
+        dropped.add(max(droppable, key=lambda i: (text_table.priority(i), i)))
+
+
+def _print_verdicts(text_table: TextTable, console: Console) -> None:
+    from rich.markup import escape
+    from rich.padding import Padding
+
+    if text_table.verdicts:
+        console.print("[bold]Verdict[/bold]")
+        for line in text_table.verdicts:
+            console.print(Padding(escape(line), (0, 0, 0, 2)))  # wrapped lines stay indented
 
 
 def _spelled(table: TextTable, console: Console) -> TextTable:
@@ -92,25 +135,41 @@ def _spelled(table: TextTable, console: Console) -> TextTable:
     )
 
 
-def _rich_table(text_table: TextTable) -> Table:
+def _rich_table(text_table: TextTable, left_out: list[str] | None = None) -> Table:
+    from rich import box
+    from rich.cells import cell_len
     from rich.markup import escape
     from rich.table import Table
 
-    caption = "\n".join(filter(None, [text_table.caption, *text_table.footnotes]))
+    notes = list(text_table.footnotes)
+    if left_out:
+        notes.append(
+            f"not shown at this width: {', '.join(left_out)} (a wider terminal, "
+            "--format markdown, json or csv show every column)"
+        )
+    caption = "\n".join(filter(None, [text_table.caption, *notes]))
     table = Table(
         title=escape(text_table.title),
         caption=escape(caption) if caption else None,
         title_justify="left",
         caption_justify="left",
         header_style="bold",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
     )
-    for header in text_table.headers:
+    for column, header in enumerate(text_table.headers):
         numeric = header not in _TEXT_COLUMNS
+        values = [header, *(row[column] for row in text_table.rows)]
+        longest = max(cell_len(value) for value in values)
         table.add_column(
             escape(header),
             justify="right" if numeric else "left",
-            overflow="fold",
-            no_wrap=header in ("framework", "policy"),  # names stay whole; numbers wrap
+            # rich measures a no_wrap column by its longest word, then cuts values with "…";
+            # the whole longest value as the minimum makes _fits see what the column needs.
+            min_width=None if header in _WRAPPING else longest,
+            # Values never wrap: a number split over lines is misread. Too wide a table
+            # loses whole columns instead (_fit), or becomes blocks (_print_stacked).
+            no_wrap=header not in _WRAPPING,
         )
     for index, row in enumerate(text_table.rows):
         style = _ROW_STYLE.get(text_table.styles[index] or "")
@@ -207,8 +266,12 @@ def _md_table(table: TextTable) -> list[str]:
         if table.headers[0] == "result":
             row = [_VERDICT_MARKDOWN.get(row[0], "✅ pass"), *row[1:]]
         lines.append("| " + " | ".join(_md_cell(c) for c in row) + " |")
-    for line in filter(None, [table.caption, *table.footnotes]):
+    caption = table.caption.splitlines() if table.caption else []
+    for line in [*caption, *table.footnotes]:
         lines += ["", _md_cell(line)]
+    if table.verdicts:
+        lines += ["", "**Verdict**", ""]
+        lines += [f"- {_md_cell(line)}" for line in table.verdicts]
     lines.append("")
     return lines
 

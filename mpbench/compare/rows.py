@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 
@@ -25,6 +26,23 @@ class TextTable:
     group_ends: set[int] = field(default_factory=set)  # row indexes followed by a separator
     caption: str | None = None
     footnotes: list[str] = field(default_factory=list)  # one line each, below the caption
+    # Per column: 0 = always shown; higher numbers are left out first when a terminal is too
+    # narrow (the markdown, JSON and CSV formats always keep every column). Empty: all 0.
+    priorities: list[int] = field(default_factory=list)
+    verdicts: list[str] = field(default_factory=list)  # one line per framework group
+
+    def priority(self, column: int) -> int:
+        return self.priorities[column] if self.priorities else 0
+
+    def without(self, columns: set[int]) -> TextTable:
+        """The table with some columns left out (by index)."""
+        keep = [i for i in range(len(self.headers)) if i not in columns]
+        return dataclasses.replace(
+            self,
+            headers=[self.headers[i] for i in keep],
+            rows=[[row[i] for i in keep] for row in self.rows],
+            priorities=[self.priority(i) for i in keep],
+        )
 
 
 DRIFT = "drift"
@@ -119,86 +137,167 @@ def drift_footnotes(section: Section, labeler: Labeler) -> list[str]:
     return lines
 
 
+# The section table's columns: (header, priority). Priority 0 is always shown; at a narrow
+# terminal the highest numbers go first: the verdict needs the cell, its speed-up, accuracy
+# delta and status most; raw figures (samples/s, MiB, percentiles) are in JSON/CSV anyway.
+CELL, STEP, STEP_CI, SPEEDUP, E2E = "cell", "step ms", "step ms 95 %", "speed-up", "e2e speed-up"
+SAMPLES, MEMORY, MEMORY_RATIO, ACCURACY = "samples/s", "train mem", "mem ratio", "accuracy"
+ACCURACY_DELTA, LOSS_SCALE, MFU, MFU_MEASURED = "Δ acc", "loss scale", "MFU", "MFU meas."
+STATUS, SPREAD = "status", "p10–p90"
+_PRIORITY = {
+    CELL: 0,
+    SPEEDUP: 0,
+    STATUS: 0,
+    STEP: 1,
+    ACCURACY_DELTA: 2,
+    MEMORY_RATIO: 3,
+    ACCURACY: 4,
+    MEMORY: 5,
+    E2E: 6,
+    SAMPLES: 7,
+    LOSS_SCALE: 8,
+    SPREAD: 9,
+    STEP_CI: 10,
+    MFU: 11,
+    MFU_MEASURED: 11,
+}
+
+
+class Footnotes:
+    """Numbered notes under a table ([1], [2], ...): one number per distinct text."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def mark(self, text: str) -> str:
+        if text not in self.texts:
+            self.texts.append(text)
+        return f"[{self.texts.index(text) + 1}]"
+
+    def lines(self) -> list[str]:
+        return [f"[{number}] {text}" for number, text in enumerate(self.texts, start=1)]
+
+
 def section_table(section: Section, labeler: Labeler) -> TextTable:
+    """One workload on one machine: a row per framework × policy, numbers only; names,
+    configs and reasons go to a legend and numbered footnotes so that no column is wide."""
+    from mpbench.compare.verdict import group_verdicts, short
+
     cells = _cells(section)
     kinds = {c.memory_kind for c in cells if c.memory_kind}
-    mem_header, tag_memory = memory_header(kinds)
     repeats = any(c.repeats > 1 for c in cells)
-    end_to_end = any(c.end_to_end is not None for c in cells)
-    mfu = any(c.mfu is not None for c in cells)
-    mfu_measured = any(c.mfu_measured is not None for c in cells)
-    headers = ["framework", "policy", "step ms: median (p10–p90)"]
-    if repeats:
-        headers.append("step ms: 95 % interval")
-    headers.append("speed-up vs fp32")
-    if end_to_end:
-        headers.append("end-to-end speed-up")
-    headers += [
-        "samples/s",
-        mem_header,
-        "memory vs fp32",
-        "test accuracy",
-        "Δ acc. vs fp32",
-        "loss scale / skipped",
-    ]
-    if mfu:
-        headers.append("MFU (datasheet)")
-    if mfu_measured:
-        headers.append("MFU (measured peak)")
-    headers.append("status")
+    columns = [CELL, STEP, SPREAD]
+    columns += [STEP_CI] if repeats else []
+    columns += [SPEEDUP]
+    columns += [E2E] if any(c.end_to_end is not None for c in cells) else []
+    columns += [SAMPLES, MEMORY, MEMORY_RATIO, ACCURACY, ACCURACY_DELTA]
+    columns += [LOSS_SCALE] if any(c.loss_scale is not None for c in cells) else []
+    columns += [MFU] if any(c.mfu is not None for c in cells) else []
+    columns += [MFU_MEASURED] if any(c.mfu_measured is not None for c in cells) else []
+    columns += [STATUS]
     title = f"{section.workload} on {section.device} [{short_fingerprint(section.fingerprint)}]"
-    table = TextTable(title, headers)
+    table = TextTable(title, list(columns), priorities=[_PRIORITY[c] for c in columns])
+    notes = Footnotes()
+    names = group_names(section, labeler)
     shown: list[Estimate | None] = []
     for group in section.groups:
         for policy, cell in group.cells.items():
             estimates = {
-                "step": cell.step_time_s if repeats else None,
-                "speedup": group.speedup(policy),
-                "e2e": group.end_to_end_speedup(policy),
-                "memory": group.memory_ratio(policy),
-                "accuracy": group.accuracy_delta_pp(policy),
+                STEP_CI: cell.step_time_s if repeats else None,
+                SPEEDUP: group.speedup(policy),
+                E2E: group.end_to_end_speedup(policy),
+                MEMORY_RATIO: group.memory_ratio(policy),
+                ACCURACY_DELTA: group.accuracy_delta_pp(policy),
             }
             if policy != BASELINE:
                 shown += estimates.values()
             elif repeats:
-                shown.append(estimates["step"])
-            row = [labeler.framework(group.key), policy, _step_text(cell)]
-            if repeats:
-                row.append(fmt.ms_interval(cell.step_time_s))
-            row.append(_ratio_or_ref(policy, estimates["speedup"]))
-            if end_to_end:
-                row.append(_ratio_or_ref(policy, estimates["e2e"]))
+                shown.append(estimates[STEP_CI])
             memory = fmt.size(cell.memory_bytes.value if cell.memory_bytes else None)
-            if tag_memory and cell.memory_kind:
-                memory += f" ({cell.memory_kind})"
-            row += [
-                fmt.throughput(cell.throughput),
-                memory,
-                _ratio_or_ref(policy, estimates["memory"]),
-                fmt.accuracy(cell.accuracy.value if cell.accuracy else None),
-                _delta_or_ref(policy, estimates["accuracy"]),
-                fmt.loss_scale(cell.loss_scale, cell.skipped_steps),
-            ]
-            if mfu:
-                row.append(fmt.fraction_percent(cell.mfu))
-            if mfu_measured:
-                row.append(fmt.fraction_percent(cell.mfu_measured))
-            row.append(status_text(cell))
-            table.rows.append(row)
+            if len(kinds) > 1 and cell.memory_kind:
+                memory += " " + notes.mark(f"memory: {cell.memory_kind}")
+            values = {
+                CELL: f"{names[group.key]} {short(policy)}",
+                STEP: fmt.ms(cell.step_time_s.value if cell.step_time_s else None),
+                SPREAD: fmt.ms_range(cell.p10_s, cell.p90_s) if cell.step_time_s else fmt.DASH,
+                STEP_CI: fmt.ms_interval(estimates[STEP_CI]),
+                SPEEDUP: _ratio_or_ref(policy, estimates[SPEEDUP]),
+                E2E: _ratio_or_ref(policy, estimates[E2E]),
+                SAMPLES: fmt.throughput(cell.throughput),
+                MEMORY: memory,
+                MEMORY_RATIO: _ratio_or_ref(policy, estimates[MEMORY_RATIO]),
+                ACCURACY: fmt.accuracy(cell.accuracy.value if cell.accuracy else None),
+                ACCURACY_DELTA: _delta_or_ref(policy, estimates[ACCURACY_DELTA]),
+                LOSS_SCALE: fmt.loss_scale(cell.loss_scale, cell.skipped_steps),
+                MFU: fmt.fraction_percent(cell.mfu),
+                MFU_MEASURED: fmt.fraction_percent(cell.mfu_measured),
+                STATUS: _status_cell(cell, notes),
+            }
+            table.rows.append([values[c] for c in columns])
             table.styles.append(_style(cell))
         table.group_ends.add(len(table.rows) - 1)
+        table.verdicts += [f"{names[group.key]} {v.text()}" for v in group_verdicts(group)]
     table.group_ends.discard(len(table.rows) - 1)
-    table.caption = "config: " + "; ".join(
-        f"{labeler.framework(g.key)} {config_text(g)}" for g in section.groups
-    )
-    table.footnotes = interval_footnotes(shown) + drift_footnotes(section, labeler)
-    if end_to_end:
+    table.caption = "\n".join(_config_legend(names[g.key], g) for g in section.groups)
+    table.footnotes = _column_notes(kinds, columns) + notes.lines()
+    table.footnotes += interval_footnotes(shown) + drift_footnotes(section, labeler)
+    if E2E in columns:
         pipelines = sorted({c.end_to_end_pipeline for c in cells if c.end_to_end_pipeline})
         table.footnotes.append(
-            "end-to-end speed-up: policy / float32 samples/s over a window timed without "
+            "e2e speed-up: policy / float32 samples/s over a window timed without "
             f"per-step synchronisation (input: {'; '.join(pipelines)})"
         )
     return table
+
+
+def group_names(section: Section, labeler: Labeler) -> dict:
+    """Short row names: the framework ("torch", "tf"), with a letter when one framework has
+    several configs in the table ("tf a", "tf b"); the legend says what each stands for."""
+    names = {}
+    for framework in dict.fromkeys(g.key.framework for g in section.groups):
+        groups = [g for g in section.groups if g.key.framework == framework]
+        label = _SHORT_FRAMEWORKS.get(framework, framework)
+        for index, group in enumerate(groups):
+            names[group.key] = label if len(groups) == 1 else f"{label} {chr(ord('a') + index)}"
+    return names
+
+
+_SHORT_FRAMEWORKS = {"torch": "torch", "tensorflow": "tf"}
+
+
+def _config_legend(name: str, group: PolicyGroup) -> str:
+    """`torch: batch 128, epochs 1, ...` or `tf = tensorflow: ...`: what a row name stands for."""
+    framework = group.key.framework
+    label = name if name == framework else f"{name} = {framework}"
+    return f"{label}: {config_text(group)[1:-1]}"
+
+
+def _column_notes(kinds: set[str], columns: list[str]) -> list[str]:
+    lines = [
+        "step ms: median time of one synchronised training step; speed-up: float32's step time "
+        "/ the policy's; mem ratio: the policy's memory / float32's; Δ acc: points (pp)"
+    ]
+    if len(kinds) == 1:
+        lines.append(f"train mem: {next(iter(kinds))}")
+    if MFU in columns or MFU_MEASURED in columns:
+        lines.append(
+            "MFU: achieved TFLOP/s over the datasheet peak of the policy's dtype; MFU meas.: "
+            "against the matmul peak measured on this device (mpbench detect --measure)"
+        )
+    return lines
+
+
+def _status_cell(cell: CellSummary, notes: Footnotes) -> str:
+    """`ok`, `ok ×3`, or the status with its reason as a numbered footnote."""
+    if cell.all_ok:
+        text = "ok" if cell.repeats == 1 else f"ok ×{cell.repeats}"
+        if cell.drift:
+            text += f", {DRIFT}"
+        if cell.notes:
+            text += " " + notes.mark(cell.notes)
+        return text
+    status = cell.status if not cell.ok else f"{cell.status} {_not_ok(cell)}/{cell.repeats}"
+    return f"{status} {notes.mark(cell.reason)}" if cell.reason else status
 
 
 def _step_text(cell: CellSummary) -> str:
@@ -238,7 +337,7 @@ def config_text(group: PolicyGroup) -> str:
 def baseline_table(report: Report) -> TextTable:
     kinds = {m.candidate.memory_kind for m in report.matches if m.candidate.memory_kind}
     headers = ["cell", "step ms: baseline → now", _baseline_memory_header(kinds)]
-    headers += ["test accuracy", "status"]
+    headers += ["test accuracy", "status: baseline → now"]
     table = TextTable(f"Against the baseline ({', '.join(report.baseline_runs)})", headers)
     shown: list[Estimate | None] = []
     for match in report.matches:

@@ -118,7 +118,7 @@ def test_a_drifting_cell_is_a_visible_warning_not_an_error(tmp_path: Path) -> No
             _drifting(rec)
     run = write_run(tmp_path / "run", records)
     out = _outputs(run)
-    assert "| ok; drift (see below) |" in out["markdown"]
+    assert "| torch bf16 |" in out["markdown"] and "| ok, drift |" in out["markdown"]
     for human in ("table", "markdown"):
         text = " ".join(out[human].split())
         assert (
@@ -138,9 +138,9 @@ def test_a_drifting_cell_is_a_visible_warning_not_an_error(tmp_path: Path) -> No
 def test_end_to_end_speedup_is_shown_next_to_the_step_speedup(tmp_path: Path) -> None:
     run = write_run(tmp_path / "run", _three_repeats())
     out = _outputs(run)
-    header = next(line for line in out["markdown"].splitlines() if line.startswith("| frame"))
+    header = next(line for line in out["markdown"].splitlines() if line.startswith("| cell"))
     columns = [c.strip() for c in header.strip("|").split("|")]
-    assert columns.index("end-to-end speed-up") == columns.index("speed-up vs fp32") + 1
+    assert columns.index("e2e speed-up") == columns.index("speed-up") + 1
     # bf16's end-to-end rate is 90-92 % of its synced throughput; float32's 93 %
     ratios = [(2.40 / 0.98) * 0.90 / 0.93, (2.52 / 1.01) * 0.91 / 0.93, (2.31 / 0.97) * 0.92 / 0.93]
     expected = (ratios[0] * ratios[1] * ratios[2]) ** (1 / 3)
@@ -160,7 +160,7 @@ def test_old_records_without_new_fields_show_no_new_columns(tmp_path: Path) -> N
     run = write_run(tmp_path / "run", cpu_run(v1=True))
     code, out = run_inprocess(run, format="markdown")
     assert code == 0
-    assert "end-to-end speed-up" not in out and "MFU" not in out
+    assert "e2e speed-up" not in out and "MFU" not in out
     assert "peak mem (host RSS, whole process)" in out and "training mem" not in out
     cell = _json_cell(run_inprocess(run, format="json")[1], BF16)
     assert cell["memory_kind"] == "peak mem (host RSS, whole process)"
@@ -177,7 +177,8 @@ def test_mfu_columns_appear_when_a_cell_has_them(tmp_path: Path) -> None:
                 rec.measured_peak_tflops, rec.mfu_measured = 2.0, 0.25
     run = write_run(tmp_path / "run", records)
     out = _outputs(run)
-    assert "MFU (datasheet)" in out["markdown"] and "MFU (measured peak)" in out["markdown"]
+    assert "| MFU | MFU meas. |" in out["markdown"]
+    assert "MFU meas.: against the matmul peak measured on this device" in out["markdown"]
     assert "12.5 %" in out["markdown"] and "25.0 %" in out["markdown"]
     cell = _json_cell(out["json"], BF16)
     assert (cell["mfu"], cell["mfu_measured"], cell["measured_peak_tflops"]) == (0.125, 0.25, 2.0)

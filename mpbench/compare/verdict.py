@@ -1,0 +1,125 @@
+"""A verdict per framework × workload: what each policy buys on this machine, and the advice.
+
+Built from the numbers (speed-up with its 95 % interval, accuracy delta, training memory) and
+from the device's rating of the policy (mpbench.policies), so that "0.18×" comes with the why
+("this CPU has no fp16 arithmetic"). Evidence that does not decide is said to be inconclusive.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mpbench.compare import fmt
+from mpbench.compare.cells import CellSummary, PolicyGroup, is_training_memory
+from mpbench.compare.estimate import WITHIN_RUN, Estimate
+from mpbench.policies import BASELINE, DeviceTraits, Rating, rate
+
+# An accuracy drop beyond this many points (point estimate) turns "recommended" into "use with
+# care": the speed is real, the model is worse.
+ACCURACY_COST_PP = 1.0
+
+RECOMMENDED = "recommended here"
+AVOID = "avoid"
+CAREFUL = "use with care"
+UNDECIDED = "inconclusive"
+NOT_MEASURED = "not measured"
+
+SHORT_NAMES = {
+    "float32": "fp32",
+    "tf32": "tf32",
+    "mixed_float16": "fp16",
+    "mixed_bfloat16": "bf16",
+}
+
+
+def short(policy: str) -> str:
+    return SHORT_NAMES.get(policy, policy)
+
+
+@dataclass
+class PolicyVerdict:
+    policy: str
+    evidence: str  # "2.45× faster (95 % 2.41–2.52), -0.13 pp accuracy, -35 % training memory"
+    advice: str  # one of the constants above
+    why: str | None = None  # the device's reason, when it explains the advice
+
+    def text(self) -> str:
+        """`bf16: 2.45× faster (95 % 2.41–2.52), ... → recommended here`."""
+        text = f"{short(self.policy)}: {self.evidence} → {self.advice}"
+        return f"{text} ({self.why})" if self.why else text
+
+
+def traits_of(cell: CellSummary) -> DeviceTraits | None:
+    """The device as the policy table rates it, rebuilt from what the records say."""
+    record = next(iter(cell.records), None)
+    if record is None:
+        return None
+    device = record.device
+    if device.kind == "cpu":
+        # The runner records the CPU's precision flags as its capability (none: no flag).
+        flags = frozenset(filter(None, (device.capability or "").split(",")))
+        return DeviceTraits(kind="cpu", name=device.name, cpu_flags=flags)
+    if device.kind == "cuda" and device.capability:
+        major, _, minor = device.capability.partition(".")
+        if major.isdigit() and minor.isdigit():
+            cc = (int(major), int(minor))
+            return DeviceTraits(kind="cuda", name=device.name, compute_capability=cc)
+    return DeviceTraits(kind=device.kind, name=device.name)
+
+
+def group_verdicts(group: PolicyGroup) -> list[PolicyVerdict]:
+    """One verdict per policy other than float32, in the group's order."""
+    return [
+        _verdict(group, policy, cell) for policy, cell in group.cells.items() if policy != BASELINE
+    ]
+
+
+def _verdict(group: PolicyGroup, policy: str, cell: CellSummary) -> PolicyVerdict:
+    traits = traits_of(cell)
+    rating = rate(policy, traits) if traits is not None else None
+    if not cell.ok:
+        why = rating.reason if rating and rating.rating is Rating.UNSUPPORTED else cell.reason
+        return PolicyVerdict(policy, f"{cell.status}, no numbers", NOT_MEASURED, why)
+    if group.reference is None:
+        return PolicyVerdict(policy, "has no float32 reference to compare with", NOT_MEASURED)
+    speedup = group.speedup(policy)
+    if speedup is None:
+        return PolicyVerdict(policy, "has no step times paired with float32", NOT_MEASURED)
+    parts = [_speed(speedup)]
+    accuracy = group.accuracy_delta_pp(policy)
+    if accuracy is not None:
+        parts.append(f"{fmt.points(accuracy.value)} accuracy")
+    memory = group.memory_ratio(policy)
+    if memory is not None and is_training_memory(cell.memory_kind):
+        parts.append(f"{fmt.percent_change(memory.value - 1)} training memory")
+    advice = _advice(speedup, accuracy)
+    why = None
+    if advice == AVOID and rating is not None and rating.rating is not Rating.FAST:
+        why = rating.reason
+    elif advice == UNDECIDED:
+        why = "the 95 % interval includes 1×: more repeats would decide"
+    elif advice == CAREFUL:
+        why = f"accuracy drops more than {ACCURACY_COST_PP:g} pp"
+    return PolicyVerdict(policy, ", ".join(parts), advice, why)
+
+
+def _speed(speedup: Estimate) -> str:
+    value = speedup.value
+    text = f"{value:.2f}× faster" if value >= 1 else f"{1 / value:.1f}× slower ({value:.2f}×)"
+    if speedup.has_interval:
+        mark = fmt.WITHIN_RUN_MARK if speedup.kind == WITHIN_RUN else ""
+        text += f", 95 % {speedup.low:.2f}–{speedup.high:.2f}×{mark}"
+    else:
+        text += ", no interval"
+    return text
+
+
+def _advice(speedup: Estimate, accuracy: Estimate | None) -> str:
+    low, high = (speedup.low, speedup.high) if speedup.has_interval else (speedup.value,) * 2
+    if high < 1:
+        return AVOID
+    if low <= 1:
+        return UNDECIDED
+    if accuracy is not None and accuracy.value < -ACCURACY_COST_PP:
+        return CAREFUL
+    return RECOMMENDED
