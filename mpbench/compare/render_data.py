@@ -44,6 +44,16 @@ def _cells(report: Report) -> list[tuple[PolicyGroup, str, CellSummary]]:
     ]
 
 
+def _verdict_json(group: PolicyGroup, policy: str) -> dict[str, Any] | None:
+    """The table's verdict line as data; None for float32, the reference itself."""
+    from mpbench.compare.verdict import policy_verdict
+
+    if policy == BASELINE:
+        return None
+    verdict = policy_verdict(group, policy)
+    return {"advice": verdict.advice, "evidence": verdict.evidence, "why": verdict.why}
+
+
 def _cell_json(report: Report, group: PolicyGroup, policy: str, cell: CellSummary) -> dict:
     key = group.key
     ms = 1000.0
@@ -80,6 +90,7 @@ def _cell_json(report: Report, group: PolicyGroup, policy: str, cell: CellSummar
         "mfu": cell.mfu,
         "mfu_measured": cell.mfu_measured,
         "measured_peak_tflops": cell.measured_peak_tflops,
+        "verdict": _verdict_json(group, policy),
         "drifting": bool(cell.drift),
         "drift": [
             {

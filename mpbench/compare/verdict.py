@@ -69,12 +69,11 @@ def traits_of(cell: CellSummary) -> DeviceTraits | None:
 
 def group_verdicts(group: PolicyGroup) -> list[PolicyVerdict]:
     """One verdict per policy other than float32, in the group's order."""
-    return [
-        _verdict(group, policy, cell) for policy, cell in group.cells.items() if policy != BASELINE
-    ]
+    return [policy_verdict(group, policy) for policy in group.cells if policy != BASELINE]
 
 
-def _verdict(group: PolicyGroup, policy: str, cell: CellSummary) -> PolicyVerdict:
+def policy_verdict(group: PolicyGroup, policy: str) -> PolicyVerdict:
+    cell = group.cells[policy]
     traits = traits_of(cell)
     rating = rate(policy, traits) if traits is not None else None
     if not cell.ok:
