@@ -1,5 +1,6 @@
 """Result records and files: the contract between `mpbench run` and `mpbench compare`."""
 
+from mpbench.results.frame import load
 from mpbench.results.io import read_records
 from mpbench.results.schema import (
     SCHEMA_VERSION,
@@ -29,6 +30,7 @@ __all__ = [
     "Status",
     "StepTimeStats",
     "append_record",
+    "load",
     "read_records",
     "write_csv",
     "write_environment",

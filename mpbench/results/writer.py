@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from mpbench.errors import InvalidInput
+from mpbench.results import frame
 from mpbench.results.io import CSV_FILE, ENVIRONMENT_FILE, RESULTS_FILE
 from mpbench.results.schema import CellRecord
 
@@ -87,29 +88,18 @@ def _jsonable(value: Any) -> Any:
 
 
 def flat_row(record: CellRecord) -> dict[str, Any]:
-    """One CSV row: nested fields as dotted columns; raw step times and long lists left out."""
-    row: dict[str, Any] = {}
-
-    def walk(prefix: str, value: Any) -> None:
-        if isinstance(value, dict):
-            for key, inner in value.items():
-                walk(f"{prefix}.{key}" if prefix else key, inner)
-        elif isinstance(value, list):
-            if prefix not in ("step_time.raw_s",):
-                row[prefix] = json.dumps(value)
-        else:
-            row[prefix] = value
-
-    walk("", record.to_dict())
-    return row
+    """One CSV row as plain values: nested fields as dotted columns, lists and objects as JSON,
+    raw step times left out (mpbench.results.frame, which `load()` shares)."""
+    return {
+        name: json.dumps(value) if isinstance(value, (list, dict)) else value
+        for name, value in frame.flat_row(record).items()
+    }
 
 
 def write_csv(run_dir: Path, records: Iterable[CellRecord]) -> Path:
-    import pandas as pd  # only the writer needs pandas; the CLI start-up path must not
-
-    frame = pd.DataFrame([flat_row(r) for r in records])
+    """results.csv: the rows and columns of `mpbench.results.load(run_dir)`, as text."""
     out = run_dir / CSV_FILE
-    write_atomically(out, frame.to_csv(index=False))
+    write_atomically(out, frame.csv_text(records))
     return out
 
 

@@ -1,0 +1,325 @@
+"""The three summary panels of `--plot`: speed-up vs float32, memory, test accuracy.
+
+Policies on the x axis, one bar (or point) per framework, a whisker for each value's 95 %
+interval (the same Estimate the tables print), its value written at the tip. A cell without
+a value (skipped, failed, no float32 to divide by, a ratio that overflowed) is named where
+its bar would be, so a missing bar is never read as a zero.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mpbench.compare import fmt
+from mpbench.compare.cells import CellSummary, PolicyGroup, Section
+from mpbench.compare.estimate import WITHIN_RUN, Estimate
+from mpbench.compare.plot_style import (
+    LABEL_SIZE,
+    NOTE_COLOUR,
+    TITLE_SIZE,
+    VALUE_SIZE,
+    Palette,
+    empty_panel,
+    finite,
+    log_axis,
+    missing_text,
+    offsets,
+    policies,
+    policy_label,
+    style_axes,
+)
+from mpbench.policies import BASELINE
+
+# Ratios spanning more than this (largest / smallest) are drawn on a log axis, from 1.
+LOG_SPREAD = 10.0
+
+ValueOf = Callable[[PolicyGroup, str], Estimate | None]
+
+
+@dataclass
+class Entry:
+    """One bar: where it goes, whose it is, and its value (None: `missing` says why)."""
+
+    x: float
+    index: int  # the group's position in the section (its colour)
+    group: PolicyGroup
+    cell: CellSummary
+    estimate: Estimate | None
+    missing: str
+
+
+def entries(section: Section, value_of: ValueOf, needs_reference: bool = False) -> list[Entry]:
+    names = policies(section)
+    shifts, _ = offsets(len(section.groups))
+    out = []
+    for index, group in enumerate(section.groups):
+        for x, policy in enumerate(names):
+            cell = group.cells.get(policy)
+            if cell is None:
+                continue
+            estimate = value_of(group, policy)
+            missing = ""
+            if estimate is not None and not finite(estimate):
+                estimate, missing = None, "not finite"  # an overflowed ratio has no height
+            elif estimate is None:
+                missing = missing_text(cell, group, needs_reference)
+            out.append(Entry(x + shifts[index], index, group, cell, estimate, missing))
+    return out
+
+
+def _mark(estimate: Estimate) -> str:
+    return fmt.WITHIN_RUN_MARK if estimate.kind == WITHIN_RUN else ""
+
+
+@dataclass
+class Label:
+    x: float
+    value: float
+    tip: float  # the end of the whisker on the label's side
+    text: str
+    below: bool = False
+
+
+# A whisker longer than this (fraction of the axis height) would carry its label far from the
+# bar: the label then sits at the bar's end, on the whisker, instead of past the cap.
+_FAR = 0.18
+_LINE = 0.055  # about one label's height, as a fraction of a panel's
+
+
+def _labels(ax, labels: list[Label]) -> None:
+    """Each value written at its whisker's end, or at its bar's end when the whisker is long;
+    drawn after the axis limits are set, so that the distance can be measured."""
+    to_axes = ax.transAxes.inverted()
+
+    def height(y: float) -> float:
+        return to_axes.transform(ax.transData.transform((0.0, y)))[1]
+
+    placed: list[tuple[float, float]] = []  # (x, axes height) of the labels drawn so far
+    for label in sorted(labels, key=lambda item: item.x):
+        far = abs(height(label.tip) - height(label.value)) > _FAR
+        anchor = label.value if far else label.tip
+        # Side by side at one policy and about one height, two labels would overprint: the
+        # second moves one line further out.
+        side = -1 if label.below else 1
+        level = 0
+        while any(
+            abs(x - label.x) < 0.5 and abs(y - (height(anchor) + side * level * _LINE)) < _LINE
+            for x, y in placed
+        ):
+            level += 1
+        offset = 3 + VALUE_SIZE * 1.5 * level
+        placed.append((label.x, height(anchor) + side * level * _LINE))
+        ax.annotate(
+            label.text,
+            (label.x, anchor),
+            xytext=(0, -offset if label.below else offset),
+            textcoords="offset points",
+            ha="center",
+            va="top" if label.below else "bottom",
+            fontsize=VALUE_SIZE,
+            zorder=4,
+            bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5, "alpha": 0.85},
+        )
+
+
+def _whisker(ax, x: float, estimate: Estimate) -> None:
+    if estimate.high <= estimate.low:
+        return  # a single value: nothing to show
+    value = estimate.value
+    ax.errorbar(
+        x,
+        value,
+        # A bootstrap interval may sit a hair beside its anchored point: never a negative arm.
+        yerr=[[max(value - estimate.low, 0.0)], [max(estimate.high - value, 0.0)]],
+        color="#222222",
+        capsize=3,
+        linewidth=1,
+        zorder=3,
+    )
+
+
+def _missing(ax, entries_: list[Entry], y: float) -> None:
+    for entry in entries_:
+        if entry.estimate is None:
+            ax.text(
+                entry.x,
+                y,
+                entry.missing,
+                rotation=90,
+                ha="center",
+                va="bottom",
+                fontsize=VALUE_SIZE,
+                color=NOTE_COLOUR,
+            )
+
+
+def _policy_ticks(ax, section: Section) -> None:
+    names = policies(section)
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels([policy_label(p) for p in names])
+    ax.set_xlim(-0.6, len(names) - 0.4)
+
+
+# --- speed-up ------------------------------------------------------------------------------
+
+
+def _speedup(group: PolicyGroup, policy: str) -> Estimate | None:
+    if policy == BASELINE:
+        return Estimate.point(1.0) if group.reference is not None else None
+    return group.speedup(policy)
+
+
+def _ratio_text(value: float) -> str:
+    return f"{value:.2f}×" if value >= 0.095 else f"{value:.3f}×"
+
+
+def speedup_panel(ax, section: Section, palette: Palette) -> None:
+    drawn = entries(section, _speedup, needs_reference=True)
+    values = [e.estimate for e in drawn if e.estimate is not None]
+    _policy_ticks(ax, section)
+    style_axes(ax)
+    ax.set_title("speed-up vs fp32 (synced step)", fontsize=TITLE_SIZE, fontweight="bold")
+    if not values:
+        empty_panel(ax, "no speed-up: no finished float32 and policy pair")
+        return
+    low = min(min(e.low, e.value) for e in values)
+    high = max(max(e.high, e.value) for e in values)
+    log = low > 0 and high / low > LOG_SPREAD
+    _, width = offsets(len(section.groups))
+    labels = []
+    for entry in drawn:
+        estimate = entry.estimate
+        if estimate is None:
+            continue
+        colour = palette.colour(entry.group.key)
+        value = estimate.value
+        if log:  # bars grow from 1 (as fast as float32), up when faster, down when slower
+            ax.bar(entry.x, value - 1, width * 0.92, bottom=1, color=colour, zorder=2)
+        else:
+            ax.bar(entry.x, value, width * 0.92, color=colour, zorder=2)
+        _whisker(ax, entry.x, estimate)
+        below = log and value < 1
+        tip = min(estimate.low, value) if below else max(estimate.high, value)
+        if entry.cell.policy != BASELINE:  # float32 against itself: 1, said once below
+            labels.append(Label(entry.x, value, tip, _ratio_text(value) + _mark(estimate), below))
+    ax.axhline(1.0, color="black", linewidth=1, linestyle="--", zorder=1.5)
+    if any(e.estimate is not None and e.cell.policy == BASELINE for e in drawn):
+        ax.annotate(
+            "ref",
+            (policies(section).index(BASELINE), 1.0),
+            xytext=(0, 3),
+            textcoords="offset points",
+            ha="center",
+            va="bottom",
+            fontsize=VALUE_SIZE,
+        )
+    if log:
+        ax.set_yscale("log")
+        ax.set_ylim(min(low, 1.0) / 3, max(high, 1.0) * 3)
+        log_axis(ax, "×")
+        ax.set_ylabel("× vs fp32 (log scale; higher = faster)", fontsize=LABEL_SIZE)
+    else:
+        ax.set_ylim(0, max(high, 1.0) * 1.2)
+        ax.set_ylabel("× vs fp32 (higher = faster)", fontsize=LABEL_SIZE)
+    _labels(ax, labels)
+    _missing(ax, drawn, ax.get_ylim()[0])
+
+
+# --- memory --------------------------------------------------------------------------------
+
+
+def _memory_unit(section: Section) -> tuple[float, str, str]:
+    cells = [c for g in section.groups for c in g.cells.values()]
+    peaks = [c.memory_bytes.value for c in cells if c.memory_bytes]
+    kinds = {c.memory_kind for c in cells if c.memory_kind}
+    if not kinds:
+        kind = "memory"
+    else:
+        kind = kinds.pop() if len(kinds) == 1 else "memory (kinds differ between cells)"
+    if peaks and max(peaks) >= 2**30:
+        return 2**30, "GiB", kind
+    return 2**20, "MiB", kind
+
+
+def memory_panel(ax, section: Section, palette: Palette) -> None:
+    scale, unit, kind = _memory_unit(section)
+
+    def value_of(group: PolicyGroup, policy: str) -> Estimate | None:
+        cell = group.cells.get(policy)
+        if cell is None or not cell.ok or cell.memory_bytes is None:
+            return None
+        return cell.memory_bytes.scaled(1 / scale)
+
+    drawn = entries(section, value_of)
+    values = [e.estimate for e in drawn if e.estimate is not None]
+    _policy_ticks(ax, section)
+    style_axes(ax)
+    ax.set_title("\n".join(textwrap.wrap(kind, 34)), fontsize=TITLE_SIZE, fontweight="bold")
+    if not values:
+        empty_panel(ax, "no memory figures recorded")
+        return
+    label = (
+        "{:.2f}" if unit == "GiB" else "{:.0f}" if max(e.value for e in values) >= 10 else "{:.1f}"
+    )
+    _, width = offsets(len(section.groups))
+    tallest = max(max(e.high, e.value) for e in values)
+    labels = []
+    for entry in drawn:
+        estimate = entry.estimate
+        if estimate is None:
+            continue
+        colour = palette.colour(entry.group.key)
+        ax.bar(entry.x, estimate.value, width * 0.92, color=colour, zorder=2)
+        _whisker(ax, entry.x, estimate)
+        top = max(estimate.high, estimate.value)
+        text = label.format(estimate.value) + _mark(estimate)
+        labels.append(Label(entry.x, estimate.value, top, text))
+    ax.set_ylim(0, tallest * 1.2 if tallest > 0 else 1.0)
+    _labels(ax, labels)
+    ax.set_ylabel(f"{unit} (lower = better)", fontsize=LABEL_SIZE)
+    _missing(ax, drawn, 0.0)
+
+
+# --- accuracy ------------------------------------------------------------------------------
+
+
+def _accuracy(group: PolicyGroup, policy: str) -> Estimate | None:
+    cell = group.cells.get(policy)
+    if cell is None or not cell.ok or cell.accuracy is None:
+        return None
+    return cell.accuracy.scaled(100)
+
+
+def accuracy_panel(ax, section: Section, palette: Palette) -> None:
+    """Points, not bars: differences of tenths of a point matter here, so the axis is zoomed
+    to the values, and a bar on a zoomed axis would exaggerate them."""
+    drawn = entries(section, _accuracy)
+    values = [e.estimate for e in drawn if e.estimate is not None]
+    _policy_ticks(ax, section)
+    style_axes(ax)
+    ax.set_title("test accuracy", fontsize=TITLE_SIZE, fontweight="bold")
+    if not values:
+        empty_panel(ax, "no test accuracy recorded")
+        return
+    low = min(min(e.low, e.value) for e in values)
+    high = max(max(e.high, e.value) for e in values)
+    span = max(high - low, 2.0)  # a few tenths of a point must not fill the axis
+    bottom, top = max(low - 0.45 * span, 0.0), min(high + 0.35 * span, 100.0)
+    ax.set_ylim(bottom, top)
+    labels = []
+    for entry in drawn:
+        estimate = entry.estimate
+        if estimate is None:
+            continue
+        colour = palette.colour(entry.group.key)
+        ax.plot(entry.x, estimate.value, "o", color=colour, markersize=7, zorder=3)
+        _whisker(ax, entry.x, estimate)
+        tip = max(estimate.high, estimate.value)
+        labels.append(
+            Label(entry.x, estimate.value, tip, f"{estimate.value:.2f}" + _mark(estimate))
+        )
+    ax.set_ylabel("% (higher = better; axis zoomed)", fontsize=LABEL_SIZE)
+    _labels(ax, labels)
+    _missing(ax, drawn, bottom)

@@ -1,0 +1,154 @@
+"""What every panel of `--plot` shares: colours, short names, bar positions, the missing-value
+note. Matplotlib is imported by the caller (plot.py), never at import time here."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+
+from mpbench.compare.cells import CellSummary, GroupKey, PolicyGroup, Section
+from mpbench.compare.estimate import Estimate
+from mpbench.compare.verdict import short
+from mpbench.policies import POLICIES
+
+# Fixed colours per framework, far apart so the two read apart at a glance (and in grey).
+FRAMEWORK_COLOURS = {"torch": "#d1495b", "tensorflow": "#2e6f9e"}
+_OTHER = ["#66a182", "#edae49", "#8d6a9f", "#6c757d"]
+# Per policy, for the loss curves (where a panel is one framework): float32 the neutral one.
+POLICY_COLOURS = {
+    "float32": "#222222",
+    "tf32": "#8d6a9f",
+    "mixed_float16": "#e07b00",
+    "mixed_bfloat16": "#2a9d5c",
+}
+POLICY_MARKERS = {"float32": "o", "tf32": "D", "mixed_float16": "s", "mixed_bfloat16": "^"}
+NOTE_COLOUR = "#555555"
+TITLE_SIZE = 11.5
+LABEL_SIZE = 9.5
+TICK_SIZE = 9.5
+VALUE_SIZE = 8
+
+
+def policies(section: Section) -> list[str]:
+    """The policies of a section in the contract's order (float32, tf32, fp16, bf16)."""
+    seen = {p for g in section.groups for p in g.cells}
+    ordered = [p for p in POLICIES if p in seen]
+    return ordered + sorted(seen - set(ordered))
+
+
+def framework_colour(framework: str, index: int) -> str:
+    return FRAMEWORK_COLOURS.get(framework, _OTHER[index % len(_OTHER)])
+
+
+def _shade(colour: str, variant: int) -> str:
+    """The framework's colour for its first config, lighter / darker ones for the next."""
+    if variant == 0:
+        return colour
+    towards, amount = ((1.0, 0.5), (0.0, 0.4), (1.0, 0.75))[(variant - 1) % 3]
+    rgb = [int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5)]
+    mixed = [c + (towards - c) * amount for c in rgb]
+    return "#" + "".join(f"{round(c * 255):02x}" for c in mixed)
+
+
+class Palette:
+    """One colour per framework (and config, where one framework ran several), the same in
+    every panel and in the figure's legend. `label_of` names a group as the tables do."""
+
+    def __init__(self, keys: Iterable[GroupKey], label_of: Callable[[GroupKey], str]) -> None:
+        self._label_of = label_of
+        self._colours: dict[str, str] = {}
+        frameworks: dict[str, int] = {}  # framework -> configs seen
+        for key in keys:
+            label = label_of(key)
+            if label in self._colours:
+                continue
+            variant = frameworks.get(key.framework, 0)
+            frameworks[key.framework] = variant + 1
+            base = framework_colour(key.framework, list(frameworks).index(key.framework))
+            self._colours[label] = _shade(base, variant)
+
+    def colour(self, key: GroupKey) -> str:
+        return self._colours[self._label_of(key)]
+
+    def name(self, key: GroupKey) -> str:
+        return self._label_of(key)
+
+    def entries(self) -> list[tuple[str, str]]:
+        """(label, colour) in order of appearance: the figure's legend."""
+        return list(self._colours.items())
+
+
+def policy_colour(policy: str, index: int) -> str:
+    return POLICY_COLOURS.get(policy, _OTHER[index % len(_OTHER)])
+
+
+def policy_label(policy: str) -> str:
+    return short(policy)
+
+
+def offsets(count: int) -> tuple[list[float], float]:
+    """x offsets of `count` side-by-side bars (or boxes) around a policy's tick, and a width."""
+    width = 0.8 / max(count, 1)
+    return [(i - (count - 1) / 2) * width for i in range(count)], width
+
+
+def finite(estimate: Estimate | None) -> bool:
+    return estimate is not None and all(
+        math.isfinite(v) for v in (estimate.value, estimate.low, estimate.high)
+    )
+
+
+def missing_text(cell: CellSummary, group: PolicyGroup, needs_reference: bool = False) -> str:
+    """What stands where a value cannot be drawn: the cell's status, or why it has none."""
+    if not cell.ok:
+        return cell.status
+    if needs_reference and group.reference is None:
+        return "no fp32 ref"
+    return "n/a"
+
+
+def style_axes(ax, grid_axis: str = "y") -> None:
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.grid(axis=grid_axis, alpha=0.3)
+    ax.set_axisbelow(True)
+    ax.tick_params(labelsize=TICK_SIZE)
+
+
+def empty_panel(ax, text: str) -> None:
+    """A panel with nothing to draw says so, instead of showing empty axes."""
+    ax.text(
+        0.5,
+        0.5,
+        text,
+        transform=ax.transAxes,
+        ha="center",
+        va="center",
+        fontsize=LABEL_SIZE,
+        color=NOTE_COLOUR,
+        wrap=True,
+    )
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def log_axis(ax, unit: str = "") -> None:
+    """A log y axis labelled in plain numbers (`0.1×`, `200`), never `2×10²`; on an axis
+    spanning less than two decades the 2s and 5s between the powers of ten are labelled too."""
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    ax.set_yscale("log")
+    low, high = ax.get_ylim()
+    few = high / low < 300
+
+    def major(value: float, _: int) -> str:
+        return f"{value:g}{unit}"
+
+    def minor(value: float, _: int) -> str:
+        mantissa = round(value / 10 ** math.floor(math.log10(value) + 1e-9), 6)
+        return f"{value:g}{unit}" if few and mantissa in (2.0, 5.0) else ""
+
+    ax.yaxis.set_major_locator(LogLocator(base=10))
+    ax.yaxis.set_minor_locator(LogLocator(base=10, subs=tuple(range(2, 10))))
+    ax.yaxis.set_major_formatter(FuncFormatter(major))
+    ax.yaxis.set_minor_formatter(FuncFormatter(minor))
+    ax.tick_params(axis="y", which="minor", labelsize=TICK_SIZE - 1)

@@ -1,0 +1,265 @@
+"""`--plot`: the figure is built in-process (`build_figure`) and its axes inspected; the file
+is written through `write_plot` and `mpbench compare --plot`, and its size read back."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+from compare_helpers import run_cli
+from compare_records import cpu_run, record, write_run
+
+from mpbench.compare import CompareOptions, build_report
+from mpbench.compare.plot import build_figure, write_plot
+from mpbench.results import CellRecord, Status, read_records
+
+pytest.importorskip("matplotlib")
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+LOSSES = {"float32": [2.10, 1.62, 1.31], "mixed_bfloat16": [2.12, 1.66, 1.35]}
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC
+    return struct.unpack(">II", data[16:24])
+
+
+def _three_repeats(epochs: int = 3) -> list[CellRecord]:
+    """torch/mnist_dense float32, tf32 (skipped) and bf16, 3 repeats each, with loss curves."""
+    out = []
+    for repeat, (f32, bf16) in enumerate([(2.40, 0.98), (2.52, 1.01), (2.31, 0.97)]):
+        out.append(
+            record("torch", "mnist_dense", "tf32", status=Status.SKIPPED, reason="no TF32 here",
+                   repeat=repeat)
+        )  # fmt: skip
+        for policy, ms in (("float32", f32), ("mixed_bfloat16", bf16)):
+            rec = record("torch", "mnist_dense", policy, median_ms=ms,
+                         accuracy=0.9712 - repeat / 1e3, rss_mib=612, training_mib=48 + repeat,
+                         repeat=repeat)  # fmt: skip
+            losses = [v + repeat / 100 for v in LOSSES[policy]]
+            rec.accuracy.train_loss_per_epoch = losses[:epochs]
+            out.append(rec)
+    return out
+
+
+def _report(records: list[CellRecord], tmp_path: Path | None = None):
+    if tmp_path is not None:  # through the real writer and reader, as compare reads them
+        records = read_records(write_run(tmp_path / "run", records))
+    return build_report(records, CompareOptions())
+
+
+def _axes(fig) -> dict[str, object]:
+    """Axes by title (first line), in drawing order; a repeated title gets a #n suffix."""
+    out: dict[str, object] = {}
+    for ax in fig.axes:
+        title = ax.get_title().split("\n")[0]
+        name, n = title, 1
+        while name in out:
+            n += 1
+            name = f"{title} #{n}"
+        out[name] = ax
+    return out
+
+
+def _texts(ax) -> list[str]:
+    return [t.get_text() for t in ax.texts]
+
+
+def _figure_texts(fig) -> list[str]:
+    return [t.get_text() for sub in fig.subfigs for t in sub.texts]
+
+
+def _whiskers(ax) -> dict[float, tuple[float, float]]:
+    """x -> (low, high) of every error bar drawn in `ax`."""
+    from matplotlib.container import ErrorbarContainer
+
+    out = {}
+    for container in ax.containers:
+        if isinstance(container, ErrorbarContainer):
+            (segment,) = container.lines[2][0].get_segments()
+            (x, low), (_, high) = segment
+            out[round(float(x), 6)] = (float(low), float(high))
+    return out
+
+
+def test_the_figure_has_every_panel_per_workload(tmp_path: Path) -> None:
+    report = _report(cpu_run(), tmp_path)
+    fig = build_figure(report)
+    titles = [ax.get_title() for ax in fig.axes]
+    # Two workloads x (speed-up, memory, accuracy, step time, one loss panel per framework).
+    assert len(fig.axes) == 2 * 6
+    for expected in ("speed-up vs fp32", "training mem (process RSS sampled)", "test accuracy"):
+        assert sum(t.startswith(expected) for t in titles) == 2, expected
+    assert sum(t.startswith("step time per policy") for t in titles) == 2
+    assert sum(t.startswith("torch\ntraining loss") for t in titles) == 2
+    assert sum(t.startswith("tensorflow\ntraining loss") for t in titles) == 2
+    sections = [t for t in _figure_texts(fig) if " · cpu: AMD EPYC" in t]
+    assert [s.split(" · ")[0] for s in sections] == ["mnist_dense", "cifar10_cnn"]
+    assert "batch 128" in sections[0] and "units 64" in sections[0]
+    # Short policy names on every policy axis, never the long ones.
+    labels = {t.get_text() for ax in fig.axes for t in ax.get_xticklabels()}
+    assert {"fp32", "tf32", "fp16", "bf16"} <= labels
+    assert not labels & {"float32", "mixed_float16", "mixed_bfloat16"}
+    # The frameworks' legend, once for the figure.
+    legend_texts = [t.get_text() for sub in fig.subfigs for lg in sub.legends for t in lg.texts]
+    assert legend_texts == ["torch", "tensorflow"]
+
+
+def test_skipped_and_failed_cells_are_named_not_drawn(tmp_path: Path) -> None:
+    fig = build_figure(_report(cpu_run(), tmp_path))
+    axes = _axes(fig)
+    speedup = axes["speed-up vs fp32 (synced step)"]
+    assert _texts(speedup).count("skipped") == 2  # tf32 in torch and in tensorflow
+    cifar = axes["speed-up vs fp32 (synced step) #2"]
+    assert "timeout" in _texts(cifar)  # tensorflow's fp16 cell on the CNN timed out
+    for name in ("step time per policy #2", "test accuracy #2", "tensorflow #2"):
+        assert "timeout" in _texts(axes[name]), name
+    # Nothing is drawn for them: no bar at tf32's tick in the speed-up panel.
+    assert all(abs(bar.get_x() + bar.get_width() / 2 - 1) > 0.3 for bar in speedup.patches)
+
+
+def test_whiskers_are_the_reports_95_percent_intervals(tmp_path: Path) -> None:
+    report = _report(_three_repeats(), tmp_path)
+    group = report.sections[0].groups[0]
+    fig = build_figure(report)
+    axes = _axes(fig)
+    # Policies on the axis: fp32 (0), tf32 (1), bf16 (2); one framework: no offset.
+    speedup = group.speedup("mixed_bfloat16")
+    assert speedup.kind == "repeats" and speedup.n == 3
+    low, high = _whiskers(axes["speed-up vs fp32 (synced step)"])[2.0]
+    assert (low, high) == pytest.approx((speedup.low, speedup.high))
+    memory = group.cells["mixed_bfloat16"].memory_bytes
+    low, high = _whiskers(axes["training mem (process RSS sampled)"])[2.0]
+    assert (low, high) == pytest.approx((memory.low / 2**20, memory.high / 2**20))
+    accuracy = group.cells["float32"].accuracy
+    low, high = _whiskers(axes["test accuracy"])[0.0]
+    assert (low, high) == pytest.approx((accuracy.low * 100, accuracy.high * 100))
+    assert "skipped" in _texts(axes["speed-up vs fp32 (synced step)"])
+    # Values written at the bars: the speed-up in the table's precision.
+    assert f"{speedup.value:.2f}×" in _texts(axes["speed-up vs fp32 (synced step)"])
+
+
+def test_one_repeat_whiskers_are_within_run_and_marked(tmp_path: Path) -> None:
+    report = _report(cpu_run(), tmp_path)
+    fig = build_figure(report)
+    speedup = _axes(fig)["speed-up vs fp32 (synced step)"]
+    group = report.sections[0].groups[0]  # torch, mnist_dense
+    estimate = group.speedup("mixed_bfloat16")
+    assert estimate.kind == "within-run only"
+    # Two frameworks: torch's bar sits left of the policy's tick (bf16 is the 4th policy).
+    low, high = _whiskers(speedup)[round(3 - 0.2, 6)]
+    assert (low, high) == pytest.approx((estimate.low, estimate.high))
+    assert f"{estimate.value:.2f}×†" in _texts(speedup)
+    assert "within-run only" in " ".join(_figure_texts(fig))
+
+
+def test_loss_curves_per_policy_with_each_repeat_and_the_mean(tmp_path: Path) -> None:
+    fig = build_figure(_report(_three_repeats(), tmp_path))
+    (loss,) = [ax for ax in fig.axes if "training loss per epoch" in ax.get_title()]
+    assert loss.get_title().startswith("torch\n")
+    assert loss.get_xlabel() == "epoch" and loss.get_ylabel() == "training loss"
+    lines = [line for line in loss.get_lines() if len(line.get_xdata()) == 3]
+    assert len(lines) == 2 * 3 + 2  # each repeat thin, the mean bold, per finished policy
+    means = [line for line in lines if line.get_linewidth() == 2]
+    expected = [sum(v + r / 100 for r in range(3)) / 3 for v in LOSSES["float32"]]
+    assert list(means[0].get_ydata()) == pytest.approx(expected)
+    legend = [t.get_text() for t in loss.get_legend().texts]
+    assert legend == ["fp32 (mean of 3)", "tf32: skipped", "bf16 (mean of 3)"]
+
+
+def test_one_epoch_is_points_and_says_so(tmp_path: Path) -> None:
+    fig = build_figure(_report(_three_repeats(epochs=1), tmp_path))
+    (loss,) = [ax for ax in fig.axes if "training loss" in ax.get_title()]
+    assert "1 epoch: points" in loss.get_title()
+    assert all(line.get_linestyle() == "None" for line in loss.get_lines())
+    assert "skipped" in _texts(loss)
+
+
+def test_log_axes_when_policies_differ_tenfold_linear_otherwise(tmp_path: Path) -> None:
+    wide = _axes(build_figure(_report(cpu_run(), tmp_path / "a")))
+    # On this CPU fp16 is ~5x slower and bf16 ~2.5x faster than float32: a 13x spread.
+    assert wide["speed-up vs fp32 (synced step)"].get_yscale() == "log"
+    assert wide["step time per policy"].get_yscale() == "log"
+    assert "log scale" in wide["step time per policy"].get_ylabel()
+    narrow = _axes(build_figure(_report(_three_repeats(), tmp_path / "b")))
+    assert narrow["speed-up vs fp32 (synced step)"].get_yscale() == "linear"
+    assert narrow["step time per policy"].get_yscale() == "linear"
+    assert narrow["step time per policy"].get_ylabel() == "ms per synced step"
+
+
+def test_the_png_is_written_at_a_readable_size(tmp_path: Path) -> None:
+    path = write_plot(_report(cpu_run(), tmp_path), tmp_path / "out" / "compare.png")
+    width, height = _png_size(path)
+    assert 1000 <= width <= 1400
+    assert 1200 <= height <= 2000  # two workloads, two rows of panels each
+    single = write_plot(_report(_three_repeats(), tmp_path / "one"), tmp_path / "one.png")
+    width, height = _png_size(single)
+    assert 1000 <= width <= 1400 and 700 <= height <= 1100  # one workload
+    assert path.stat().st_size > 60_000  # drawn panels, not an empty canvas
+
+
+def test_the_cli_writes_it_with_the_agg_backend(tmp_path: Path) -> None:
+    import matplotlib
+
+    run = write_run(tmp_path / "run", _three_repeats())
+    outcome = run_cli(run, "--plot", tmp_path / "plot.png", "--format", "json")
+    assert outcome.code == 0, outcome.stderr
+    assert _png_size(tmp_path / "plot.png")[0] == 1300
+    write_plot(_report(_three_repeats(), tmp_path / "again"), tmp_path / "again.png")
+    assert matplotlib.get_backend().lower() == "agg"
+
+
+def test_values_that_cannot_be_drawn_are_said_in_the_panel(tmp_path: Path) -> None:
+    # Finite, valid step times whose ratio overflows: float32 1e300 ms, bf16 1e-300 ms.
+    extreme = [
+        record("torch", "mnist_dense", policy, median_ms=ms, accuracy=0.9, rss_mib=100, repeat=r)
+        for r in range(2)
+        for policy, ms in (("float32", 1e300), ("mixed_bfloat16", 1e-300))
+    ]
+    axes = _axes(build_figure(_report(extreme, tmp_path)))
+    assert "not finite" in _texts(axes["speed-up vs fp32 (synced step)"])
+    assert any("too wide to draw" in t for t in _texts(axes["step time per policy"]))
+
+
+def test_without_float32_or_measurements_the_panels_say_so(tmp_path: Path) -> None:
+    bf16_only = [record("torch", "mnist_dense", "mixed_bfloat16", median_ms=1.0, accuracy=0.9,
+                        rss_mib=100)]  # fmt: skip
+    axes = _axes(build_figure(_report(bf16_only, tmp_path / "a")))
+    assert any("no speed-up" in t for t in _texts(axes["speed-up vs fp32 (synced step)"]))
+    skipped = [r for r in cpu_run() if r.status is Status.SKIPPED]
+    fig = build_figure(_report(skipped, tmp_path / "b"))
+    axes = _axes(fig)
+    assert any("no speed-up" in t for t in _texts(axes["speed-up vs fp32 (synced step)"]))
+    assert any("no memory" in t for t in _texts(axes["memory"]))
+    assert any("no timed steps" in t for t in _texts(axes["step time per policy"]))
+    assert any("no training loss" in t for ax in fig.axes for t in _texts(ax))
+    write_plot(_report(skipped, tmp_path / "c"), tmp_path / "skipped.png")
+
+
+def test_a_diverged_repeat_keeps_its_curve_and_says_so(tmp_path: Path) -> None:
+    records = _three_repeats()
+    bf16 = next(r for r in records if r.policy == "mixed_bfloat16" and r.repeat == 2)
+    bf16.status, bf16.reason = Status.DIVERGED, "loss became NaN at step 40"
+    fig = build_figure(_report(records, tmp_path))
+    (loss,) = [ax for ax in fig.axes if "training loss per epoch" in ax.get_title()]
+    legend = [t.get_text() for t in loss.get_legend().texts]
+    assert "bf16 (mean of 3) (diverged)" in legend
+
+
+def test_one_framework_with_two_configs_gets_two_colours_and_names(tmp_path: Path) -> None:
+    custom = [
+        record("tensorflow", "mnist_dense", policy, median_ms=ms, accuracy=0.97, rss_mib=1400,
+               training_mib=80, run_id="custom-loop", config_overrides={"loop": "custom"})
+        for policy, ms in (("float32", 3.0), ("mixed_bfloat16", 1.4))
+    ]  # fmt: skip
+    fig = build_figure(_report([*cpu_run(), *custom], tmp_path))
+    legend = [t.get_text() for sub in fig.subfigs for lg in sub.legends for t in lg.texts]
+    assert legend == ["torch", 'tensorflow [loop="custom"]', 'tensorflow [loop="fit"]']
+    colours = {
+        p.get_facecolor() for sub in fig.subfigs for lg in sub.legends for p in lg.legend_handles
+    }
+    assert len(colours) == 3
+    titles = [ax.get_title() for ax in fig.axes]
+    assert sum("training loss" in t for t in titles) == 3 + 2  # mnist: 3 groups; cifar: 2
