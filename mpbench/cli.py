@@ -222,7 +222,10 @@ def compare(
     ),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write the report here."),
     plot: Path | None = typer.Option(
-        None, "--plot", help="Write grouped bar charts: .png, .svg, .pdf, .jpg or .jpeg."
+        None,
+        "--plot",
+        help="Write a figure: bars with intervals, step-time boxes, loss curves "
+        "(.png, .svg, .pdf, .jpg or .jpeg).",
     ),
 ) -> None:
     """Speed-up, memory and accuracy against float32; gates for CI (exit 1 on regression)."""
