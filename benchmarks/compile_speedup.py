@@ -78,6 +78,7 @@ def measure(policy_name: str, units: int, batch: int, rounds: int, steps: int) -
             times[name] += block
             medians[name] = statistics.median(block)
         ratios.append(medians["eager"] / medians["compiled"])
+    compiler.training_done()
     recompiles = compiler.stats().recompiles
     for name, values in times.items():
         print(
