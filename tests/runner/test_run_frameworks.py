@@ -73,9 +73,14 @@ def test_framework_all_trains_both_and_prints_one_summary(tmp_path):
     # One summary table for the workload, torch and TensorFlow rows in it together.
     summary = result.stdout[result.stdout.index("mnist_dense on cpu") :]
     table = summary[: summary.index("Results:")]
-    rows = [line for line in table.splitlines() if line.startswith(("│ torch", "│ tensorflow"))]
+    rows = [  # table rows: "torch fp32 ...", "tf bf16 ..." (verdict lines say "tf bf16: ...")
+        line
+        for line in table.splitlines()
+        if line.lstrip().startswith(("torch ", "tf ")) and ": " not in line
+    ]
     assert len(rows) == 4
     # Both frameworks measured end-to-end throughput beside the synced steps.
     assert all(r["end_to_end"]["samples_per_s"] > 0 for r in records)
     assert all(r["memory"]["training_source"] == "process RSS sampled" for r in records)
-    assert sum("torch" in r for r in rows) == 2 and sum("tensorflow" in r for r in rows) == 2
+    assert sum(r.lstrip().startswith("torch") for r in rows) == 2
+    assert sum(r.lstrip().startswith("tf") for r in rows) == 2
