@@ -15,10 +15,12 @@ from typing import Any
 
 from mpbench.errors import InvalidInput
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # Versions this reader understands. Version 1 records lack the fields added in 2 (training
-# memory, end-to-end throughput, drift, threads, measured-peak MFU); they read as None.
-READABLE_VERSIONS = (1, 2)
+# memory, end-to-end throughput, drift, threads, measured-peak MFU), and 2 those added in 3
+# (the training recipes: loss-scale mode and counts, accumulation, torch.compile); they read
+# as None. A reader of version 2 refuses version 3 records by their version, not by a field.
+READABLE_VERSIONS = (1, 2, 3)
 
 
 class Status(str, Enum):
