@@ -44,6 +44,12 @@ class CellSpec:
     synthetic_test_size: int | None = None
     loop: str = "fit"  # TensorFlow only: fit | custom
     jit: bool = False  # TensorFlow only: XLA jit_compile
+    # Training recipes (docs/recipes.md). batch_size above is the micro-batch a step feeds.
+    loss_scale: float | None = None  # static loss scale (mixed_float16); None: dynamic
+    accumulate: int = 1  # micro-batches per optimizer step
+    batch_scale_16bit: int = 1  # the run's factor; batch_size already includes it
+    reference_batch_size: int | None = None  # the float32 reference's batch (batch scaling)
+    compile: bool = False  # torch only: torch.compile the model
     verbose: bool = False
     # Thread pools, pinned by the runner and identical for every policy of a run.
     intra_op_threads: int | None = None
@@ -55,7 +61,25 @@ class CellSpec:
         out = {k: getattr(self, k) for k in keys}
         if self.framework == "tensorflow":
             out.update(loop=self.loop, jit=self.jit)
+        # Recipe axes appear only when set, for every policy of the run alike: records of
+        # runs without them keep the config (and so the compare group) they always had.
+        if self.loss_scale is not None:
+            out["loss_scale"] = self.loss_scale  # applies to mixed_float16 cells only
+        if self.accumulate > 1:
+            out.update(accumulate=self.accumulate, effective_batch_size=self.effective_batch)
+        if self.batch_scale_16bit > 1:
+            out.update(
+                batch_scale_16bit=self.batch_scale_16bit,
+                reference_batch_size=self.reference_batch_size,
+            )
+        if self.compile and self.framework == "torch":
+            out["compile"] = True
         return out
+
+    @property
+    def effective_batch(self) -> int:
+        """Samples per optimizer step: the micro-batch times the micro-batches accumulated."""
+        return self.batch_size * self.accumulate
 
 
 @dataclass
@@ -89,6 +113,12 @@ class Measurements:
     extra_config: dict[str, Any] = field(default_factory=dict)
     end_to_end: EndToEndStats | None = None
     threads: dict[str, Any] = field(default_factory=dict)  # as the framework reports them
+    micro_batches_per_step: int = 1  # a timed step is one optimizer step of this many
+    # A cell that finished but must not count as ok (e.g. most steps skipped by a static loss
+    # scale): the status and reason its record gets, with these measurements kept.
+    status: str = "ok"
+    reason: str | None = None
+    compile: Any = None  # CompileStats (torch --compile), as a dict in the record
 
 
 class Diverged(Exception):
@@ -98,6 +128,21 @@ class Diverged(Exception):
 class Unsupported(Exception):
     """The framework cannot run this cell here (e.g. CUDA asked for, a CPU-only build):
     the cell ends with status `skipped` and this reason."""
+
+
+# A cell whose optimizer steps were skipped (non-finite gradients) more often than this
+# did not train: it ends `diverged`, with its measurements kept (docs/recipes.md).
+MAX_SKIPPED_FRACTION = 0.5
+
+
+def skipped_verdict(skipped: int, counted: int, scale_text: str) -> tuple[str, str | None]:
+    """(status, reason) for a cell that skipped `skipped` of `counted` steps."""
+    if counted and skipped / counted > MAX_SKIPPED_FRACTION:
+        return "diverged", (
+            f"{skipped} of {counted} steps skipped for non-finite gradients "
+            f"(more than {MAX_SKIPPED_FRACTION:.0%}) with {scale_text}"
+        )
+    return "ok", None
 
 
 def check_finite(loss: float, step: int) -> float:

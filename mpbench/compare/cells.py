@@ -9,6 +9,7 @@ before it started) joins the group of its siblings.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 from collections import defaultdict
@@ -63,8 +64,22 @@ class CellKey:
         return CellKey(self.group.machine_free(), self.policy)
 
 
+def per_sample(stats: StepTimeStats, batch: int) -> StepTimeStats:
+    """Step times divided by the samples a step trains: comparable across batch sizes."""
+    return dataclasses.replace(
+        stats,
+        raw_s=[t / batch for t in stats.raw_s],
+        median_s=stats.median_s / batch if stats.median_s else stats.median_s,
+    )
+
+
 def cell_key(record: CellRecord) -> CellKey:
     config = {k: v for k, v in record.config.items() if k not in _NOT_IDENTITY}
+    if "batch_scale_16bit" in config:
+        # --batch-scale-16bit: the 16-bit cells run at K times float32's batch, and belong in
+        # its group all the same; reference_batch_size and the factor say the batches.
+        config.pop("batch_size", None)
+        config.pop("effective_batch_size", None)
     config["data"] = _data_kind(record)
     pairs = tuple(sorted((k, json.dumps(v, sort_keys=True)) for k, v in config.items()))
     device = f"{record.device.kind}: {record.device.name}"
@@ -226,6 +241,14 @@ class CellSummary:
             if r.step_time is not None and r.step_time.median_s
         }
 
+    def batch(self) -> int | None:
+        """Samples per timed step (micro-batch × accumulation), as the records say."""
+        for r in self.records:
+            size = r.config.get("batch_size")
+            if isinstance(size, int):
+                return size * int(r.config.get("accumulate", 1))
+        return None
+
     def memory_values(self) -> dict[RepeatKey, int]:
         if self.memory_kind is None:
             return {}
@@ -364,9 +387,21 @@ class PolicyGroup:
         a, b = ref.step_times(), cell.step_times()
         return sorted(a.keys() - b.keys()), sorted(b.keys() - a.keys())
 
+    @property
+    def batch_scaled(self) -> bool:
+        return "batch_scale_16bit" in self.key.config_dict()
+
     def speedup(self, policy: str) -> Estimate | None:
-        """float32 step time / this policy's (above 1: faster than float32)."""
+        """float32 step time / this policy's (above 1: faster than float32). Where the 16-bit
+        cells run a larger batch (--batch-scale-16bit) the times are per sample, so this is
+        the throughput ratio (samples/s) of the policy at its batch to float32 at its own."""
         pairs = self._pairs(policy, CellSummary.step_times)
+        if pairs and self.batch_scaled:
+            ref, cell = self.reference, self.cells[policy]
+            ref_batch, batch = ref.batch() if ref else None, cell.batch()
+            if not ref_batch or not batch:
+                return None
+            pairs = [(per_sample(a, ref_batch), per_sample(b, batch)) for a, b in pairs]
         return step_ratio(pairs) if pairs else None
 
     def memory_ratio(self, policy: str) -> Estimate | None:

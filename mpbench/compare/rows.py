@@ -216,8 +216,11 @@ def section_table(section: Section, labeler: Labeler) -> TextTable:
             memory = fmt.size(cell.memory_bytes.value if cell.memory_bytes else None)
             if len(kinds) > 1 and cell.memory_kind:
                 memory += " " + notes.mark(f"memory: {cell.memory_kind}")
+            label = f"{names[group.key]} {short(policy)}"
+            if group.batch_scaled and cell.batch():
+                label += f" @{cell.batch()}"  # the batch this cell ran (--batch-scale-16bit)
             values = {
-                CELL: f"{names[group.key]} {short(policy)}",
+                CELL: label,
                 STEP: fmt.ms(cell.step_time_s.value if cell.step_time_s else None),
                 SPREAD: fmt.ms_range(cell.p10_s, cell.p90_s) if cell.step_time_s else fmt.DASH,
                 STEP_CI: fmt.ms_interval(estimates[STEP_CI]),
@@ -241,6 +244,11 @@ def section_table(section: Section, labeler: Labeler) -> TextTable:
     table.caption = "\n".join(_config_legend(names[g.key], g) for g in section.groups)
     table.footnotes = _column_notes(kinds, columns) + notes.lines()
     table.footnotes += interval_footnotes(shown) + drift_footnotes(section, labeler)
+    if any(g.batch_scaled for g in section.groups):
+        table.footnotes.append(
+            "@N: the cell's batch (--batch-scale-16bit); where batches differ, speed-up is "
+            "the throughput ratio (samples/s) against float32 at its own batch"
+        )
     if E2E in columns:
         pipelines = sorted({c.end_to_end_pipeline for c in cells if c.end_to_end_pipeline})
         table.footnotes.append(
@@ -311,8 +319,22 @@ def _step_text(cell: CellSummary) -> str:
 
 # The caption names what sizes a cell; the full config is in the JSON and CSV formats.
 _CONFIG_ORDER = ("batch_size", "epochs", "max_steps", "warmup_steps", "units", "data")
-_CONFIG_EXTRA = ("loop", "jit")
-_CONFIG_NAMES = {"batch_size": "batch", "warmup_steps": "warm-up"}
+_CONFIG_EXTRA = (
+    "loop",
+    "jit",
+    "reference_batch_size",
+    "batch_scale_16bit",
+    "accumulate",
+    "loss_scale",
+    "compile",
+)
+_CONFIG_NAMES = {
+    "batch_size": "batch",
+    "warmup_steps": "warm-up",
+    "reference_batch_size": "batch",
+    "batch_scale_16bit": "16-bit batch ×",
+    "loss_scale": "loss scale",
+}
 
 
 def config_text(group: PolicyGroup) -> str:

@@ -15,10 +15,12 @@ from typing import Any
 
 from mpbench.errors import InvalidInput
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # Versions this reader understands. Version 1 records lack the fields added in 2 (training
-# memory, end-to-end throughput, drift, threads, measured-peak MFU); they read as None.
-READABLE_VERSIONS = (1, 2)
+# memory, end-to-end throughput, drift, threads, measured-peak MFU), and 2 those added in 3
+# (the training recipes: loss-scale mode and counts, accumulation, torch.compile); they read
+# as None. A reader of version 2 refuses version 3 records by their version, not by a field.
+READABLE_VERSIONS = (1, 2, 3)
 
 
 class Status(str, Enum):
@@ -51,6 +53,10 @@ class StepTimeStats:
     first_half_median_s: float | None = None
     second_half_median_s: float | None = None
     drifting: bool | None = None
+    # Gradient accumulation (--accumulate): a timed step is one optimizer step of this many
+    # micro-batches; the median per micro-batch is median_s / micro_batches_per_step.
+    micro_batches_per_step: int | None = None
+    micro_batch_median_s: float | None = None
 
     @classmethod
     def from_samples(cls, raw_s: list[float], warmup_steps: int) -> StepTimeStats:
@@ -134,6 +140,24 @@ class AccuracyStats:
 class LossScaleStats:
     final_scale: float | None = None
     skipped_steps: int | None = None
+    mode: str | None = None  # "dynamic" or "static" (--loss-scale)
+    initial_scale: float | None = None
+    counted_steps: int | None = None  # the steps skipped_steps is out of
+    # What one skip throws away, which differs between frameworks under accumulation: torch
+    # skips the whole optimizer step, Keras only the overflowing micro-batch.
+    skip_unit: str | None = None
+
+
+@dataclass
+class CompileStats:
+    """torch.compile (--compile): the first, compiling step's time, kept out of the step
+    statistics, and how often Dynamo compiled again afterwards (0 expected)."""
+
+    backend: str
+    compile_s: float  # the first training step, which compiles forward and backward
+    recompiles: int  # frames compiled after the first step (warm-up included)
+    frames_compiled: int  # all frames Dynamo compiled in the cell
+    evaluation_recompiles: int | None = None  # compiles caused by evaluation
 
 
 @dataclass
@@ -178,6 +202,7 @@ class CellRecord:
     mfu_measured: float | None = None  # achieved / measured peak
     end_to_end: EndToEndStats | None = None
     threads: dict[str, Any] = field(default_factory=dict)  # intra/inter-op, OMP_NUM_THREADS
+    compile: CompileStats | None = None  # torch --compile
     hardware_fingerprint: str = ""
     wall_s: float | None = None
     schema_version: int = SCHEMA_VERSION

@@ -153,6 +153,10 @@ def expand(config: RunConfig, report, run_id: str) -> tuple[str, DeviceTraits, l
             # the machine then hits every policy alike instead of one policy's whole series.
             for repeat in range(config.repeat):
                 for policy in policies:
+                    # Larger batches for 16-bit policies (--batch-scale-16bit): the float32
+                    # reference keeps the configured batch.
+                    sixteen = policy.compute_dtype in ("float16", "bfloat16")
+                    scale = config.batch_scale_16bit if sixteen else 1
                     spec = CellSpec(
                         run_id=run_id,
                         cell_id=f"{framework}/{workload.name}/{policy.name}/r{repeat}",
@@ -161,7 +165,7 @@ def expand(config: RunConfig, report, run_id: str) -> tuple[str, DeviceTraits, l
                         policy=policy.name,
                         repeat=repeat,
                         device=device,
-                        batch_size=settings.batch_size,
+                        batch_size=settings.batch_size * scale,
                         epochs=settings.epochs,
                         max_steps=settings.max_steps,
                         warmup_steps=settings.warmup_steps,
@@ -175,6 +179,11 @@ def expand(config: RunConfig, report, run_id: str) -> tuple[str, DeviceTraits, l
                         synthetic_test_size=settings.synthetic_test_size,
                         loop=config.loop,
                         jit=config.jit,
+                        loss_scale=config.loss_scale,
+                        accumulate=config.accumulate,
+                        batch_scale_16bit=config.batch_scale_16bit,
+                        reference_batch_size=settings.batch_size,
+                        compile=config.compile,
                         intra_op_threads=threads,
                         inter_op_threads=threads,
                     )

@@ -96,7 +96,14 @@ RUN_SETTINGS = {
     "out_dir": Setting(str, "--out"),
     "allow_download": Setting(bool, "allow_download"),
     "threads": Setting(int, "--threads", 1, 4096),
+    # Training recipes (docs/recipes.md). A number, or "dynamic" (parsed by loss_scale_value).
+    "loss_scale": Setting((str, int, float), "--loss-scale"),
+    "accumulate": Setting(int, "--accumulate", 1, 4096, why="micro-batches per optimizer step"),
+    "batch_scale_16bit": Setting(int, "--batch-scale-16bit", 1, 1024),
 }
+# A static loss scale: float32 holds the scaled loss, so the scale must stay well inside its
+# range (3.4e38); below 1 it would shrink gradients instead of protecting them.
+LOSS_SCALE_LIMITS = Setting(_NUMBER, "--loss-scale", 1, 1e38, why="(float32's range)")
 # A [workloads.<name>] table; the command-line options apply to every workload. Synthetic set
 # sizes are range-checked by mpbench.data, which owns what a valid stand-in is.
 WORKLOAD_SETTINGS = {
@@ -109,6 +116,8 @@ WORKLOAD_SETTINGS = {
     "synthetic_test_size": Setting(int, "synthetic_test_size"),
 }
 TENSORFLOW_SETTINGS = {"loop": Setting(str, "--loop"), "jit": Setting(bool, "--jit")}
+TORCH_SETTINGS = {"compile": Setting(bool, "--compile")}
+TABLES = ("run", "workloads", "tensorflow", "torch")
 
 
 @dataclass
@@ -134,6 +143,10 @@ class RunOptions:
     out: Path | None = None
     timeout: float | None = None
     threads: int | None = None
+    loss_scale: str | None = None  # "dynamic" or a number, as typed
+    accumulate: int | None = None
+    batch_scale_16bit: int | None = None
+    compile: bool | None = None
     measure_peak: bool = False
     resume: bool = False
     verbose: bool = False
@@ -171,6 +184,11 @@ class RunConfig:
     jit: bool
     out_dir: Path
     threads: int | None = None  # intra- and inter-op threads per cell; None: the cores available
+    # Training recipes (docs/recipes.md); the defaults are what runs before them did.
+    loss_scale: float | None = None  # static loss scale for mixed_float16; None: dynamic
+    accumulate: int = 1  # micro-batches per optimizer step
+    batch_scale_16bit: int = 1  # 16-bit policies run at this many times the batch size
+    compile: bool = False  # torch.compile the model (torch cells only)
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -236,11 +254,9 @@ def _check_table(
 
 def parse_file(path: Path) -> dict[str, Any]:
     raw = read_toml(path)
-    unknown = set(raw) - {"run", "workloads", "tensorflow"}
+    unknown = set(raw) - set(TABLES)
     if unknown:
-        raise unknown_choice(
-            f"table in {path}:", sorted(unknown)[0], ["run", "workloads", "tensorflow"]
-        )
+        raise unknown_choice(f"table in {path}:", sorted(unknown)[0], TABLES)
     run = _check_table(path, "run", raw.get("run", {}), RUN_SETTINGS)
     workloads = raw.get("workloads", {})
     if not isinstance(workloads, dict):
@@ -250,7 +266,28 @@ def parse_file(path: Path) -> dict[str, Any]:
             raise unknown_choice(f"workload in {path}:", name, WORKLOADS)
         _check_table(path, f"workloads.{name}", table, WORKLOAD_SETTINGS)
     tensorflow = _check_table(path, "tensorflow", raw.get("tensorflow", {}), TENSORFLOW_SETTINGS)
-    return {"run": run, "workloads": workloads, "tensorflow": tensorflow}
+    torch = _check_table(path, "torch", raw.get("torch", {}), TORCH_SETTINGS)
+    if "loss_scale" in run:
+        loss_scale_value(f"config {path}: [run] loss_scale =", run["loss_scale"])
+    return {"run": run, "workloads": workloads, "tensorflow": tensorflow, "torch": torch}
+
+
+def loss_scale_value(where: str, value: str | float) -> float | None:
+    """A loss-scale setting as typed ("dynamic", "1024", 1024, 1e30) -> None (dynamic) or the
+    static scale, within LOSS_SCALE_LIMITS; InvalidInput naming `where` otherwise."""
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text == "dynamic":
+            return None
+        try:
+            value = float(text)
+        except ValueError:
+            raise InvalidInput(
+                f"{where} {value!r}: must be 'dynamic' or a number (a static scale)"
+            ) from None
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    return float(LOSS_SCALE_LIMITS.check(where, value))
 
 
 def _choice(kind: str, value: str, choices: tuple[str, ...]) -> str:
@@ -268,7 +305,7 @@ def _jit(value: str | bool) -> bool:
 
 def file_config(path: Path | None) -> RunConfig:
     """The workloads' reference values < the config file (already checked by parse_file)."""
-    parsed = parse_file(path) if path else {"run": {}, "workloads": {}, "tensorflow": {}}
+    parsed = parse_file(path) if path else {table: {} for table in TABLES}
     run, tensorflow = parsed["run"], parsed["tensorflow"]
     workloads: dict[str, WorkloadSettings] = {}
     for name, spec in WORKLOADS.items():
@@ -299,6 +336,10 @@ def file_config(path: Path | None) -> RunConfig:
         jit=tensorflow.get("jit", False),
         out_dir=Path(run.get("out_dir", "results")),
         threads=run.get("threads"),
+        loss_scale=loss_scale_value("loss_scale in [run]", run.get("loss_scale", "dynamic")),
+        accumulate=run.get("accumulate", 1),
+        batch_scale_16bit=run.get("batch_scale_16bit", 1),
+        compile=parsed["torch"].get("compile", False),
     )
 
 
@@ -314,6 +355,8 @@ _RUN_OPTIONS = {
     "seed": "seed",
     "timeout": "timeout",
     "threads": "threads",
+    "accumulate": "accumulate",
+    "batch_scale_16bit": "batch_scale_16bit",
 }
 
 
@@ -346,6 +389,10 @@ def apply_options(config: RunConfig, options: RunOptions) -> RunConfig:
         merged.loop = _choice("--loop", options.loop, LOOPS)
     if options.jit is not None:
         merged.jit = _jit(options.jit)
+    if options.loss_scale is not None:
+        merged.loss_scale = loss_scale_value("--loss-scale", options.loss_scale)
+    if options.compile is not None:
+        merged.compile = options.compile
     check_combination(merged)
     return merged
 
@@ -385,7 +432,10 @@ def contradictions(stored: RunConfig, options: RunOptions) -> list[str]:
             found.append(
                 f"{option} {getattr(resumed, target)} (the run has {getattr(stored, target)})"
             )
-    for name in ("loop", "jit"):
+    for name in ("loop", "jit", "loss_scale", "compile"):
         if getattr(resumed, name) != getattr(stored, name):
-            found.append(f"--{name} {getattr(options, name)} (the run has {getattr(stored, name)})")
+            option = "--" + name.replace("_", "-")
+            had = getattr(stored, name)
+            had = "dynamic" if name == "loss_scale" and had is None else had
+            found.append(f"{option} {getattr(options, name)} (the run has {had})")
     return found

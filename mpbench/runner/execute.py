@@ -159,7 +159,10 @@ def _collect(
             elif kind in ("done", "failed"):
                 process.wait()
                 if kind == "done":
-                    return Outcome("ok", None, event["measurements"], warnings)
+                    found = event["measurements"]
+                    # A finished cell may still not be ok (most steps skipped: diverged).
+                    status = found.get("status") or "ok"
+                    return Outcome(status, found.get("reason"), found, warnings)
                 return Outcome(event["status"], event["reason"], None, warnings)
 
 

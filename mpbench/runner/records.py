@@ -10,6 +10,7 @@ from mpbench.policies import DeviceTraits, resolve
 from mpbench.results import (
     AccuracyStats,
     CellRecord,
+    CompileStats,
     DataInfo,
     DeviceInfo,
     EndToEndStats,
@@ -46,7 +47,8 @@ def build_record(
     """`measured_peaks`: the device's measured matmul peak TFLOP/s per policy peak key
     ("fp32", "bf16", ...), from `detect --measure`'s cache; None when not measured."""
     workload = get_workload(spec.workload)
-    flops = workload.flops_per_step(spec.batch_size, spec.units)
+    # A timed step is one optimizer step: `accumulate` micro-batches' worth of work.
+    flops = workload.flops_per_step(spec.batch_size, spec.units) * spec.accumulate
     config = spec.config()
     config.update(
         device=spec.device,
@@ -82,6 +84,10 @@ def _fill_measurements(
 ) -> None:
     warmup = raw["warmup_steps"]
     stats = StepTimeStats.from_samples(raw["step_times_s"][warmup:], warmup)
+    micro = raw.get("micro_batches_per_step") or 1
+    if micro > 1:
+        stats.micro_batches_per_step = micro
+        stats.micro_batch_median_s = stats.median_s / micro if stats.median_s else None
     record.framework_version = raw["framework_version"]
     record.device = DeviceInfo(**raw["device"])
     record.precision = raw["precision"]
@@ -94,6 +100,7 @@ def _fill_measurements(
     record.params = raw["params"]
     record.end_to_end = EndToEndStats(**raw["end_to_end"]) if raw.get("end_to_end") else None
     record.threads = raw.get("threads") or {}
+    record.compile = CompileStats(**raw["compile"]) if raw.get("compile") else None
     if stats.median_s:
         record.throughput_samples_per_s = raw["samples_per_step"] / stats.median_s
         record.achieved_tflops = record.flops_per_step / stats.median_s / 1e12

@@ -91,4 +91,4 @@ def test_unknown_fields_and_missing_files_are_rejected(tmp_path):
         read_records(tmp_path)
     with pytest.raises(SchemaError, match="no such results file"):
         read_records(tmp_path / "missing")
-    assert SCHEMA_VERSION == 2
+    assert SCHEMA_VERSION == 3

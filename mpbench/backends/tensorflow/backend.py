@@ -46,15 +46,25 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
     placement = device.resolve(tf, spec.device)
     precision.apply_policy(spec.policy, placement)
     data = base.load_dataset(spec, workload, warn)
+    # A step is one optimizer step over `accumulate` micro-batches of spec.batch_size.
+    micro = spec.accumulate
     plan = base.plan_steps(
-        len(data.x_train), spec.batch_size, spec.epochs, spec.max_steps, spec.warmup_steps
+        len(data.x_train), spec.effective_batch, spec.epochs, spec.max_steps, spec.warmup_steps
     )
     window = base.end_to_end_window(plan)
     total = plan.total_steps + window.total_steps
 
     with tf.device(placement.tf_device):
         keras.utils.set_random_seed(spec.seed)
-        model = models.compiled_model(workload, spec.units, spec.policy, spec.loop, spec.jit)
+        model = models.compiled_model(
+            workload,
+            spec.units,
+            spec.policy,
+            spec.loop,
+            spec.jit,
+            spec.loss_scale if spec.policy == "mixed_float16" else None,
+            micro,
+        )
         models.check_optimizer(model.optimizer, workload.optimizer)
         jit_compile = bool(model.jit_compile)  # Keras may refuse XLA for a model
         if spec.jit and not jit_compile:
@@ -69,15 +79,17 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
         state["cudnn_autotune"] = os.environ.get("TF_CUDNN_USE_AUTOTUNE", "1") not in ("0", "false")
 
         batches = loops.training_batches(
-            data.x_train, data.y_train, plan, spec.batch_size, placement
+            data.x_train, data.y_train, plan, spec.batch_size, placement, micro
         )
         meter = device.memory_meter(tf, placement)
         if spec.loop == "fit":
-            trained = loops.train_with_fit(model, batches, plan, progress, total)
+            trained = loops.train_with_fit(model, batches, plan, progress, total, micro)
         else:
             train_step = loops.custom_train_step(model, jit_compile)
             iterator = iter(batches)
-            trained = loops.train_with_custom_loop(train_step, iterator, plan, progress, total)
+            trained = loops.train_with_custom_loop(
+                train_step, iterator, plan, progress, total, micro
+            )
         training_memory = meter.stop()
         # The allocator's peak over training (None on a CPU, where TF keeps no stats).
         device_peak = training_memory.peak_bytes if placement.is_gpu else None
@@ -94,6 +106,7 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
                 progress,
                 plan.total_steps,
                 total,
+                micro,
             )
         else:
             end_to_end, e2e_trained = loops.end_to_end_custom(
@@ -104,15 +117,25 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
                 progress,
                 plan.total_steps,
                 total,
+                micro,
             )
-        steps_trained = trained.steps_run + e2e_trained
+        micro_batches_trained = trained.micro_batches_run + e2e_trained
 
         accuracy, test_loss = loops.evaluate(model, data.x_test, data.y_test, spec.batch_size)
         if not math.isfinite(test_loss):
-            raise base.Diverged(f"test loss is {test_loss} after {steps_trained} steps")
+            raise base.Diverged(
+                f"test loss is {test_loss} after {micro_batches_trained} micro-batches"
+            )
         loss_scale = None
+        status, reason = "ok", None
         if state["loss_scaling"]:
-            loss_scale = loops.loss_scale_stats(model.optimizer, steps_trained)
+            static = spec.loss_scale is not None
+            loss_scale = loops.loss_scale_stats(model.optimizer, micro_batches_trained, static)
+            scale_text = (
+                f"a static loss scale of {spec.loss_scale:g}" if static else "a dynamic loss scale"
+            )
+            skipped, counted = loss_scale.skipped_steps or 0, loss_scale.counted_steps or 0
+            status, reason = base.skipped_verdict(skipped, counted, scale_text)
 
     memory = MemoryStats(
         device_peak_allocated_bytes=device_peak, host_peak_rss_bytes=base.peak_rss_bytes()
@@ -127,7 +150,7 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
         precision=state,
         step_times_s=trained.step_times_s,
         warmup_steps=plan.warmup_steps,
-        samples_per_step=spec.batch_size,
+        samples_per_step=spec.effective_batch,
         epoch_losses=trained.epoch_losses,
         test_accuracy=accuracy,
         test_loss=test_loss,
@@ -143,4 +166,7 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
         },
         end_to_end=end_to_end,
         threads=threads,
+        micro_batches_per_step=micro,
+        status=status,
+        reason=reason,
     )

@@ -23,21 +23,34 @@ from mpbench.results.schema import EndToEndStats, LossScaleStats
 
 @dataclass
 class TrainResult:
-    step_times_s: list[float] = field(default_factory=list)
+    step_times_s: list[float] = field(default_factory=list)  # per optimizer step
     epoch_losses: list[float] = field(default_factory=list)
-    steps_run: int = 0
+    steps_run: int = 0  # optimizer steps
+    micro_batches_run: int = 0
+
+
+def per_optimizer_step(micro_times_s: list[float], micro: int) -> list[float]:
+    """Micro-batch times summed over each accumulation window (`micro` of them): the time of
+    one optimizer step, as torch times it."""
+    return [sum(micro_times_s[i : i + micro]) for i in range(0, len(micro_times_s), micro)]
 
 
 def training_batches(
-    x: np.ndarray, y: np.ndarray, plan: StepPlan, batch_size: int, placement: Placement
+    x: np.ndarray,
+    y: np.ndarray,
+    plan: StepPlan,
+    batch_size: int,
+    placement: Placement,
+    micro: int = 1,
 ) -> tf.data.Dataset:
-    """An endless dataset of whole batches, cut once before training so that a step only
-    takes the next ready batch (no per-sample slicing or batching inside the timed step);
+    """An endless dataset of whole (micro-)batches, cut once before training so that a step
+    only takes the next ready batch (no per-sample slicing or batching inside the timed step);
     prefetched, and on a GPU prefetched onto the device so the host-to-device copy overlaps
-    the previous step."""
-    used = plan.steps_per_epoch * batch_size
-    xb = x[:used].reshape(plan.steps_per_epoch, batch_size, *x.shape[1:])
-    yb = y[:used].reshape(plan.steps_per_epoch, batch_size)
+    the previous step. `micro` micro-batches make one optimizer step (plan's steps)."""
+    count = plan.steps_per_epoch * micro
+    used = count * batch_size
+    xb = x[:used].reshape(count, batch_size, *x.shape[1:])
+    yb = y[:used].reshape(count, batch_size)
     batches = tf.data.Dataset.from_tensor_slices((xb, yb)).repeat()
     if placement.is_gpu:
         return batches.apply(tf.data.experimental.prefetch_to_device(placement.tf_device, 2))
@@ -49,10 +62,12 @@ class _StepTimingCallback(keras.callbacks.Callback):
     with the step's logs already converted to Python floats: the conversion waits for the
     device, so the clock is read after the step's work has finished."""
 
-    def __init__(self, plan: StepPlan, progress: Progress, result: TrainResult, total: int) -> None:
+    def __init__(
+        self, plan: StepPlan, progress: Progress, result: TrainResult, total: int, micro: int
+    ) -> None:
         super().__init__()
         self._plan, self._progress, self._result = plan, progress, result
-        self._total = total
+        self._total, self._micro = total, micro
         self._timer = StepTimer()
 
     def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
@@ -61,29 +76,38 @@ class _StepTimingCallback(keras.callbacks.Callback):
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         running_loss = float((logs or {})["loss"])  # the epoch's running mean so far
         self._timer.stop()
-        step = self._result.steps_run = self._result.steps_run + 1
+        # A fit "batch" is one micro-batch; `micro` of them make an optimizer step.
+        done = self._result.micro_batches_run = self._result.micro_batches_run + 1
+        step = self._result.steps_run = done // self._micro
         # A non-finite step loss makes the running mean non-finite from that step on.
         check_finite(running_loss, step)
         self._progress(step, self._total)
-        if step >= self._plan.total_steps:
+        if done >= self._plan.total_steps * self._micro:
             self.model.stop_training = True
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         self._result.epoch_losses.append(float((logs or {})["loss"]))
 
     def on_train_end(self, logs: dict | None = None) -> None:
-        self._result.step_times_s = list(self._timer.times_s)
+        self._result.step_times_s = per_optimizer_step(self._timer.times_s, self._micro)
 
 
 def train_with_fit(
-    model: keras.Model, batches: tf.data.Dataset, plan: StepPlan, progress: Progress, total: int
+    model: keras.Model,
+    batches: tf.data.Dataset,
+    plan: StepPlan,
+    progress: Progress,
+    total: int,
+    micro: int = 1,
 ) -> TrainResult:
+    """`micro` > 1: the optimizer accumulates (gradient_accumulation_steps), so fit's steps
+    are micro-batches; they are timed one by one and summed per optimizer step."""
     result = TrainResult()
     model.fit(
         batches,
         epochs=plan.epochs,
-        steps_per_epoch=plan.steps_per_epoch,
-        callbacks=[_StepTimingCallback(plan, progress, result, total)],
+        steps_per_epoch=plan.steps_per_epoch * micro,
+        callbacks=[_StepTimingCallback(plan, progress, result, total, micro)],
         shuffle=False,
         verbose=0,
     )
@@ -123,14 +147,18 @@ def train_with_custom_loop(
     plan: StepPlan,
     progress: Progress,
     total: int,
+    micro: int = 1,
 ) -> TrainResult:
+    """One timed step = `micro` calls of the micro-batch step (the optimizer accumulates)."""
     result, timer = TrainResult(), StepTimer()
     epoch_losses: list[float] = []
     for step in range(1, plan.total_steps + 1):
         timer.start()
-        loss = float(train_step(iterator))  # reading the loss waits for the device
+        losses = [train_step(iterator) for _ in range(micro)]
+        loss = float(tf.reduce_mean(losses))  # reading the loss waits for the device
         timer.stop()
         result.steps_run = step
+        result.micro_batches_run += micro
         epoch_losses.append(check_finite(loss, step))
         progress(step, total)
         if step % plan.steps_per_epoch == 0 or step == plan.total_steps:
@@ -190,6 +218,7 @@ def end_to_end_fit(
     progress: Progress,
     done: int,
     total: int,
+    micro: int = 1,
 ) -> tuple[EndToEndStats, int]:
     """`model.fit` as a Keras user calls it — arrays, batch_size, shuffled — timed over whole
     epochs. The arrays are trimmed to whole batches so that a partial last batch does not
@@ -200,11 +229,14 @@ def end_to_end_fit(
     Array input reaches the train function with another signature than the pre-batched
     dataset of the synced phase, so it is traced once more: one warm-up step of the same
     call, outside the window, keeps that tracing out (a long `fit` pays it once, in its first
-    epoch). Returns the stats and the steps trained, warm-up included."""
+    epoch). With accumulation (`micro` > 1) the warm-up is a whole accumulation window, so
+    the timed window starts on an optimizer-step boundary. Returns the stats and the
+    micro-batches trained, warm-up included."""
     steps_per_epoch = window.steps_per_epoch
-    used = steps_per_epoch * batch_size
+    used = steps_per_epoch * batch_size * micro
     epochs = window.epochs
-    model.fit(x[:batch_size], y[:batch_size], batch_size=batch_size, epochs=1, verbose=0)
+    warm = batch_size * micro
+    model.fit(x[:warm], y[:warm], batch_size=batch_size, epochs=1, verbose=0)
     timing = _EpochWindow(progress, done, steps_per_epoch, total)
     model.fit(
         x[:used],
@@ -220,7 +252,7 @@ def end_to_end_fit(
     steps = window.total_steps
     check_finite(timing.last_loss, done + 1 + steps)
     stats = EndToEndStats(epochs * used / seconds, steps, seconds, fit_pipeline(used, batch_size))
-    return stats, steps + 1
+    return stats, (steps + 1) * micro
 
 
 CUSTOM_PIPELINE = (
@@ -237,18 +269,22 @@ def end_to_end_custom(
     progress: Progress,
     done: int,
     total: int,
+    micro: int = 1,
 ) -> tuple[EndToEndStats, int]:
-    """The custom loop free-running: steps are dispatched without reading their loss."""
+    """The custom loop free-running: steps are dispatched without reading their loss.
+    Returns the stats and the micro-batches trained."""
     timer = StepTimer()  # one interval: the whole window
     loss = None
     timer.start()
     for step in range(1, steps + 1):
-        loss = train_step(iterator)
+        for _ in range(micro):
+            loss = train_step(iterator)
         progress(done + step, total)
     last = float(loss)  # waits for the device: the window ends when the work is done
     seconds = timer.stop()
     check_finite(last, done + steps)
-    return EndToEndStats(steps * batch_size / seconds, steps, seconds, CUSTOM_PIPELINE), steps
+    samples = steps * micro * batch_size
+    return EndToEndStats(samples / seconds, steps, seconds, CUSTOM_PIPELINE), steps * micro
 
 
 def evaluate(
@@ -262,13 +298,24 @@ def evaluate(
     return accuracy, loss
 
 
-def loss_scale_stats(optimizer: keras.optimizers.Optimizer, steps_run: int) -> LossScaleStats:
-    """Final dynamic loss scale, and the steps skipped for non-finite gradients: the inner
-    optimizer's iteration counter only advances on steps the LossScaleOptimizer applied."""
+def loss_scale_stats(
+    optimizer: keras.optimizers.Optimizer, micro_batches_run: int, static: bool
+) -> LossScaleStats:
+    """Final loss scale, and the micro-batches skipped for non-finite gradients: the inner
+    optimizer's raw counter `_iterations` advances only on micro-batches the
+    LossScaleOptimizer applied (its public `iterations` is `_iterations // N` under
+    gradient_accumulation_steps; research notes §2). Keras checks each micro-batch, so one
+    overflowing micro-batch is dropped and the window waits for a finite one."""
     if not isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
         raise TypeError(f"expected a LossScaleOptimizer, got {type(optimizer).__name__}")
     scale = float(keras.ops.convert_to_numpy(optimizer.dynamic_scale))
-    applied = int(keras.ops.convert_to_numpy(optimizer.inner_optimizer.iterations))
+    inner = optimizer.inner_optimizer
+    applied = int(keras.ops.convert_to_numpy(getattr(inner, "_iterations", inner.iterations)))
     return LossScaleStats(
-        final_scale=scale if math.isfinite(scale) else None, skipped_steps=steps_run - applied
+        final_scale=scale if math.isfinite(scale) else None,
+        skipped_steps=micro_batches_run - applied,
+        mode="static" if static else "dynamic",
+        initial_scale=float(optimizer.initial_scale),
+        counted_steps=micro_batches_run,
+        skip_unit="micro-batch" if inner.gradient_accumulation_steps else "optimizer step",
     )

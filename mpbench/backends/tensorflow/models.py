@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import keras
 
+from mpbench.backends.tensorflow.loss_scale import StaticLossScaleOptimizer
 from mpbench.workloads import Conv, Dense, Flatten, MaxPool, OptimizerSpec, Workload
 from mpbench.workloads.spec import Layer
 
@@ -37,12 +38,19 @@ def build_model(workload: Workload, units: int | None) -> keras.Sequential:
     )
 
 
-def build_optimizer(spec: OptimizerSpec) -> keras.optimizers.Optimizer:
-    """The workload's optimizer with every hyper-parameter spelled out (torch uses the same)."""
-    kinds = {"rmsprop": keras.optimizers.RMSprop, "adam": keras.optimizers.Adam}
+def build_optimizer(spec: OptimizerSpec, accumulate: int = 1) -> keras.optimizers.Optimizer:
+    """The workload's optimizer with every hyper-parameter spelled out (torch uses the same).
+    `accumulate` > 1: Keras' own gradient accumulation, which applies the mean of that many
+    micro-batches' gradients once per window (base_optimizer.py, Keras 3)."""
+    kinds = {
+        "rmsprop": keras.optimizers.RMSprop,
+        "adam": keras.optimizers.Adam,
+        "sgd": keras.optimizers.SGD,
+    }
     if spec.name not in kinds:
         raise ValueError(f"no Keras optimizer for {spec.name!r}")
-    return kinds[spec.name](learning_rate=spec.learning_rate, **spec.params)
+    steps = {"gradient_accumulation_steps": accumulate} if accumulate > 1 else {}
+    return kinds[spec.name](learning_rate=spec.learning_rate, **spec.params, **steps)
 
 
 _HYPER_PARAMETERS = ("rho", "beta_1", "beta_2", "epsilon")
@@ -78,12 +86,24 @@ def check_optimizer(optimizer: keras.optimizers.Optimizer, spec: OptimizerSpec) 
 
 
 def compiled_model(
-    workload: Workload, units: int | None, policy: str, loop: str, jit_compile: bool
+    workload: Workload,
+    units: int | None,
+    policy: str,
+    loop: str,
+    jit_compile: bool,
+    loss_scale: float | None = None,
+    accumulate: int = 1,
 ) -> keras.Sequential:
-    """The compiled model, built under the global dtype policy already set for `policy`."""
+    """The compiled model, built under the global dtype policy already set for `policy`.
+    `loss_scale`: a static scale for mixed_float16 (None: dynamic)."""
     model = build_model(workload, units)
-    optimizer = build_optimizer(workload.optimizer)
-    if loop == "custom" and policy == "mixed_float16":
+    # Accumulation and any base-optimizer setting go on the inner optimizer: the
+    # LossScaleOptimizer refuses them ("set it on the inner_optimizer").
+    optimizer = build_optimizer(workload.optimizer, accumulate)
+    if policy == "mixed_float16" and loss_scale is not None:
+        # Both loops: compile() leaves an optimizer that already scales alone.
+        optimizer = StaticLossScaleOptimizer(optimizer, loss_scale)
+    elif loop == "custom" and policy == "mixed_float16":
         # fit() wraps the optimizer itself (Keras 3 compile, auto_scale_loss=True);
         # a custom loop has to do it, or float16 gradients underflow.
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)

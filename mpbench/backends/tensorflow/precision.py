@@ -67,6 +67,13 @@ def read_back(model: keras.Model, sample: Any, loop: str, jit_compile: bool) -> 
         "keras_version": keras.__version__,
     }
     if loss_scaling:
+        from mpbench.backends.tensorflow.loss_scale import StaticLossScaleOptimizer
+
+        static = isinstance(optimizer, StaticLossScaleOptimizer)
+        state["loss_scale_mode"] = "static" if static else "dynamic"
         state["loss_scale_initial"] = float(optimizer.initial_scale)
-        state["loss_scale_growth_steps"] = int(optimizer.dynamic_growth_steps)
+        if not static:
+            state["loss_scale_growth_steps"] = int(optimizer.dynamic_growth_steps)
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    state["gradient_accumulation_steps"] = inner.gradient_accumulation_steps
     return state

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -22,16 +23,14 @@ from mpbench.backends.base import (
     load_dataset,
     peak_rss_bytes,
     plan_steps,
+    skipped_verdict,
     thread_settings,
 )
 from mpbench.backends.timing import StepTimer
+from mpbench.backends.torch.compiled import Compiler
 from mpbench.backends.torch.models import build_model, build_optimizer
-from mpbench.backends.torch.precision import (
-    TorchPrecision,
-    apply_policy,
-    read_autocast,
-    read_tf32,
-)
+from mpbench.backends.torch.precision import TorchPrecision, apply_policy, read_tf32
+from mpbench.backends.torch.steps import train_step
 from mpbench.policies import resolve
 from mpbench.results.schema import DeviceInfo, EndToEndStats, LossScaleStats, MemoryStats
 from mpbench.telemetry.memory import MemorySampler, TrainingMemory, rss_sampler
@@ -143,26 +142,52 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
     optimizer = build_optimizer(workload, model.parameters())
-    precision = apply_policy(policy, device)
-    plan = plan_steps(len(x_train), spec.batch_size, spec.epochs, spec.max_steps, spec.warmup_steps)
+    precision = apply_policy(policy, device, spec.loss_scale)
+    # A step is one optimizer step over `accumulate` micro-batches of spec.batch_size.
+    plan = plan_steps(
+        len(x_train), spec.effective_batch, spec.epochs, spec.max_steps, spec.warmup_steps
+    )
     window = end_to_end_window(plan)
     total = plan.total_steps + window.total_steps
 
     sync = synchronizer(device)
     state: dict[str, Any] = {}
     generator = torch.Generator(device=device).manual_seed(spec.seed)
-    batches = _Batches(x_train, y_train, spec.batch_size, plan.steps_per_epoch, generator)
+    batches = _Batches(
+        x_train, y_train, spec.batch_size, plan.steps_per_epoch, generator, spec.accumulate
+    )
     model.train()
+    forward: Callable[[torch.Tensor], torch.Tensor] = model
+    compiler = None
+    if spec.compile:
+        compiler = Compiler(model)
+        forward = compiler.module
+        first = [(x_train[: spec.batch_size], y_train[: spec.batch_size])] * spec.accumulate
+        compiler.compile_step(lambda: train_step(forward, optimizer, precision, first), sync)
     meter = memory_meter(device)
     trained = _train_synced(
-        model, optimizer, precision, batches, plan, sync, state, progress, total
+        forward, optimizer, precision, batches, plan, sync, state, progress, total
     )
     training_memory = meter.stop()
     end_to_end = _train_end_to_end(
-        model, optimizer, precision, batches, window, sync, progress, plan.total_steps, total
+        forward, optimizer, precision, batches, window, sync, progress, plan.total_steps, total
     )
-
-    test_accuracy, test_loss = _evaluate(model, precision, x_test, y_test, spec.batch_size)
+    if compiler:
+        compiler.training_done()
+        test_accuracy, test_loss = _evaluate(
+            forward, model, precision, x_test, y_test, spec.batch_size
+        )
+        compile_stats = compiler.stats()
+        if compile_stats.recompiles:
+            warn(
+                f"torch.compile recompiled {compile_stats.recompiles} time(s) after the first "
+                "step (0 expected); run with TORCH_LOGS=recompiles to see why"
+            )
+    else:
+        test_accuracy, test_loss = _evaluate(
+            model, model, precision, x_test, y_test, spec.batch_size
+        )
+        compile_stats = None
     memory = MemoryStats(host_peak_rss_bytes=peak_rss_bytes())
     if device.type == "cuda":
         memory.device_peak_allocated_bytes = torch.cuda.max_memory_allocated(device)
@@ -170,8 +195,15 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
     fill_memory(memory, training_memory, dataset_bytes)
 
     loss_scale = None
+    status, reason = "ok", None
     if precision.scaler:
-        loss_scale = LossScaleStats(float(precision.scaler.get_scale()), trained.skipped_steps)
+        loss_scale = _loss_scale_stats(precision, trained.skipped_steps, plan.total_steps, spec)
+        scale_text = (
+            f"a static loss scale of {precision.static_scale:g}"
+            if precision.static_scale is not None
+            else "a dynamic loss scale"
+        )
+        status, reason = skipped_verdict(trained.skipped_steps, plan.total_steps, scale_text)
     state.update(read_tf32())
     state.update(
         policy=policy.name,
@@ -180,13 +212,15 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
         cudnn_benchmark=torch.backends.cudnn.benchmark,
         memory_format="channels_last" if channels_last else "contiguous",
     )
+    if loss_scale:
+        state["loss_scale_mode"] = loss_scale.mode
     return Measurements(
         framework_version=f"torch {torch.__version__}",
         device=describe_device(device),
         precision=state,
         step_times_s=trained.step_times_s,
         warmup_steps=plan.warmup_steps,
-        samples_per_step=spec.batch_size,
+        samples_per_step=spec.effective_batch,
         epoch_losses=trained.epoch_losses,
         test_accuracy=test_accuracy,
         test_loss=test_loss,
@@ -196,24 +230,52 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
         data=data.info,
         end_to_end=end_to_end,
         threads=threads,
+        micro_batches_per_step=spec.accumulate,
+        status=status,
+        reason=reason,
+        compile=dataclasses.asdict(compile_stats) if compile_stats else None,
+    )
+
+
+def _loss_scale_stats(
+    precision: TorchPrecision, skipped: int, counted: int, spec: CellSpec
+) -> LossScaleStats:
+    static = precision.static_scale is not None
+    return LossScaleStats(
+        final_scale=float(precision.scaler.get_scale()),
+        skipped_steps=skipped,
+        mode="static" if static else "dynamic",
+        initial_scale=precision.static_scale if static else 65536.0,  # GradScaler's default
+        counted_steps=counted,
+        skip_unit=(
+            f"optimizer step (all {spec.accumulate} micro-batches)"
+            if spec.accumulate > 1
+            else "optimizer step"
+        ),
     )
 
 
 @dataclass
 class _Batches:
-    """Whole batches drawn from tensors preloaded on the device, reshuffled every epoch."""
+    """Whole batches drawn from tensors preloaded on the device, reshuffled every epoch;
+    each step takes `accumulate` consecutive micro-batches."""
 
     x: torch.Tensor
     y: torch.Tensor
     batch_size: int
     steps_per_epoch: int
     generator: torch.Generator
+    accumulate: int = 1
 
-    def epoch(self, steps: int | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def epoch(self, steps: int | None = None) -> Iterator[list[tuple[torch.Tensor, torch.Tensor]]]:
         order = torch.randperm(len(self.x), device=self.x.device, generator=self.generator)
+        size = self.batch_size
         for index in range(steps or self.steps_per_epoch):
-            batch = order[index * self.batch_size : (index + 1) * self.batch_size]
-            yield self.x[batch], self.y[batch]
+            step = []
+            for micro in range(index * self.accumulate, (index + 1) * self.accumulate):
+                batch = order[micro * size : (micro + 1) * size]
+                step.append((self.x[batch], self.y[batch]))
+            yield step
 
 
 @dataclass
@@ -224,7 +286,7 @@ class _Trained:
 
 
 def _train_synced(
-    model: torch.nn.Module,
+    model: Callable[[torch.Tensor], torch.Tensor],
     optimizer: torch.optim.Optimizer,
     precision: TorchPrecision,
     batches: _Batches,
@@ -241,17 +303,22 @@ def _train_synced(
     step = 0
     while step < plan.total_steps:
         losses: list[float] = []
-        for xb, yb in batches.epoch():
+        for micro_batches in batches.epoch():
             if step >= plan.total_steps:
                 break
-            scale_before = precision.scaler.get_scale() if precision.scaler else None
             timer.start()
-            loss = _train_step(model, optimizer, precision, xb, yb, readback if step == 0 else None)
+            result = train_step(
+                model,
+                optimizer,
+                precision,
+                micro_batches,
+                readback if step == 0 else None,
+                check_skip=precision.scaler is not None,
+            )
             timer.stop()
             step += 1
-            losses.append(check_finite(loss.item(), step))
-            if precision.scaler and precision.scaler.get_scale() < scale_before:
-                skipped_steps += 1  # GradScaler lowers the scale exactly when it skips a step
+            losses.append(check_finite(result.loss.item(), step))
+            skipped_steps += bool(result.skipped)
             progress(step, total)
         epoch_losses.append(sum(losses) / len(losses))
     return _Trained(timer.times_s, epoch_losses, skipped_steps)
@@ -264,7 +331,7 @@ _TORCH_PIPELINE = (
 
 
 def _train_end_to_end(
-    model: torch.nn.Module,
+    model: Callable[[torch.Tensor], torch.Tensor],
     optimizer: torch.optim.Optimizer,
     precision: TorchPrecision,
     batches: _Batches,
@@ -282,60 +349,35 @@ def _train_end_to_end(
     loss = None
     timer.start()
     for _ in range(window.epochs):
-        for xb, yb in batches.epoch(window.steps_per_epoch):
-            loss = _train_step(model, optimizer, precision, xb, yb, None)
+        for micro_batches in batches.epoch(window.steps_per_epoch):
+            loss = train_step(model, optimizer, precision, micro_batches).loss
             steps += 1
             progress(done + steps, total)
     seconds = timer.stop()
     assert loss is not None  # plan_steps guarantees at least one step per epoch
     check_finite(loss.item(), done + steps)
-    samples = steps * batches.batch_size
+    samples = steps * batches.batch_size * batches.accumulate
     return EndToEndStats(samples / seconds, steps, seconds, _TORCH_PIPELINE)
-
-
-def _train_step(
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    precision: TorchPrecision,
-    xb: torch.Tensor,
-    yb: torch.Tensor,
-    readback: dict[str, Any] | None,
-) -> torch.Tensor:
-    optimizer.zero_grad(set_to_none=True)
-    with precision.autocast():
-        logits = model(xb)
-        if readback is not None:  # first step: record what autocast really did
-            readback.update(read_autocast(precision.device_type))
-            readback["compute_dtype"] = str(logits.dtype).replace("torch.", "")
-    # The loss (softmax + cross-entropy) runs in float32, like Keras' float32 output layer.
-    output = logits.float()
-    if readback is not None:
-        readback["output_dtype"] = str(output.dtype).replace("torch.", "")
-    loss = F.cross_entropy(output, yb)
-    if precision.scaler:
-        precision.scaler.scale(loss).backward()
-        precision.scaler.step(optimizer)
-        precision.scaler.update()
-    else:
-        loss.backward()
-        optimizer.step()
-    return loss.detach()
 
 
 @torch.no_grad()
 def _evaluate(
+    forward: Callable[[torch.Tensor], torch.Tensor],
     model: torch.nn.Module,
     precision: TorchPrecision,
     x_test: torch.Tensor,
     y_test: torch.Tensor,
     batch_size: int,
 ) -> tuple[float, float]:
+    """Under the training autocast state. `forward` (the compiled module with --compile)
+    sees full batches only, so a short last batch cannot recompile it; that remainder goes
+    through the eager `model`, which shares its weights."""
     model.eval()
     correct, loss_sum = 0, 0.0
     for start in range(0, len(x_test), batch_size):
         xb, yb = x_test[start : start + batch_size], y_test[start : start + batch_size]
         with precision.autocast():
-            logits = model(xb)
+            logits = (forward if len(xb) == batch_size else model)(xb)
         output = logits.float()
         loss_sum += F.cross_entropy(output, yb, reduction="sum").item()
         correct += (output.argmax(dim=1) == yb).sum().item()

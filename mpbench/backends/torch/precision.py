@@ -27,6 +27,7 @@ class TorchPrecision:
     device_type: str  # "cuda", "cpu", "mps"
     autocast_dtype: torch.dtype | None  # None: no autocast (float32 / tf32)
     scaler: Any  # torch.amp.GradScaler, or None without loss scaling
+    static_scale: float | None = None  # --loss-scale N: the scaler's scale never changes
 
     def autocast(self) -> contextlib.AbstractContextManager:
         # No autocast at all when the policy has none: torch.autocast("mps", enabled=False)
@@ -74,22 +75,34 @@ def read_tf32() -> dict[str, Any]:
     }
 
 
-def apply_policy(policy: Policy, device: torch.device) -> TorchPrecision:
+def apply_policy(
+    policy: Policy, device: torch.device, loss_scale: float | None = None
+) -> TorchPrecision:
+    """`loss_scale`: a static scale for policies with loss scaling; None: dynamic."""
     set_tf32(policy.tf32)
     # Full batches only, so shapes never change: let cuDNN autotune its convolution
     # algorithms, as TensorFlow does by default (TF_CUDNN_USE_AUTOTUNE), so torch-vs-TF CNN
     # times compare autotuned kernels on both sides (desk review defect 7).
     torch.backends.cudnn.benchmark = device.type == "cuda"
     autocast_dtype = _DTYPES.get(policy.compute_dtype)
-    scaler = _grad_scaler(device.type) if policy.loss_scaling else None
-    return TorchPrecision(device.type, autocast_dtype, scaler)
+    if not policy.loss_scaling:
+        return TorchPrecision(device.type, autocast_dtype, None)
+    if loss_scale is None:
+        return TorchPrecision(device.type, autocast_dtype, _grad_scaler(device.type))
+    # torch has no static GradScaler: growth_factor=1.0 is refused ("must be > 1.0"). A
+    # scaler that never grows (growth_interval 2**31-1) and whose update() is handed the
+    # scale back (steps.py) keeps it constant while still skipping non-finite steps.
+    scaler = _grad_scaler(device.type, init_scale=loss_scale, growth_interval=2**31 - 1)
+    return TorchPrecision(device.type, autocast_dtype, scaler, static_scale=loss_scale)
 
 
-def _grad_scaler(device_type: str) -> Any:
+def _grad_scaler(device_type: str, **settings: Any) -> Any:
     # torch.amp.GradScaler(device) arrived in torch 2.3; 2.2 only has the per-device classes.
     if hasattr(torch.amp, "GradScaler"):
-        return torch.amp.GradScaler(device_type)
-    return torch.cuda.amp.GradScaler() if device_type == "cuda" else torch.cpu.amp.GradScaler()
+        return torch.amp.GradScaler(device_type, **settings)
+    if device_type == "cuda":
+        return torch.cuda.amp.GradScaler(**settings)
+    return torch.cpu.amp.GradScaler(**settings)
 
 
 def read_autocast(device_type: str) -> dict[str, Any]:

@@ -1,0 +1,73 @@
+"""The recipe options through a real `mpbench run` of both frameworks (tiny sizes)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not all(importlib.util.find_spec(f) for f in ("torch", "tensorflow")),
+        reason="needs both torch and tensorflow",
+    ),
+]
+
+TINY = [
+    "--workload", "mnist_dense", "--data", "synthetic", "--units", "32", "--batch-size", "64",
+    "--max-steps", "8", "--warmup-steps", "2", "--repeat", "1", "--device", "cpu",
+]  # fmt: skip
+
+
+def _run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    out = tmp_path / "run"
+    result = subprocess.run(
+        [sys.executable, "-m", "mpbench", "run", *TINY, "--out", str(out), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = (out / "results.jsonl").read_text().splitlines() if out.exists() else []
+    return result, [json.loads(line) for line in lines]
+
+
+def test_a_static_scale_too_large_ends_both_frameworks_diverged_without_nan(tmp_path):
+    result, records = _run(tmp_path, "-f", "all", "-p", "fp16", "--loss-scale", "1e30")
+    assert {r["framework"] for r in records} == {"torch", "tensorflow"}, result.stderr
+    for record in records:
+        assert record["status"] == "diverged"
+        assert "skipped for non-finite gradients" in record["reason"]
+        scale = record["loss_scale"]
+        assert scale["mode"] == "static" and scale["final_scale"] == pytest.approx(1e30, 1e-6)
+        assert scale["skipped_steps"] == scale["counted_steps"] > 0
+        assert record["config"]["loss_scale"] == 1e30
+        loss = record["accuracy"]["test_loss"]
+        assert loss == loss and loss < 100  # finite: no NaN weights were applied
+
+
+def test_accumulation_with_a_static_scale_trains_ok_in_both_frameworks(tmp_path):
+    result, records = _run(
+        tmp_path, "-f", "all", "-p", "fp16", "--loss-scale", "1024", "--accumulate", "2"
+    )
+    assert len(records) == 2, result.stderr
+    units = {}
+    for record in records:
+        assert record["status"] == "ok", record["reason"]
+        config = record["config"]
+        assert (config["batch_size"], config["accumulate"], config["effective_batch_size"]) == (
+            64,
+            2,
+            128,
+        )
+        steps = record["step_time"]
+        assert steps["micro_batches_per_step"] == 2
+        assert steps["micro_batch_median_s"] == pytest.approx(steps["median_s"] / 2)
+        assert record["throughput_samples_per_s"] == pytest.approx(128 / steps["median_s"])
+        assert record["loss_scale"]["final_scale"] == 1024.0
+        units[record["framework"]] = record["loss_scale"]["skip_unit"]
+    assert units == {"torch": "optimizer step (all 2 micro-batches)", "tensorflow": "micro-batch"}
