@@ -175,17 +175,35 @@ def _ratio_text(value: float) -> str:
     return f"{value:.2f}×" if value >= 0.095 else f"{value:.3f}×"
 
 
-def speedup_panel(ax, section: Section, palette: Palette) -> None:
-    drawn = entries(section, _speedup, needs_reference=True)
+def _open_panel(
+    ax, section: Section, title: str, value_of: ValueOf, empty: str, needs_reference: bool = False
+) -> tuple[list[Entry], list[Estimate]]:
+    """Every bar panel starts alike: policy ticks, the house style, a title, the entries;
+    with no value at all it says `empty` in the panel (and the values list comes back empty)."""
+    drawn = entries(section, value_of, needs_reference=needs_reference)
     values = [e.estimate for e in drawn if e.estimate is not None]
     _policy_ticks(ax, section)
     style_axes(ax)
-    ax.set_title("speed-up vs fp32 (synced step)", fontsize=TITLE_SIZE, fontweight="bold")
+    ax.set_title(title, fontsize=TITLE_SIZE, fontweight="bold")
     if not values:
-        empty_panel(ax, "no speed-up: no finished float32 and policy pair")
+        empty_panel(ax, empty)
+    return drawn, values
+
+
+def _span(values: list[Estimate]) -> tuple[float, float]:
+    """The lowest and highest point any value or whisker reaches."""
+    return min(min(e.low, e.value) for e in values), max(max(e.high, e.value) for e in values)
+
+
+def speedup_panel(ax, section: Section, palette: Palette) -> None:
+    title, empty = (
+        "speed-up vs fp32 (synced step)",
+        "no speed-up: no finished float32 and policy pair",
+    )
+    drawn, values = _open_panel(ax, section, title, _speedup, empty, needs_reference=True)
+    if not values:
         return
-    low = min(min(e.low, e.value) for e in values)
-    high = max(max(e.high, e.value) for e in values)
+    low, high = _span(values)
     log = low > 0 and high / low > LOG_SPREAD
     _, width = offsets(len(section.groups))
     labels = []
@@ -252,13 +270,9 @@ def memory_panel(ax, section: Section, palette: Palette) -> None:
             return None
         return cell.memory_bytes.scaled(1 / scale)
 
-    drawn = entries(section, value_of)
-    values = [e.estimate for e in drawn if e.estimate is not None]
-    _policy_ticks(ax, section)
-    style_axes(ax)
-    ax.set_title("\n".join(textwrap.wrap(kind, 34)), fontsize=TITLE_SIZE, fontweight="bold")
+    title = "\n".join(textwrap.wrap(kind, 34))
+    drawn, values = _open_panel(ax, section, title, value_of, "no memory figures recorded")
     if not values:
-        empty_panel(ax, "no memory figures recorded")
         return
     label = (
         "{:.2f}" if unit == "GiB" else "{:.0f}" if max(e.value for e in values) >= 10 else "{:.1f}"
@@ -295,16 +309,12 @@ def _accuracy(group: PolicyGroup, policy: str) -> Estimate | None:
 def accuracy_panel(ax, section: Section, palette: Palette) -> None:
     """Points, not bars: differences of tenths of a point matter here, so the axis is zoomed
     to the values, and a bar on a zoomed axis would exaggerate them."""
-    drawn = entries(section, _accuracy)
-    values = [e.estimate for e in drawn if e.estimate is not None]
-    _policy_ticks(ax, section)
-    style_axes(ax)
-    ax.set_title("test accuracy", fontsize=TITLE_SIZE, fontweight="bold")
+    drawn, values = _open_panel(
+        ax, section, "test accuracy", _accuracy, "no test accuracy recorded"
+    )
     if not values:
-        empty_panel(ax, "no test accuracy recorded")
         return
-    low = min(min(e.low, e.value) for e in values)
-    high = max(max(e.high, e.value) for e in values)
+    low, high = _span(values)
     span = max(high - low, 2.0)  # a few tenths of a point must not fill the axis
     bottom, top = max(low - 0.45 * span, 0.0), min(high + 0.35 * span, 100.0)
     ax.set_ylim(bottom, top)
