@@ -99,6 +99,10 @@ def policy_verdict(group: PolicyGroup, policy: str) -> PolicyVerdict:
         why = "the 95 % interval includes 1×: more repeats would decide"
     elif advice == CAREFUL:
         why = f"accuracy drops more than {ACCURACY_COST_PP:g} pp"
+    if speedup.kind == WITHIN_RUN and advice != UNDECIDED:
+        # One process's steps say little about the next process (DESIGN §5): say so.
+        caution = "one repeat: within-run interval only, confirm with --repeat 3"
+        why = f"{why}; {caution}" if why else caution
     return PolicyVerdict(policy, ", ".join(parts), advice, why)
 
 

@@ -31,6 +31,7 @@ def test_the_cpu_run_recommends_bf16_and_says_why_fp16_is_slow() -> None:
     assert "-35.4 % training memory" in bf16.evidence and "-0.13 pp accuracy" in bf16.evidence
     assert fp16.advice == AVOID and fp16.evidence.startswith("5.5× slower (0.18×)")
     assert "fp16 works but is emulated" in fp16.why
+    assert bf16.why == "one repeat: within-run interval only, confirm with --repeat 3"
     assert tf32.advice == NOT_MEASURED and "NVIDIA GPU math mode" in tf32.why
     assert "float32" not in found  # the reference has no verdict of its own
 
@@ -71,6 +72,7 @@ def test_an_interval_that_includes_one_is_inconclusive() -> None:
 def test_a_clear_speed_up_that_costs_accuracy_is_to_be_used_with_care() -> None:
     bf16 = verdicts(_repeats([1.0, 1.02, 0.98], bf16_accuracy=0.94))["mixed_bfloat16"]
     assert bf16.advice == CAREFUL and "-3.00 pp accuracy" in bf16.evidence
+    assert bf16.why == "accuracy drops more than 1 pp"  # three repeats: no within-run caution
 
 
 def test_gpu_traits_come_from_the_recorded_capability() -> None:
