@@ -278,7 +278,7 @@ def memory_panel(ax, section: Section, palette: Palette) -> None:
         "{:.2f}" if unit == "GiB" else "{:.0f}" if max(e.value for e in values) >= 10 else "{:.1f}"
     )
     _, width = offsets(len(section.groups))
-    tallest = max(max(e.high, e.value) for e in values)
+    tallest = _span(values)[1]
     labels = []
     for entry in drawn:
         estimate = entry.estimate

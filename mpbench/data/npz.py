@@ -22,7 +22,7 @@ from mpbench.data.errors import DataError, UnsafePickle
 # Per array: MNIST's training images are 47 MB; anything far beyond is not MNIST.
 MAX_MEMBER_BYTES = 1 << 30
 # What zipfile and numpy's header parser raise on a broken file. RuntimeError: an
-# encrypted member, or (NotImplementedError) a compression method zipfile lacks.
+# encrypted member, or a compression method zipfile lacks (a RuntimeError subclass).
 _READ_ERRORS = (
     OSError,
     EOFError,

@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 from adversary import read_jsonl
+from processes import marked
 
 pytest.importorskip("torch")
 
@@ -68,20 +69,6 @@ class Run:
     def finish(self) -> tuple[int, str]:
         stdout, stderr = self.process.communicate(timeout=60)
         return self.process.returncode, stdout + stderr
-
-
-def marked(mark: str) -> list[psutil.Process]:
-    """Live processes with MPBENCH_MARK=mark in their environment, whatever their command:
-    cells, their lifeline watchers, grandchildren."""
-    found = []
-    for process in psutil.process_iter():
-        try:
-            live = process.status() != psutil.STATUS_ZOMBIE
-            if live and process.environ().get("MPBENCH_MARK") == mark:
-                found.append(process)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return found
 
 
 def cell_processes(mark: str) -> list[psutil.Process]:

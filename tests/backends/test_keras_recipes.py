@@ -90,3 +90,12 @@ def test_four_accumulated_micro_batches_equal_one_batch_of_four_times_the_size()
     assert int(small.optimizer.iterations) == 2  # one update per window of 4
     for a, b in zip(big.get_weights(), small.get_weights(), strict=True):
         np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_a_static_scale_on_another_keras_backend_is_a_skipped_cell(monkeypatch) -> None:
+    """Keras' stateless path (JAX) would still halve the scale: refused, as `skipped`."""
+    from mpbench.backends.base import Unsupported
+
+    monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
+    with pytest.raises(Unsupported, match="needs Keras' TensorFlow backend, not jax"):
+        StaticLossScaleOptimizer(keras.optimizers.RMSprop(1e-3), 1024.0)

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from processes import marked
 
 from mpbench.backends.base import CellSpec
 from mpbench.runner import execute
@@ -48,21 +49,6 @@ def run(tmp_path: Path, timeout_s: float = 120) -> tuple[execute.Outcome, list[t
         tiny_spec(), timeout_s, tmp_path / "cell.log", lambda *step_total: steps.append(step_total)
     )
     return outcome, steps
-
-
-def marked(mark: str) -> list:
-    """Live processes whose environment has MPBENCH_MARK=mark: cells, watchers, grandchildren."""
-    import psutil
-
-    found = []
-    for process in psutil.process_iter():
-        try:
-            live = process.status() != psutil.STATUS_ZOMBIE
-            if live and process.environ().get("MPBENCH_MARK") == mark:
-                found.append(process)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return found
 
 
 def none_left(mark: str, within_s: float = 10) -> bool:

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from processes import marked
 
 pytest.importorskip("torch")
 
@@ -214,21 +215,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_finished_cells(tmp_path, tiny_config):
     kept = [json.loads(x) for x in results.read_text().splitlines()]
     assert [r["policy"] for r in kept] == ["float32"]
     assert (out / "results.csv").exists()
-    assert not cell_processes_marked(str(out)), "the hanging cell's process was left running"
-
-
-def cell_processes_marked(mark: str) -> list:
-    import psutil
-
-    found = []
-    for process in psutil.process_iter(["cmdline"]):
-        try:
-            command = " ".join(process.info["cmdline"] or [])
-            if "mpbench.runner.child" in command and process.environ().get("MPBENCH_MARK") == mark:
-                found.append(process)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return found
+    assert not marked(str(out)), "the hanging cell's process was left running"
 
 
 @pytest.mark.parametrize(

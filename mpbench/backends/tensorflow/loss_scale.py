@@ -18,9 +18,16 @@ from __future__ import annotations
 
 import keras
 
+from mpbench.backends.base import Unsupported
+
 
 class StaticLossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     def __init__(self, inner_optimizer: keras.optimizers.Optimizer, scale: float) -> None:
+        # Only the stateful (TensorFlow) path below keeps the scale fixed; Keras' stateless
+        # path (the JAX backend) would still halve it, so other backends are refused here.
+        backend = keras.backend.backend()
+        if backend != "tensorflow":
+            raise Unsupported(f"a static loss scale needs Keras' TensorFlow backend, not {backend}")
         super().__init__(inner_optimizer, initial_scale=scale, dynamic_growth_steps=2**31 - 1)
 
     def _stateful_handle_finite_grads(self, grads, trainable_variables):  # type: ignore[override]
@@ -35,8 +42,3 @@ class StaticLossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     def _stateful_handle_non_finite_grads(self):  # type: ignore[override]
         # Skip the step and keep the scale: the parent would halve it here.
         self.step_counter.assign(0)
-
-    def _stateless_handle_finite_grads(self, *args, **kwargs):  # type: ignore[override]
-        raise NotImplementedError("the static loss scale supports the TensorFlow backend only")
-
-    _stateless_handle_non_finite_grads = _stateless_handle_finite_grads
