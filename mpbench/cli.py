@@ -131,30 +131,38 @@ def run(
     ),
     loop: str | None = typer.Option(None, "--loop", help="TensorFlow training loop: fit|custom."),
     jit: str | None = typer.Option(None, "--jit", help="TensorFlow XLA jit_compile: on|off."),
-    loss_scale: str | None = typer.Option(
+    loss_scale: list[str] | None = typer.Option(
         None,
         "--loss-scale",
         help="mixed_float16 loss scale: dynamic, or a number for a static scale (steps with "
-        "non-finite gradients are skipped and counted; more than half skipped: diverged) "
-        "(default: dynamic).",
+        "non-finite gradients are skipped and counted; more than half skipped: diverged). "
+        "Several (dynamic,1024 or repeated): one fp16 cell each (default: dynamic).",
     ),
-    accumulate: int | None = typer.Option(
+    accumulate: list[str] | None = typer.Option(
         None,
         "--accumulate",
         help="Micro-batches per optimizer step (gradient accumulation); --batch-size stays "
-        "the micro-batch, the effective batch is N times it (default: 1).",
+        "the micro-batch, the effective batch is N times it. Several (1,4): one cell each "
+        "(default: 1).",
     ),
-    batch_scale_16bit: int | None = typer.Option(
+    batch_scale_16bit: list[str] | None = typer.Option(
         None,
         "--batch-scale-16bit",
         help="Run the 16-bit policies (fp16, bf16) at K times the batch size; float32 and "
-        "tf32 stay at 1x, and compare shows the speed-ups at the larger batch (default: 1).",
+        "tf32 stay at 1x, and compare shows the speed-ups at the larger batch. Several (1,2): "
+        "one 16-bit cell each (default: 1).",
     ),
     compile_model: bool | None = typer.Option(
         None,
         "--compile/--no-compile",
         help="PyTorch: torch.compile the model (compile time and recompiles recorded, the "
         "compiling step left out of the statistics). TensorFlow's switch is --jit.",
+    ),
+    also_eager: bool = typer.Option(
+        False,
+        "--also-eager",
+        help="With --compile: run every torch cell eager too, as its own cell, so compare "
+        "shows both.",
     ),
     out: str | None = typer.Option(
         None, "--out", "-o", help="Run directory (default: results/<run-id>)."
@@ -173,7 +181,7 @@ def run(
 ) -> None:
     """Train the reference workloads under each precision policy, one process per cell."""
     from mpbench.runner import RunOptions, run_matrix
-    from mpbench.runner.config import path_option
+    from mpbench.runner.config import compile_axis, path_option
 
     options = RunOptions(
         config=path_option("--config", config),
@@ -192,10 +200,10 @@ def run(
         data_dir=path_option("--data-dir", data_dir),
         loop=loop,
         jit=jit,
-        loss_scale=loss_scale,
-        accumulate=accumulate,
-        batch_scale_16bit=batch_scale_16bit,
-        compile=compile_model,
+        loss_scale=loss_scale or [],
+        accumulate=accumulate or [],
+        batch_scale_16bit=batch_scale_16bit or [],
+        compile=compile_axis(compile_model, also_eager),
         out=path_option("--out", out),
         timeout=timeout,
         threads=threads,

@@ -47,7 +47,7 @@ class CellSpec:
     # Training recipes (docs/recipes.md). batch_size above is the micro-batch a step feeds.
     loss_scale: float | None = None  # static loss scale (mixed_float16); None: dynamic
     accumulate: int = 1  # micro-batches per optimizer step
-    batch_scale_16bit: int = 1  # the run's factor; batch_size already includes it
+    batch_scale_16bit: int = 1  # this cell's factor; batch_size already includes it
     reference_batch_size: int | None = None  # the float32 reference's batch (batch scaling)
     compile: bool = False  # torch only: torch.compile the model
     verbose: bool = False
@@ -61,10 +61,12 @@ class CellSpec:
         out = {k: getattr(self, k) for k in keys}
         if self.framework == "tensorflow":
             out.update(loop=self.loop, jit=self.jit)
-        # Recipe axes appear only when set, for every policy of the run alike: records of
-        # runs without them keep the config (and so the compare group) they always had.
+        # Recipe axes appear only where the cell differs from the default, so records of runs
+        # without them keep the config they always had. compare takes the loss scale and the
+        # 16-bit batch factor out of the group identity (they vary within one group: fp16 at
+        # two scales against one float32); accumulation and compile stay in it.
         if self.loss_scale is not None:
-            out["loss_scale"] = self.loss_scale  # applies to mixed_float16 cells only
+            out["loss_scale"] = self.loss_scale  # mixed_float16 cells only
         if self.accumulate > 1:
             out.update(accumulate=self.accumulate, effective_batch_size=self.effective_batch)
         if self.batch_scale_16bit > 1:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -58,7 +59,7 @@ class GroupKey:
 @dataclass(frozen=True, order=True)
 class CellKey:
     group: GroupKey
-    policy: str
+    policy: str  # the row: the policy, plus a recipe mark where one varies in the group (_row)
 
     def machine_free(self) -> CellKey:
         return CellKey(self.group.machine_free(), self.policy)
@@ -75,16 +76,45 @@ def per_sample(stats: StepTimeStats, batch: int) -> StepTimeStats:
 
 def cell_key(record: CellRecord) -> CellKey:
     config = {k: v for k, v in record.config.items() if k not in _NOT_IDENTITY}
-    if "batch_scale_16bit" in config:
-        # --batch-scale-16bit: the 16-bit cells run at K times float32's batch, and belong in
-        # its group all the same; reference_batch_size and the factor say the batches.
-        config.pop("batch_size", None)
-        config.pop("effective_batch_size", None)
     config["data"] = _data_kind(record)
+    row = _row(record.policy, config)
     pairs = tuple(sorted((k, json.dumps(v, sort_keys=True)) for k, v in config.items()))
     device = f"{record.device.kind}: {record.device.name}"
     group = GroupKey(record.hardware_fingerprint, device, record.workload, record.framework, pairs)
-    return CellKey(group, record.policy)
+    return CellKey(group, row)
+
+
+def _row(policy: str, config: dict[str, Any]) -> str:
+    """The cell's row in its group: the policy, marked with the recipe values that vary
+    *within* one group, which are then taken out of `config` (the group identity).
+
+    Two recipe axes apply to some policies only, so their cells share float32 as reference:
+    the 16-bit batch factor (`mixed_bfloat16 @512` beside float32 at the configured batch,
+    kept as `batch_size`) and the static loss scale (`mixed_float16 [loss scale 1024]`).
+    Accumulation and compile apply to every policy and stay in the group identity."""
+    reference = config.pop("reference_batch_size", None)
+    config.pop("batch_scale_16bit", None)
+    config.pop("effective_batch_size", None)  # batch × accumulate: implied by both
+    marks = ""
+    batch = config.get("batch_size")
+    if isinstance(reference, int) and batch != reference:
+        marks += f" @{batch}"
+        config["batch_size"] = reference
+    scale = config.pop("loss_scale", None)
+    if isinstance(scale, (int, float)) and policy == "mixed_float16":
+        marks += f" [loss scale {scale:g}]"
+    return policy + marks
+
+
+def row_policy(row: str) -> str:
+    """The policy of a row name (`mixed_float16 [loss scale 1024]` -> `mixed_float16`)."""
+    return row.split(" ", 1)[0]
+
+
+def row_variant(row: str) -> str | None:
+    """What marks the row beside its policy (`@512`, `[loss scale 1024]`), or None."""
+    rest = row.partition(" ")[2]
+    return rest or None
 
 
 def _data_kind(record: CellRecord) -> str | None:
@@ -389,7 +419,8 @@ class PolicyGroup:
 
     @property
     def batch_scaled(self) -> bool:
-        return "batch_scale_16bit" in self.key.config_dict()
+        """Some row runs another batch than float32 (--batch-scale-16bit)."""
+        return any(" @" in row for row in self.cells)
 
     def speedup(self, policy: str) -> Estimate | None:
         """float32 step time / this policy's (above 1: faster than float32). Where the 16-bit
@@ -438,9 +469,13 @@ class Section:
     groups: list[PolicyGroup] = field(default_factory=list)
 
 
-def _policy_rank(policy: str) -> tuple[int, str]:
-    names = list(POLICIES)
-    return (names.index(policy) if policy in names else len(names), policy)
+def policy_rank(row: str) -> tuple[int, str, list]:
+    """The contract's policy order, then the rows of one policy by their numbers (@256 before
+    @1024, loss scale 1024 before 1e+30)."""
+    names, policy = list(POLICIES), row_policy(row)
+    parts = re.findall(r"\d+(?:\.\d+)?(?:e[+-]?\d+)?|\D+", row)
+    natural = [(0, float(p), "") if p[0].isdigit() else (1, 0.0, p) for p in parts]
+    return (names.index(policy) if policy in names else len(names), policy, natural)
 
 
 def _rank(order: tuple[str, ...], name: str) -> tuple[int, str]:
@@ -456,7 +491,7 @@ def display_order(key: CellKey) -> tuple:
         _rank(WORKLOAD_ORDER, group.workload),
         _rank(FRAMEWORK_ORDER, group.framework),
         group.config,
-        _policy_rank(key.policy),
+        policy_rank(key.policy),
     )
 
 

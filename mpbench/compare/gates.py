@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 
 from mpbench.compare import fmt
-from mpbench.compare.cells import CellKey, CellSummary, PolicyGroup, Section
+from mpbench.compare.cells import CellKey, CellSummary, PolicyGroup, Section, row_policy
 from mpbench.compare.estimate import (
     Estimate,
     Verdict,
@@ -242,10 +242,14 @@ def check_ratios(
     for policy, minimum in options.min_speedup.items():
         checked = 0
         for group in groups:
-            result = _min_speedup(group, policy, minimum, labeler, notes, options)
-            if result is not None:
-                checked += 1
-                results.append(result)
+            # Every row of the policy (fp16 and fp16 [loss scale 1024]); the policy itself
+            # where the group has none, so the note says what is missing.
+            rows = [row for row in group.cells if row_policy(row) == policy] or [policy]
+            for row in rows:
+                result = _min_speedup(group, row, minimum, labeler, notes, options)
+                if result is not None:
+                    checked += 1
+                    results.append(result)
         if checked == 0:
             raise InvalidInput(
                 f"--min-speedup {policy}={minimum:g}: nothing comparable: no framework and "

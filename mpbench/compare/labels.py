@@ -29,7 +29,7 @@ class Labeler:
         varying = self._varying.get((key.framework, key.workload), [])
         if varying:
             config = dict(key.config)
-            label += " [" + ", ".join(f"{n}={config.get(n, 'null')}" for n in varying) + "]"
+            label += " [" + ", ".join(f"{n}={_value(config, n)}" for n in varying) + "]"
         if self._many_machines:
             label += f" on {key.device} ({short_fingerprint(key.fingerprint)})"
         return label
@@ -40,14 +40,20 @@ class Labeler:
         if not varying:
             return key.framework
         config = dict(key.config)
-        return (
-            f"{key.framework} [" + ", ".join(f"{n}={config.get(n, 'null')}" for n in varying) + "]"
-        )
+        return f"{key.framework} [" + ", ".join(f"{n}={_value(config, n)}" for n in varying) + "]"
 
     def cell(self, key: CellKey) -> str:
         group = self.group(key.group)
         head, _, tail = group.partition(" ")
         return f"{head}/{key.policy}" + (f" {tail}" if tail else "")
+
+
+# Recipe entries a record leaves out at their default (CellSpec.config): said as the default.
+_ABSENT = {"accumulate": "1", "compile": "false"}
+
+
+def _value(config: dict[str, str], name: str) -> str:
+    return config.get(name, _ABSENT.get(name, "null"))
 
 
 def short_fingerprint(fingerprint: str) -> str:

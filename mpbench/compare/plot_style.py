@@ -6,10 +6,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 
-from mpbench.compare.cells import CellSummary, GroupKey, PolicyGroup, Section
+from mpbench.compare.cells import (
+    CellSummary,
+    GroupKey,
+    PolicyGroup,
+    Section,
+    policy_rank,
+    row_policy,
+)
 from mpbench.compare.estimate import Estimate
 from mpbench.compare.verdict import short
-from mpbench.policies import POLICIES
 
 # Fixed colours per framework, far apart so the two read apart at a glance (and in grey).
 FRAMEWORK_COLOURS = {"torch": "#d1495b", "tensorflow": "#2e6f9e"}
@@ -30,10 +36,10 @@ VALUE_SIZE = 8
 
 
 def policies(section: Section) -> list[str]:
-    """The policies of a section in the contract's order (float32, tf32, fp16, bf16)."""
+    """The rows of a section in the contract's order (float32, tf32, fp16, bf16), each
+    policy's recipe rows after it (`bf16 @512`, compare/cells.py)."""
     seen = {p for g in section.groups for p in g.cells}
-    ordered = [p for p in POLICIES if p in seen]
-    return ordered + sorted(seen - set(ordered))
+    return sorted(seen, key=policy_rank)
 
 
 def framework_colour(framework: str, index: int) -> str:
@@ -79,7 +85,7 @@ class Palette:
 
 
 def policy_colour(policy: str, index: int) -> str:
-    return POLICY_COLOURS.get(policy, _OTHER[index % len(_OTHER)])
+    return POLICY_COLOURS.get(row_policy(policy), _OTHER[index % len(_OTHER)])
 
 
 def policy_label(policy: str) -> str:

@@ -9,7 +9,14 @@ import math
 from typing import Any
 
 from mpbench.compare import fmt
-from mpbench.compare.cells import CellKey, CellSummary, PolicyGroup, is_training_memory
+from mpbench.compare.cells import (
+    CellKey,
+    CellSummary,
+    PolicyGroup,
+    is_training_memory,
+    row_policy,
+    row_variant,
+)
 from mpbench.compare.estimate import Estimate
 from mpbench.compare.gates import BaselineMatch
 from mpbench.compare.report import Report
@@ -61,7 +68,8 @@ def _cell_json(report: Report, group: PolicyGroup, policy: str, cell: CellSummar
         "cell": report.labeler.cell(CellKey(key, policy)),
         "framework": key.framework,
         "workload": key.workload,
-        "policy": policy,
+        "policy": row_policy(policy),
+        "variant": row_variant(policy),  # "@512", "[loss scale 1024]": recipe rows
         "device": key.device,
         "hardware_fingerprint": key.fingerprint,
         "config": key.config_dict(),
@@ -201,6 +209,7 @@ _CSV_COLUMNS = [
     "framework",
     "workload",
     "policy",
+    "variant",
     "device",
     "hardware_fingerprint",
     "config",
@@ -262,7 +271,8 @@ def render_csv(report: Report) -> str:
     for group, policy, cell in _cells(report):
         data = _cell_json(report, group, policy, cell)
         row = {
-            **{k: data[k] for k in ("cell", "framework", "workload", "policy", "device")},
+            **{k: data[k] for k in ("cell", "framework", "workload", "policy", "variant")},
+            "device": data["device"],
             "hardware_fingerprint": data["hardware_fingerprint"],
             "config": json.dumps(data["config"], sort_keys=True),
             "status": cell.status,

@@ -217,8 +217,9 @@ def section_table(section: Section, labeler: Labeler) -> TextTable:
             if len(kinds) > 1 and cell.memory_kind:
                 memory += " " + notes.mark(f"memory: {cell.memory_kind}")
             label = f"{names[group.key]} {short(policy)}"
-            if group.batch_scaled and cell.batch():
-                label += f" @{cell.batch()}"  # the batch this cell ran (--batch-scale-16bit)
+            if group.batch_scaled and " @" not in policy:
+                # float32 (and 16-bit rows at 1x) at the configured batch, beside `bf16 @512`
+                label += f" @{dict(group.key.config).get('batch_size', '?')}"
             values = {
                 CELL: label,
                 STEP: fmt.ms(cell.step_time_s.value if cell.step_time_s else None),
@@ -246,8 +247,9 @@ def section_table(section: Section, labeler: Labeler) -> TextTable:
     table.footnotes += interval_footnotes(shown) + drift_footnotes(section, labeler)
     if any(g.batch_scaled for g in section.groups):
         table.footnotes.append(
-            "@N: the cell's batch (--batch-scale-16bit); where batches differ, speed-up is "
-            "the throughput ratio (samples/s) against float32 at its own batch"
+            "@N: the cell's batch (--batch-scale-16bit; with --accumulate, the micro-batch); "
+            "where batches differ, speed-up is the throughput ratio (samples/s) against "
+            "float32 at its own batch"
         )
     if E2E in columns:
         pipelines = sorted({c.end_to_end_pipeline for c in cells if c.end_to_end_pipeline})

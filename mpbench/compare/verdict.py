@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mpbench.compare import fmt
-from mpbench.compare.cells import CellSummary, PolicyGroup, is_training_memory
+from mpbench.compare.cells import CellSummary, PolicyGroup, is_training_memory, row_policy
 from mpbench.compare.estimate import WITHIN_RUN, Estimate
 from mpbench.policies import BASELINE, DeviceTraits, Rating, rate
 
@@ -32,8 +32,11 @@ SHORT_NAMES = {
 }
 
 
-def short(policy: str) -> str:
-    return SHORT_NAMES.get(policy, policy)
+def short(row: str) -> str:
+    """`mixed_float16 [loss scale 1024]` -> `fp16 [loss scale 1024]` (rows: compare/cells.py)."""
+    policy, _, variant = row.partition(" ")
+    name = SHORT_NAMES.get(policy, policy)
+    return f"{name} {variant}" if variant else name
 
 
 @dataclass
@@ -75,7 +78,7 @@ def group_verdicts(group: PolicyGroup) -> list[PolicyVerdict]:
 def policy_verdict(group: PolicyGroup, policy: str) -> PolicyVerdict:
     cell = group.cells[policy]
     traits = traits_of(cell)
-    rating = rate(policy, traits) if traits is not None else None
+    rating = rate(row_policy(policy), traits) if traits is not None else None
     if not cell.ok:
         why = rating.reason if rating and rating.rating is Rating.UNSUPPORTED else cell.reason
         return PolicyVerdict(policy, f"{cell.status}, no numbers", NOT_MEASURED, why)

@@ -7,6 +7,7 @@ support) are kept as cells with a skip reason, so the results say why they are m
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import os
 import platform
 import sys
@@ -153,42 +154,82 @@ def expand(config: RunConfig, report, run_id: str) -> tuple[str, DeviceTraits, l
             # the machine then hits every policy alike instead of one policy's whole series.
             for repeat in range(config.repeat):
                 for policy in policies:
-                    # Larger batches for 16-bit policies (--batch-scale-16bit): the float32
-                    # reference keeps the configured batch.
-                    sixteen = policy.compute_dtype in ("float16", "bfloat16")
-                    scale = config.batch_scale_16bit if sixteen else 1
-                    spec = CellSpec(
-                        run_id=run_id,
-                        cell_id=f"{framework}/{workload.name}/{policy.name}/r{repeat}",
-                        framework=framework,
-                        workload=workload.name,
-                        policy=policy.name,
-                        repeat=repeat,
-                        device=device,
-                        batch_size=settings.batch_size * scale,
-                        epochs=settings.epochs,
-                        max_steps=settings.max_steps,
-                        warmup_steps=settings.warmup_steps,
-                        units=units,
-                        # Each repeat its own seed, so accuracy deltas get a spread too.
-                        seed=config.seed + repeat,
-                        data=config.data,
-                        data_dir=config.data_dir,
-                        allow_download=config.allow_download,
-                        synthetic_train_size=settings.synthetic_train_size,
-                        synthetic_test_size=settings.synthetic_test_size,
-                        loop=config.loop,
-                        jit=config.jit,
-                        loss_scale=config.loss_scale,
-                        accumulate=config.accumulate,
-                        batch_scale_16bit=config.batch_scale_16bit,
-                        reference_batch_size=settings.batch_size,
-                        compile=config.compile,
-                        intra_op_threads=threads,
-                        inter_op_threads=threads,
-                    )
-                    cells.append(Cell(spec, _skip_reason(policy, traits, framework, missing)))
+                    for recipe in recipes(config, framework, policy):
+                        spec = CellSpec(
+                            run_id=run_id,
+                            cell_id=cell_id(framework, workload.name, policy.name, recipe, repeat),
+                            framework=framework,
+                            workload=workload.name,
+                            policy=policy.name,
+                            repeat=repeat,
+                            device=device,
+                            batch_size=settings.batch_size * recipe.batch_scale_16bit,
+                            epochs=settings.epochs,
+                            max_steps=settings.max_steps,
+                            warmup_steps=settings.warmup_steps,
+                            units=units,
+                            # Each repeat its own seed, so accuracy deltas get a spread too.
+                            seed=config.seed + repeat,
+                            data=config.data,
+                            data_dir=config.data_dir,
+                            allow_download=config.allow_download,
+                            synthetic_train_size=settings.synthetic_train_size,
+                            synthetic_test_size=settings.synthetic_test_size,
+                            loop=config.loop,
+                            jit=config.jit,
+                            loss_scale=recipe.loss_scale,
+                            accumulate=recipe.accumulate,
+                            batch_scale_16bit=recipe.batch_scale_16bit,
+                            reference_batch_size=settings.batch_size,
+                            compile=recipe.compile,
+                            intra_op_threads=threads,
+                            inter_op_threads=threads,
+                        )
+                        skip = _skip_reason(policy, traits, framework, missing)
+                        cells.append(Cell(spec, skip))
     return device, traits, cells
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One combination of the recipe axes (docs/recipes.md) that a cell trains with."""
+
+    loss_scale: float | None = None
+    accumulate: int = 1
+    batch_scale_16bit: int = 1
+    compile: bool = False
+
+    def suffix(self) -> str:
+        """The cell id's mark for every value that is not the default: `@ls1024@acc4`."""
+        marks = []
+        if self.loss_scale is not None:
+            marks.append(f"@ls{self.loss_scale:g}")
+        if self.accumulate != 1:
+            marks.append(f"@acc{self.accumulate}")
+        if self.batch_scale_16bit != 1:
+            marks.append(f"@bs{self.batch_scale_16bit}")
+        if self.compile:
+            marks.append("@compiled")
+        return "".join(marks)
+
+
+def recipes(config: RunConfig, framework: str, policy: Policy) -> list[Recipe]:
+    """The recipes a cell of this framework and policy runs: the product of the axes, where
+    an axis that does not apply keeps its default instead of repeating an identical cell.
+
+    A loss scale applies to mixed_float16 only, the batch factor to the 16-bit policies only
+    (float32 is their reference at 1x), torch.compile to torch only; accumulation to all."""
+    sixteen = policy.compute_dtype in ("float16", "bfloat16")
+    loss_scales = config.loss_scale if policy.name == "mixed_float16" else [None]
+    batch_scales = config.batch_scale_16bit if sixteen else [1]
+    compiles = config.compile if framework == "torch" else [False]
+    combos = itertools.product(config.accumulate, compiles, batch_scales, loss_scales)
+    found = [Recipe(ls, acc, bs, comp) for acc, comp, bs, ls in combos]
+    return list(dict.fromkeys(found))
+
+
+def cell_id(framework: str, workload: str, policy: str, recipe: Recipe, repeat: int) -> str:
+    return f"{framework}/{workload}/{policy}{recipe.suffix()}/r{repeat}"
 
 
 def _skip_reason(

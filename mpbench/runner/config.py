@@ -96,7 +96,8 @@ RUN_SETTINGS = {
     "out_dir": Setting(str, "--out"),
     "allow_download": Setting(bool, "allow_download"),
     "threads": Setting(int, "--threads", 1, 4096),
-    # Training recipes (docs/recipes.md). A number, or "dynamic" (parsed by loss_scale_value).
+    # Training recipes (docs/recipes.md): matrix axes, so each also takes a list of values
+    # (one cell per value; see AXES). A loss scale is a number or "dynamic" (loss_scale_value).
     "loss_scale": Setting((str, int, float), "--loss-scale"),
     "accumulate": Setting(int, "--accumulate", 1, 4096, why="micro-batches per optimizer step"),
     "batch_scale_16bit": Setting(int, "--batch-scale-16bit", 1, 1024),
@@ -118,6 +119,20 @@ WORKLOAD_SETTINGS = {
 TENSORFLOW_SETTINGS = {"loop": Setting(str, "--loop"), "jit": Setting(bool, "--jit")}
 TORCH_SETTINGS = {"compile": Setting(bool, "--compile")}
 TABLES = ("run", "workloads", "tensorflow", "torch")
+# The recipe settings that are matrix axes: a value or a list of values, each its own cell.
+AXES = {
+    "loss_scale": RUN_SETTINGS["loss_scale"],
+    "accumulate": RUN_SETTINGS["accumulate"],
+    "batch_scale_16bit": RUN_SETTINGS["batch_scale_16bit"],
+    "compile": TORCH_SETTINGS["compile"],
+}
+MAX_AXIS_VALUES = 16
+AXIS_DEFAULTS: dict[str, Any] = {
+    "loss_scale": None,
+    "accumulate": 1,
+    "batch_scale_16bit": 1,
+    "compile": False,
+}
 
 
 @dataclass
@@ -143,10 +158,11 @@ class RunOptions:
     out: Path | None = None
     timeout: float | None = None
     threads: int | None = None
-    loss_scale: str | None = None  # "dynamic" or a number, as typed
-    accumulate: int | None = None
-    batch_scale_16bit: int | None = None
-    compile: bool | None = None
+    # Recipe axes, as typed: each value (or comma-separated list) its own cell; [] not given.
+    loss_scale: list[str] = field(default_factory=list)  # "dynamic" or numbers
+    accumulate: list[str] = field(default_factory=list)
+    batch_scale_16bit: list[str] = field(default_factory=list)
+    compile: list[bool] = field(default_factory=list)  # [True], [False] or [False, True]
     measure_peak: bool = False
     resume: bool = False
     verbose: bool = False
@@ -184,11 +200,12 @@ class RunConfig:
     jit: bool
     out_dir: Path
     threads: int | None = None  # intra- and inter-op threads per cell; None: the cores available
-    # Training recipes (docs/recipes.md); the defaults are what runs before them did.
-    loss_scale: float | None = None  # static loss scale for mixed_float16; None: dynamic
-    accumulate: int = 1  # micro-batches per optimizer step
-    batch_scale_16bit: int = 1  # 16-bit policies run at this many times the batch size
-    compile: bool = False  # torch.compile the model (torch cells only)
+    # Training recipes (docs/recipes.md), matrix axes: every value is a cell of its own
+    # (runner/cells.py). The defaults are what runs before them did.
+    loss_scale: list[float | None] = field(default_factory=lambda: [None])  # None: dynamic
+    accumulate: list[int] = field(default_factory=lambda: [1])  # micro-batches per step
+    batch_scale_16bit: list[int] = field(default_factory=lambda: [1])  # 16-bit batch factor
+    compile: list[bool] = field(default_factory=lambda: [False])  # torch.compile (torch only)
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -204,6 +221,9 @@ class RunConfig:
         values["workloads"] = {
             name: WorkloadSettings(**settings) for name, settings in raw["workloads"].items()
         }
+        for name in AXES:  # run.json of a run started before the axes took lists
+            if name in values and not isinstance(values[name], list):
+                values[name] = [values[name]]
         return cls(**values)
 
 
@@ -214,6 +234,16 @@ def path_option(option: str, text: str | None) -> Path | None:
     if not text.strip():
         raise InvalidInput(f"{option} '': empty path")
     return Path(text)
+
+
+def compile_axis(compile_model: bool | None, also_eager: bool) -> list[bool]:
+    """`--compile` / `--no-compile` / `--compile --also-eager` -> the compile axis ([] when
+    neither was given: the config file decides)."""
+    if also_eager and not compile_model:
+        raise InvalidInput("--also-eager: runs the eager cells beside compiled ones; add --compile")
+    if compile_model is None:
+        return []
+    return [False, True] if also_eager else [compile_model]
 
 
 def default_config_path() -> Path | None:
@@ -248,7 +278,8 @@ def _check_table(
     for key, value in table.items():
         if key not in settings:
             raise unknown_choice(f"key in [{where}] of {path}:", key, settings)
-        settings[key].check(f"config {path}: [{where}] {key} =", value)
+        if key not in AXES:  # a recipe axis may be a list: parse_file checks it (axis_values)
+            settings[key].check(f"config {path}: [{where}] {key} =", value)
     return table
 
 
@@ -267,9 +298,41 @@ def parse_file(path: Path) -> dict[str, Any]:
         _check_table(path, f"workloads.{name}", table, WORKLOAD_SETTINGS)
     tensorflow = _check_table(path, "tensorflow", raw.get("tensorflow", {}), TENSORFLOW_SETTINGS)
     torch = _check_table(path, "torch", raw.get("torch", {}), TORCH_SETTINGS)
-    if "loss_scale" in run:
-        loss_scale_value(f"config {path}: [run] loss_scale =", run["loss_scale"])
+    for name in ("loss_scale", "accumulate", "batch_scale_16bit"):
+        if name in run:
+            run[name] = axis_values(name, f"config {path}: [run] {name} =", run[name])
+    if "compile" in torch:
+        torch["compile"] = axis_values(
+            "compile", f"config {path}: [torch] compile =", torch["compile"]
+        )
     return {"run": run, "workloads": workloads, "tensorflow": tensorflow, "torch": torch}
+
+
+def axis_values(name: str, where: str, value: Any) -> list[Any]:
+    """A recipe axis as given (one value, a TOML list, or command-line text with commas) ->
+    its distinct values in order, each checked against AXES; InvalidInput naming `where`."""
+    items = value if isinstance(value, list) else [value]
+    if isinstance(value, str):
+        items = value.split(",")
+    if not items:
+        raise InvalidInput(f"{where} []: give at least one value")
+    if len(items) > MAX_AXIS_VALUES:
+        raise InvalidInput(
+            f"{where} {len(items)} values: at most {MAX_AXIS_VALUES} "
+            "(each value multiplies the cells)"
+        )
+    checked = []
+    for item in items:
+        if name == "loss_scale":
+            checked.append(loss_scale_value(where, item))
+            continue
+        if isinstance(item, str) and name != "compile":
+            text = item.strip()
+            if not text.lstrip("+").isdigit():
+                raise InvalidInput(f"{where} {item!r}: must be {_kind_name(AXES[name])}")
+            item = int(text)
+        checked.append(AXES[name].check(where, item))
+    return list(dict.fromkeys(checked))
 
 
 def loss_scale_value(where: str, value: str | float) -> float | None:
@@ -336,10 +399,10 @@ def file_config(path: Path | None) -> RunConfig:
         jit=tensorflow.get("jit", False),
         out_dir=Path(run.get("out_dir", "results")),
         threads=run.get("threads"),
-        loss_scale=loss_scale_value("loss_scale in [run]", run.get("loss_scale", "dynamic")),
-        accumulate=run.get("accumulate", 1),
-        batch_scale_16bit=run.get("batch_scale_16bit", 1),
-        compile=parsed["torch"].get("compile", False),
+        loss_scale=run.get("loss_scale", [None]),
+        accumulate=run.get("accumulate", [1]),
+        batch_scale_16bit=run.get("batch_scale_16bit", [1]),
+        compile=parsed["torch"].get("compile", [False]),
     )
 
 
@@ -355,8 +418,6 @@ _RUN_OPTIONS = {
     "seed": "seed",
     "timeout": "timeout",
     "threads": "threads",
-    "accumulate": "accumulate",
-    "batch_scale_16bit": "batch_scale_16bit",
 }
 
 
@@ -389,10 +450,11 @@ def apply_options(config: RunConfig, options: RunOptions) -> RunConfig:
         merged.loop = _choice("--loop", options.loop, LOOPS)
     if options.jit is not None:
         merged.jit = _jit(options.jit)
-    if options.loss_scale is not None:
-        merged.loss_scale = loss_scale_value("--loss-scale", options.loss_scale)
-    if options.compile is not None:
-        merged.compile = options.compile
+    for name, setting in AXES.items():
+        given = getattr(options, name)
+        if given:
+            values = [v for text in given for v in axis_values(name, setting.option, text)]
+            setattr(merged, name, list(dict.fromkeys(values)))
     check_combination(merged)
     return merged
 
@@ -432,10 +494,28 @@ def contradictions(stored: RunConfig, options: RunOptions) -> list[str]:
             found.append(
                 f"{option} {getattr(resumed, target)} (the run has {getattr(stored, target)})"
             )
-    for name in ("loop", "jit", "loss_scale", "compile"):
+    for name in ("loop", "jit"):
         if getattr(resumed, name) != getattr(stored, name):
             option = "--" + name.replace("_", "-")
-            had = getattr(stored, name)
-            had = "dynamic" if name == "loss_scale" and had is None else had
-            found.append(f"{option} {getattr(options, name)} (the run has {had})")
+            found.append(f"{option} {getattr(options, name)} (the run has {getattr(stored, name)})")
+    for name, setting in AXES.items():
+        if getattr(resumed, name) != getattr(stored, name):
+            asked, had = (
+                axis_text(name, getattr(resumed, name)),
+                axis_text(name, getattr(stored, name)),
+            )
+            found.append(f"{setting.option} {asked} (the run has {had})")
     return found
+
+
+def axis_text(name: str, values: list[Any]) -> str:
+    """A recipe axis as a user would type it: `dynamic,1024`, `1,4`, `on,off`."""
+
+    def one(value: Any) -> str:
+        if name == "loss_scale":
+            return "dynamic" if value is None else f"{value:g}"
+        if name == "compile":
+            return "on" if value else "off"
+        return str(value)
+
+    return ",".join(one(v) for v in values)

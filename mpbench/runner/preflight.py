@@ -42,14 +42,33 @@ def preflight(config: RunConfig, cells: list[Cell], warn: Callable[[str], None])
             for cell in cells:
                 if cell.spec.workload == name:
                     cell.spec.data = "synthetic"
-        try:
-            plan_steps(
-                data.train_size,
-                settings.batch_size,
-                settings.epochs,
-                settings.max_steps,
-                settings.warmup_steps,
-            )
-        except ValueError as exc:  # the same rule each cell applies, said once
-            where = data.origin or f"{data.source} {data.dataset}"
-            raise InvalidInput(f"{name} on {where}: {exc}") from None
+        # Every distinct effective batch a running cell feeds per optimizer step (the
+        # 16-bit batch factor and accumulation multiply it), largest first: the same rule
+        # each cell applies, said once.
+        batches = {
+            cell.spec.effective_batch
+            for cell in cells
+            if cell.spec.workload == name and cell.skip_reason is None
+        }
+        for batch in sorted(batches, reverse=True):
+            try:
+                plan_steps(
+                    data.train_size,
+                    batch,
+                    settings.epochs,
+                    settings.max_steps,
+                    settings.warmup_steps,
+                )
+            except ValueError as exc:
+                where = data.origin or f"{data.source} {data.dataset}"
+                hint = _recipe_hint(batch, settings.batch_size)
+                raise InvalidInput(f"{name} on {where}: {exc}{hint}") from None
+
+
+def _recipe_hint(batch: int, configured: int) -> str:
+    if batch == configured:
+        return ""
+    return (
+        f" (the batch {configured} grown by --batch-scale-16bit and --accumulate to {batch} "
+        "samples per optimizer step)"
+    )

@@ -128,12 +128,13 @@ def record(
     training_mib: float | None = None,
     end_to_end: float | None = 0.93,
     v1: bool = False,
+    recipe: str = "",
 ) -> CellRecord:
     """One cell's record. `training_mib`: training memory (v2), sampled RSS unless
     `device_mib` says the device has an allocator; `end_to_end`: end-to-end samples/s as a
     fraction of the synced throughput (None: no window); `v1`: an old record without either."""
     cfg = config(framework, workload, **(config_overrides or {}))
-    cell_id = f"{framework}/{workload}/{policy}/r{repeat}"
+    cell_id = f"{framework}/{workload}/{policy}{recipe}/r{repeat}"  # recipe: "@bs2", as the runner
     rec = CellRecord(
         run_id=run_id,
         cell_id=cell_id,

@@ -50,11 +50,20 @@ def test_a_static_scale_too_large_ends_both_frameworks_diverged_without_nan(tmp_
         assert loss == loss and loss < 100  # finite: no NaN weights were applied
 
 
-def test_accumulation_with_a_static_scale_trains_ok_in_both_frameworks(tmp_path):
+def test_accumulation_with_two_loss_scales_trains_ok_and_compares_in_both_frameworks(tmp_path):
+    """Two loss-scale values are two fp16 cells against one float32 cell per framework, and
+    compare pairs the static-scale row with that float32 reference."""
     result, records = _run(
-        tmp_path, "-f", "all", "-p", "fp16", "--loss-scale", "1024", "--accumulate", "2"
+        tmp_path,
+        *("-f", "all", "-p", "fp32", "-p", "fp16", "--loss-scale", "dynamic,1024"),
+        *("--accumulate", "2"),
     )
-    assert len(records) == 2, result.stderr
+    ids = sorted(r["cell_id"] for r in records)
+    assert ids == sorted(
+        f"{f}/mnist_dense/{p}@acc2/r0"
+        for f in ("torch", "tensorflow")
+        for p in ("float32", "mixed_float16", "mixed_float16@ls1024")
+    ), result.stderr
     units = {}
     for record in records:
         assert record["status"] == "ok", record["reason"]
@@ -68,6 +77,23 @@ def test_accumulation_with_a_static_scale_trains_ok_in_both_frameworks(tmp_path)
         assert steps["micro_batches_per_step"] == 2
         assert steps["micro_batch_median_s"] == pytest.approx(steps["median_s"] / 2)
         assert record["throughput_samples_per_s"] == pytest.approx(128 / steps["median_s"])
-        assert record["loss_scale"]["final_scale"] == 1024.0
-        units[record["framework"]] = record["loss_scale"]["skip_unit"]
+        if "@ls1024" in record["cell_id"]:
+            assert record["loss_scale"]["mode"] == "static"
+            assert record["loss_scale"]["final_scale"] == 1024.0
+            units[record["framework"]] = record["loss_scale"]["skip_unit"]
+        elif record["policy"] == "mixed_float16":
+            assert record["loss_scale"]["mode"] == "dynamic"
     assert units == {"torch": "optimizer step (all 2 micro-batches)", "tensorflow": "micro-batch"}
+
+    compared = subprocess.run(
+        [sys.executable, "-m", "mpbench", "compare", str(tmp_path / "run"), "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    cells = json.loads(compared.stdout)["cells"]
+    static = [c for c in cells if c["variant"] == "[loss scale 1024]"]
+    assert {c["framework"] for c in static} == {"torch", "tensorflow"}, compared.stderr
+    for cell in static:
+        assert cell["policy"] == "mixed_float16" and cell["config"]["accumulate"] == 2
+        assert cell["speedup_vs_float32"]["value"] > 0
