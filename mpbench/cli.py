@@ -164,6 +164,13 @@ def run(
         help="With --compile: run every torch cell eager too, as its own cell, so compare "
         "shows both.",
     ),
+    on_diverge: str | None = typer.Option(
+        None,
+        "--on-diverge",
+        help="A cell that diverges (non-finite loss, loss scale below 1, most steps skipped): "
+        "stop there, or fallback: run it again one step down the precision ladder the device "
+        "supports (fp16 -> bf16 -> fp32), recorded as a fallback of it (default: stop).",
+    ),
     out: str | None = typer.Option(
         None, "--out", "-o", help="Run directory (default: results/<run-id>)."
     ),
@@ -204,6 +211,7 @@ def run(
         accumulate=accumulate or [],
         batch_scale_16bit=batch_scale_16bit or [],
         compile=compile_axis(compile_model, also_eager),
+        on_diverge=on_diverge,
         out=path_option("--out", out),
         timeout=timeout,
         threads=threads,

@@ -121,6 +121,8 @@ class Measurements:
     status: str = "ok"
     reason: str | None = None
     compile: Any = None  # CompileStats (torch --compile), as a dict in the record
+    telemetry: dict[str, Any] | None = None  # CellTelemetry.report() (mpbench.telemetry.cell)
+    divergence: dict[str, Any] | None = None  # the signal, where status is "diverged"
 
 
 class Diverged(Exception):

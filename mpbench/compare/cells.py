@@ -78,6 +78,8 @@ def cell_key(record: CellRecord) -> CellKey:
     config = {k: v for k, v in record.config.items() if k not in _NOT_IDENTITY}
     config["data"] = _data_kind(record)
     row = _row(record.policy, config)
+    if record.fallback_of:  # --on-diverge fallback: its own row, never the policy's own cell
+        row += FALLBACK_MARK
     pairs = tuple(sorted((k, json.dumps(v, sort_keys=True)) for k, v in config.items()))
     device = f"{record.device.kind}: {record.device.name}"
     group = GroupKey(record.hardware_fingerprint, device, record.workload, record.framework, pairs)
@@ -104,6 +106,9 @@ def _row(policy: str, config: dict[str, Any]) -> str:
     if isinstance(scale, (int, float)) and policy == "mixed_float16":
         marks += f" [loss scale {scale:g}]"
     return policy + marks
+
+
+FALLBACK_MARK = " (fallback)"
 
 
 def row_policy(row: str) -> str:

@@ -23,6 +23,7 @@ AVOID = "avoid"
 CAREFUL = "use with care"
 UNDECIDED = "inconclusive"
 NOT_MEASURED = "not measured"
+FELL_BACK = "fell back"  # diverged, and --on-diverge fallback ran it one step down
 
 SHORT_NAMES = {
     "float32": "fp32",
@@ -81,6 +82,9 @@ def policy_verdict(group: PolicyGroup, policy: str) -> PolicyVerdict:
     rating = rate(row_policy(policy), traits) if traits is not None else None
     if not cell.ok:
         why = rating.reason if rating and rating.rating is Rating.UNSUPPORTED else cell.reason
+        story = fallback_story(group, policy)
+        if story is not None:
+            return PolicyVerdict(policy, story, FELL_BACK, why)
         return PolicyVerdict(policy, f"{cell.status}, no numbers", NOT_MEASURED, why)
     if group.reference is None:
         return PolicyVerdict(policy, "has no float32 reference to compare with", NOT_MEASURED)
@@ -107,6 +111,25 @@ def policy_verdict(group: PolicyGroup, policy: str) -> PolicyVerdict:
         caution = "one repeat: within-run interval only, confirm with --repeat 3"
         why = f"{why}; {caution}" if why else caution
     return PolicyVerdict(policy, ", ".join(parts), advice, why)
+
+
+def fallback_story(group: PolicyGroup, policy: str) -> str | None:
+    """For a diverged cell that --on-diverge fallback ran again: `diverged at step 20
+    (skipped_fraction) → bf16 (fallback): ok, 1.9×`; None where no fallback ran."""
+    cell = group.cells[policy]
+    ids = {r.cell_id for r in cell.records}
+    diverged = [r for r in cell.records if r.divergence is not None]
+    for row, other in group.cells.items():
+        if not any(r.fallback_of in ids for r in other.records):
+            continue
+        where = ""
+        if diverged:
+            first = diverged[0].divergence
+            where = f" at step {first.step} ({first.signal})"
+        speedup = group.speedup(row)
+        result = other.status if speedup is None else f"{other.status}, {fmt.ratio(speedup.value)}"
+        return f"diverged{where} → {short(row)}: {result}"
+    return None
 
 
 def _speed(speedup: Estimate) -> str:

@@ -15,12 +15,13 @@ from typing import Any
 
 from mpbench.errors import InvalidInput
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # Versions this reader understands. Version 1 records lack the fields added in 2 (training
-# memory, end-to-end throughput, drift, threads, measured-peak MFU), and 2 those added in 3
-# (the training recipes: loss-scale mode and counts, accumulation, torch.compile); they read
-# as None. A reader of version 2 refuses version 3 records by their version, not by a field.
-READABLE_VERSIONS = (1, 2, 3)
+# memory, end-to-end throughput, drift, threads, measured-peak MFU), 2 those added in 3
+# (the training recipes: loss-scale mode and counts, accumulation, torch.compile), and 3
+# those added in 4 (telemetry, energy, divergence, fallback_of); they read as None. A reader
+# of version 3 refuses version 4 records by their version, not by a field.
+READABLE_VERSIONS = (1, 2, 3, 4)
 
 
 class Status(str, Enum):
@@ -173,6 +174,51 @@ class EndToEndStats:
 
 
 @dataclass
+class TelemetryStats:
+    """What happened during the cell (v4, docs/telemetry.md): the summaries; the per-step
+    numerics and the device series are in the side file it names (mpbench.telemetry)."""
+
+    side_file: str | None  # relative to the run directory; None: it could not be written
+    numerics_points: int  # steps kept in the side file (evenly spaced, at most 1000)
+    numerics_stride: int  # every how many steps a point was kept
+    steps: int  # optimizer steps observed (every one, whatever the stride)
+    skipped_steps: int  # steps the loss scaler skipped
+    nonfinite_steps: int  # steps with a non-finite loss or gradient
+    grad_norm_median: float | None = None  # of the kept points' unscaled global norms
+    samples: int = 0  # device samples taken during the timed steps
+    interval_s: float | None = None
+    mean_cpu_util_pct: float | None = None  # psutil: 100 is one core busy
+    peak_rss_bytes: int | None = None
+    mean_gpu_util_pct: float | None = None
+    peak_gpu_memory_bytes: int | None = None
+    mean_power_w: float | None = None
+    max_temperature_c: float | None = None
+    mean_sm_clock_mhz: float | None = None
+    unavailable: dict[str, str] = field(default_factory=dict)  # metric -> why it is missing
+
+
+@dataclass
+class EnergyStats:
+    """Energy over the timed steps (v4): measured by a counter or integrated power samples,
+    never estimated from a TDP; `joules` None with the reason where nothing measures it."""
+
+    joules: float | None
+    joules_per_sample: float | None
+    source: str | None  # "NVML total energy counter", "RAPL package zones (powercap)", ...
+    reason: str | None
+    window_s: float | None = None
+
+
+@dataclass
+class DivergenceInfo:
+    """The signal that ended a cell `diverged` (v4): which, at which step, with what values."""
+
+    signal: str  # non_finite_loss | loss_scale_floor | skipped_fraction | loss_spike
+    step: int
+    values: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
 class CellRecord:
     run_id: str
     cell_id: str
@@ -203,6 +249,10 @@ class CellRecord:
     end_to_end: EndToEndStats | None = None
     threads: dict[str, Any] = field(default_factory=dict)  # intra/inter-op, OMP_NUM_THREADS
     compile: CompileStats | None = None  # torch --compile
+    telemetry: TelemetryStats | None = None
+    energy: EnergyStats | None = None
+    divergence: DivergenceInfo | None = None
+    fallback_of: str | None = None  # --on-diverge fallback: the cell_id of the diverged cell
     hardware_fingerprint: str = ""
     wall_s: float | None = None
     schema_version: int = SCHEMA_VERSION

@@ -15,6 +15,7 @@ from typing import Any
 from rich.console import Console
 
 from mpbench import __version__
+from mpbench.backends.base import CellSpec
 from mpbench.errors import InvalidInput
 from mpbench.results import CellRecord, Status, append_record, write_csv, write_environment
 from mpbench.results.io import RESULTS_FILE, read_records
@@ -22,9 +23,10 @@ from mpbench.results.writer import ResultsWriteError, drop_torn_tail
 from mpbench.runner.cells import Cell, expand
 from mpbench.runner.config import RunConfig, RunOptions, build_config, contradictions
 from mpbench.runner.execute import Outcome, run_in_child
+from mpbench.runner.fallback import fallback_spec
 from mpbench.runner.preflight import preflight
 from mpbench.runner.progress import Reporter
-from mpbench.runner.records import build_record, now_iso
+from mpbench.runner.records import build_record, cell_telemetry, now_iso
 from mpbench.runner.rundir import (
     RUN_FILE,
     RunLock,
@@ -36,6 +38,7 @@ from mpbench.runner.rundir import (
     write_state,
 )
 from mpbench.runner.signals import interrupted_exit_code, stop_on_termination
+from mpbench.telemetry.sidefile import write_side_file
 
 __all__ = ["RunOptions", "run_matrix"]
 
@@ -216,16 +219,17 @@ def _run_cells(
     try:
         with Reporter(console, len(cells)) as reporter:
             try:
-                for cell in cells:
-                    if cell.spec.cell_id in done:
-                        reporter.cell_resumed(cell.spec.cell_id)
-                        continue
-                    record, warnings = _run_cell(cell, config, run_dir, reporter, plan, options)
-                    append_record(run_dir, record)  # ResultsWriteError: stop, keep the rest
-                    records.append(record)
-                    for message in warnings:
-                        reporter.warn(message)
-                    reporter.cell_finished(record)
+                for first in cells:
+                    # A cell, then (--on-diverge fallback) each fallback of it that runs.
+                    cell: Cell | None = first
+                    while cell is not None:
+                        record = done.get(cell.spec.cell_id)
+                        if record is not None:
+                            reporter.cell_resumed(cell.spec.cell_id)
+                        else:
+                            record = _run_and_keep(cell, config, run_dir, reporter, plan, options)
+                            records.append(record)
+                        cell = _fallback(cell, record, config, plan, reporter)
             except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (runner.signals)
                 interrupted = exc
     except ResultsWriteError:
@@ -249,6 +253,37 @@ def _run_cells(
         raise csv_error  # results.jsonl is complete; say (exit 2) that its CSV copy is not
     console.print(f"Results: {run_dir / RESULTS_FILE}")
     return 1 if any(r.status in FAILED for r in records) else 0
+
+
+def _run_and_keep(
+    cell: Cell,
+    config: RunConfig,
+    run_dir: Path,
+    reporter: Reporter,
+    plan: Plan,
+    options: RunOptions,
+) -> CellRecord:
+    record, warnings = _run_cell(cell, config, run_dir, reporter, plan, options)
+    append_record(run_dir, record)  # ResultsWriteError: stop, keep the rest
+    for message in warnings:
+        reporter.warn(message)
+    reporter.cell_finished(record)
+    return record
+
+
+def _fallback(
+    cell: Cell, record: CellRecord, config: RunConfig, plan: Plan, reporter: Reporter
+) -> Cell | None:
+    """The cell that runs a diverged one again one step down the ladder (runner/fallback.py),
+    or None: not asked for, not diverged, or nothing below it on this device."""
+    if config.on_diverge != "fallback" or record.status is not Status.DIVERGED:
+        return None
+    spec = fallback_spec(cell.spec, plan.traits)
+    if spec is None:
+        reporter.warn(f"{cell.spec.cell_id} diverged and {cell.spec.policy} has no fallback here")
+        return None
+    reporter.add_cell()
+    return Cell(spec, fallback_of=cell.spec.cell_id)
 
 
 def _write_csv_if_possible(run_dir: Path, records: list[CellRecord]) -> ResultsWriteError | None:
@@ -278,10 +313,22 @@ def _run_cell(
         log_path = run_dir / "logs" / (spec.cell_id.replace("/", "__") + ".log")
         outcome = run_in_child(spec, config.timeout, log_path, reporter.step, options.verbose)
     version = package_version(spec.framework)
+    side_file = _write_side_file(run_dir, spec, cell_telemetry(outcome))
     record = build_record(
-        spec, outcome, plan.traits, plan.fingerprint, version, plan.measured_peaks
+        spec, outcome, plan.traits, plan.fingerprint, version, plan.measured_peaks, side_file
     )
+    record.fallback_of = cell.fallback_of
     return record, outcome.warnings
+
+
+def _write_side_file(run_dir: Path, spec: CellSpec, telemetry: dict | None) -> str | None:
+    """The cell's per-step numerics and device series beside results.jsonl (run-relative
+    path for the record). A full disk stops the run as a failed append does."""
+    if telemetry is None:
+        return None
+    return write_side_file(
+        run_dir, spec.run_id, spec.cell_id, spec.repeat, telemetry["numerics"], telemetry["device"]
+    )
 
 
 def _measured_peaks(

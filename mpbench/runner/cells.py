@@ -34,6 +34,7 @@ from mpbench.workloads import get_workload
 class Cell:
     spec: CellSpec
     skip_reason: str | None = None  # set when the cell is decided without running it
+    fallback_of: str | None = None  # --on-diverge fallback: the diverged cell's id
 
 
 def installed(framework: str) -> bool:

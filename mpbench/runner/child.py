@@ -25,6 +25,7 @@ from mpbench.backends import INSTALL_HINTS, get_backend
 from mpbench.backends.base import CellSpec, Diverged, Unsupported
 from mpbench.errors import InvalidInput
 from mpbench.runner.faults import inject, requested_fault
+from mpbench.telemetry.cell import CellDiverged
 
 _OOM_NAMES = {"OutOfMemoryError", "ResourceExhaustedError", "MemoryError", "_ArrayMemoryError"}
 _PROGRESS_INTERVAL_S = 0.2  # the parent redraws a few times a second; no need for more
@@ -145,6 +146,14 @@ def main(argv: list[str]) -> int:
     events = Events(fd)
     try:
         run(spec, events)
+    except CellDiverged as exc:  # a divergence signal: what the cell measured comes along
+        events.send(
+            "failed",
+            status="diverged",
+            reason=exc.divergence.reason,
+            divergence=exc.divergence.to_dict(),
+            telemetry=exc.telemetry,
+        )
     except Exception as exc:
         status, reason = classify(exc)
         if status == "error":

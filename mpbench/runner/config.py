@@ -30,6 +30,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 PACKAGE_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 DATA_MODES = ("auto", "real", "synthetic")
 LOOPS = ("fit", "custom")
+ON_DIVERGE = ("stop", "fallback")  # docs/telemetry.md
 # numpy's legacy seeding (and so the data order of every cell) takes 0 .. 2**32 - 1; each
 # repeat runs with seed + repeat, which must stay inside that range too.
 SEED_MAX = 2**32 - 1
@@ -96,6 +97,7 @@ RUN_SETTINGS = {
     "out_dir": Setting(str, "--out"),
     "allow_download": Setting(bool, "allow_download"),
     "threads": Setting(int, "--threads", 1, 4096),
+    "on_diverge": Setting(str, "--on-diverge"),
     # Training recipes (docs/recipes.md): matrix axes, so each also takes a list of values
     # (one cell per value; see AXES). A loss scale is a number or "dynamic" (loss_scale_value).
     "loss_scale": Setting((str, int, float), "--loss-scale"),
@@ -158,6 +160,7 @@ class RunOptions:
     out: Path | None = None
     timeout: float | None = None
     threads: int | None = None
+    on_diverge: str | None = None
     # Recipe axes, as typed: each value (or comma-separated list) its own cell; [] not given.
     loss_scale: list[str] = field(default_factory=list)  # "dynamic" or numbers
     accumulate: list[str] = field(default_factory=list)
@@ -206,6 +209,9 @@ class RunConfig:
     accumulate: list[int] = field(default_factory=lambda: [1])  # micro-batches per step
     batch_scale_16bit: list[int] = field(default_factory=lambda: [1])  # 16-bit batch factor
     compile: list[bool] = field(default_factory=lambda: [False])  # torch.compile (torch only)
+    # A diverged cell: "stop" there, or "fallback": run it again one step down the precision
+    # ladder the device supports (runner/fallback.py), as a cell of its own.
+    on_diverge: str = "stop"
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -403,6 +409,7 @@ def file_config(path: Path | None) -> RunConfig:
         accumulate=run.get("accumulate", [1]),
         batch_scale_16bit=run.get("batch_scale_16bit", [1]),
         compile=parsed["torch"].get("compile", [False]),
+        on_diverge=_choice("on_diverge in [run]", run.get("on_diverge", "stop"), ON_DIVERGE),
     )
 
 
@@ -448,6 +455,8 @@ def apply_options(config: RunConfig, options: RunOptions) -> RunConfig:
         merged.data_dir = RUN_SETTINGS["data_dir"].check("--data-dir", str(options.data_dir))
     if options.loop is not None:
         merged.loop = _choice("--loop", options.loop, LOOPS)
+    if options.on_diverge is not None:
+        merged.on_diverge = _choice("--on-diverge", options.on_diverge, ON_DIVERGE)
     if options.jit is not None:
         merged.jit = _jit(options.jit)
     for name, setting in AXES.items():
@@ -494,7 +503,7 @@ def contradictions(stored: RunConfig, options: RunOptions) -> list[str]:
             found.append(
                 f"{option} {getattr(resumed, target)} (the run has {getattr(stored, target)})"
             )
-    for name in ("loop", "jit"):
+    for name in ("loop", "jit", "on_diverge"):
         if getattr(resumed, name) != getattr(stored, name):
             option = "--" + name.replace("_", "-")
             found.append(f"{option} {getattr(options, name)} (the run has {getattr(stored, name)})")

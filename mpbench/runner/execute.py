@@ -32,6 +32,9 @@ class Outcome:
     measurements: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
     wall_s: float = 0.0
+    # A cell a divergence signal stopped: the signal and the telemetry up to that step.
+    divergence: dict[str, Any] | None = None
+    telemetry: dict[str, Any] | None = None
 
 
 def _signal_name(number: int) -> str:
@@ -163,7 +166,14 @@ def _collect(
                     # A finished cell may still not be ok (most steps skipped: diverged).
                     status = found.get("status") or "ok"
                     return Outcome(status, found.get("reason"), found, warnings)
-                return Outcome(event["status"], event["reason"], None, warnings)
+                return Outcome(
+                    event["status"],
+                    event["reason"],
+                    None,
+                    warnings,
+                    divergence=event.get("divergence"),
+                    telemetry=event.get("telemetry"),
+                )
 
 
 def _from_exit(

@@ -42,6 +42,12 @@ class Reporter:
             )
             self._matrix = self._progress.add_task("cells", total=total_cells)
 
+    def add_cell(self) -> None:
+        """One more cell than planned (a fallback of a diverged cell)."""
+        self._total += 1
+        if self._progress is not None and self._matrix is not None:
+            self._progress.update(self._matrix, total=self._total)
+
     def __enter__(self) -> Reporter:
         if self._progress:
             self._progress.start()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime, timezone
 from typing import Any
 
@@ -13,11 +14,14 @@ from mpbench.results import (
     CompileStats,
     DataInfo,
     DeviceInfo,
+    DivergenceInfo,
     EndToEndStats,
+    EnergyStats,
     LossScaleStats,
     MemoryStats,
     Status,
     StepTimeStats,
+    TelemetryStats,
 )
 from mpbench.runner.execute import Outcome
 from mpbench.workloads import get_workload
@@ -43,9 +47,11 @@ def build_record(
     fingerprint: str,
     framework_version: str | None,
     measured_peaks: dict[str, float] | None = None,
+    side_file: str | None = None,
 ) -> CellRecord:
     """`measured_peaks`: the device's measured matmul peak TFLOP/s per policy peak key
-    ("fp32", "bf16", ...), from `detect --measure`'s cache; None when not measured."""
+    ("fp32", "bf16", ...), from `detect --measure`'s cache; None when not measured.
+    `side_file`: where the runner wrote the cell's telemetry series (run-relative)."""
     workload = get_workload(spec.workload)
     # A timed step is one optimizer step: `accumulate` micro-batches' worth of work.
     flops = workload.flops_per_step(spec.batch_size, spec.units) * spec.accumulate
@@ -76,7 +82,40 @@ def build_record(
     )
     if outcome.measurements is not None:
         _fill_measurements(record, outcome.measurements, measured_peaks or {})
+    raw = outcome.measurements or {}
+    _fill_telemetry(
+        record,
+        outcome.telemetry or raw.get("telemetry"),
+        outcome.divergence or raw.get("divergence"),
+        side_file,
+    )
     return record
+
+
+def cell_telemetry(outcome: Outcome) -> dict[str, Any] | None:
+    """The CellTelemetry report a cell sent, finished or stopped by a divergence signal."""
+    return outcome.telemetry or (outcome.measurements or {}).get("telemetry")
+
+
+def _fill_telemetry(
+    record: CellRecord,
+    telemetry: dict[str, Any] | None,
+    divergence: dict[str, Any] | None,
+    side_file: str | None,
+) -> None:
+    if divergence is not None:
+        record.divergence = DivergenceInfo(
+            divergence["signal"], divergence["step"], divergence.get("values", {})
+        )
+    if telemetry is None:
+        return
+    summary = {k: v for k, v in telemetry["summary"].items() if k in _TELEMETRY_FIELDS}
+    record.telemetry = TelemetryStats(side_file=side_file, **summary)
+    if telemetry.get("energy") is not None:
+        record.energy = EnergyStats(**telemetry["energy"])
+
+
+_TELEMETRY_FIELDS = {f.name for f in dataclasses.fields(TelemetryStats)} - {"side_file"}
 
 
 def _fill_measurements(

@@ -517,3 +517,83 @@ if os.environ.get("PYNVML_FAKE_GPUS") is not None or os.environ.get("PYNVML_FAKE
         gpus=[g for g in os.environ.get("PYNVML_FAKE_GPUS", "").split(",") if g],
         init_error=int(_error) if _error else None,
     )
+
+
+# --- telemetry: energy, power, utilisation, clocks, temperature (as nvidia-ml-py 13.x) ---
+NVML_TEMPERATURE_GPU = 0
+NVML_CLOCK_GRAPHICS = 0
+NVML_CLOCK_SM = 1
+NVML_CLOCK_MEM = 2
+NVML_CLOCK_VIDEO = 3
+
+
+class c_nvmlUtilization_t(_PrintableStructure):
+    _fields_ = [("gpu", c_uint), ("memory", c_uint)]
+
+
+# What every GPU's sensors read unless configure_telemetry says otherwise.
+TELEMETRY_DEFAULTS = {
+    "energy_mj": 5_000_000,  # the counter's value: mJ since the (fake) driver was loaded
+    "energy_step_mj": 2_500,  # how far each read advances it, so reads rise monotonically
+    "power_mw": 250_000,
+    "gpu_util": 87,
+    "memory_util": 41,
+    "sm_clock_mhz": 1410,
+    "temperature_c": 61,
+}
+
+
+def configure_telemetry(index=0, **values):
+    """Set GPU `index`'s sensors (keys of TELEMETRY_DEFAULTS); energy_step_mj=0 freezes the
+    energy counter. Errors still come from configure(call_errors=...)."""
+    unknown = set(values) - set(TELEMETRY_DEFAULTS)
+    if unknown:
+        raise ValueError(f"unknown telemetry keys: {sorted(unknown)}")
+    _sensors(index).update(values)
+
+
+def _sensors(index: int) -> dict:
+    table = _state.setdefault("telemetry", {})
+    return table.setdefault(index, dict(TELEMETRY_DEFAULTS))
+
+
+def nvmlDeviceGetTotalEnergyConsumption(handle):
+    _called("nvmlDeviceGetTotalEnergyConsumption")
+    gpu = _device(handle, "nvmlDeviceGetTotalEnergyConsumption")
+    if gpu.compute_capability < (7, 0):  # "Supports Volta and newer fully supported devices"
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    sensors = _sensors(handle._index)
+    value = sensors["energy_mj"]
+    sensors["energy_mj"] = value + sensors["energy_step_mj"]
+    return int(value)
+
+
+def nvmlDeviceGetPowerUsage(handle):
+    _called("nvmlDeviceGetPowerUsage")
+    _device(handle, "nvmlDeviceGetPowerUsage")
+    return int(_sensors(handle._index)["power_mw"])
+
+
+def nvmlDeviceGetUtilizationRates(handle):
+    _called("nvmlDeviceGetUtilizationRates")
+    _device(handle, "nvmlDeviceGetUtilizationRates")
+    if handle._mig is not None:  # a MIG device answers Not Supported (nvitop#5, R470)
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    sensors = _sensors(handle._index)
+    return c_nvmlUtilization_t(gpu=sensors["gpu_util"], memory=sensors["memory_util"])
+
+
+def nvmlDeviceGetClockInfo(handle, type):
+    _called("nvmlDeviceGetClockInfo")
+    _device(handle, "nvmlDeviceGetClockInfo")
+    if type != NVML_CLOCK_SM:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)  # the fake knows the SM clock only
+    return int(_sensors(handle._index)["sm_clock_mhz"])
+
+
+def nvmlDeviceGetTemperature(handle, sensor):
+    _called("nvmlDeviceGetTemperature")
+    _device(handle, "nvmlDeviceGetTemperature")
+    if sensor != NVML_TEMPERATURE_GPU:
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    return int(_sensors(handle._index)["temperature_c"])

@@ -91,4 +91,14 @@ def test_unknown_fields_and_missing_files_are_rejected(tmp_path):
         read_records(tmp_path)
     with pytest.raises(SchemaError, match="no such results file"):
         read_records(tmp_path / "missing")
-    assert SCHEMA_VERSION == 3
+    assert SCHEMA_VERSION == 4
+
+
+def test_a_version_3_record_reads_without_the_telemetry_fields(tmp_path):
+    raw = make_record().to_dict()
+    for name in ("telemetry", "energy", "divergence", "fallback_of"):
+        del raw[name]
+    raw["schema_version"] = 3
+    (tmp_path / "results.jsonl").write_text(json.dumps(raw) + "\n")
+    (record,) = read_records(tmp_path)
+    assert (record.telemetry, record.energy, record.divergence, record.fallback_of) == (None,) * 4

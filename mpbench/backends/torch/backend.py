@@ -23,7 +23,6 @@ from mpbench.backends.base import (
     load_dataset,
     peak_rss_bytes,
     plan_steps,
-    skipped_verdict,
     thread_settings,
 )
 from mpbench.backends.timing import StepTimer
@@ -33,8 +32,10 @@ from mpbench.backends.torch.precision import TorchPrecision, apply_policy, read_
 from mpbench.backends.torch.steps import train_step
 from mpbench.policies import resolve
 from mpbench.results.schema import DeviceInfo, EndToEndStats, LossScaleStats, MemoryStats
+from mpbench.telemetry.cell import CellTelemetry
 from mpbench.telemetry.memory import MemorySampler, TrainingMemory, rss_sampler
 from mpbench.telemetry.memory import fill as fill_memory
+from mpbench.telemetry.numerics import torch_grad_health
 from mpbench.workloads import get_workload
 
 
@@ -165,9 +166,15 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
         first = [(x_train[: spec.batch_size], y_train[: spec.batch_size])] * spec.accumulate
         compiler.compile_step(lambda: train_step(forward, optimizer, precision, first), sync)
     meter = memory_meter(device)
-    trained = _train_synced(
-        forward, optimizer, precision, batches, plan, sync, state, progress, total
-    )
+    dynamic = precision.scaler is not None and precision.static_scale is None
+    telemetry = CellTelemetry(str(device), dynamic_scale=dynamic)
+    telemetry.start_timed()
+    try:
+        trained = _train_synced(
+            forward, optimizer, precision, batches, plan, sync, state, progress, total, telemetry
+        )
+    finally:
+        telemetry.stop_timed(plan.total_steps * spec.effective_batch)
     training_memory = meter.stop()
     end_to_end = _train_end_to_end(
         forward, optimizer, precision, batches, window, sync, progress, plan.total_steps, total
@@ -195,7 +202,7 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
     fill_memory(memory, training_memory, dataset_bytes)
 
     loss_scale = None
-    status, reason = "ok", None
+    status, reason, divergence = "ok", None, None
     if precision.scaler:
         loss_scale = _loss_scale_stats(precision, trained.skipped_steps, plan.total_steps, spec)
         scale_text = (
@@ -203,7 +210,10 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
             if precision.static_scale is not None
             else "a dynamic loss scale"
         )
-        status, reason = skipped_verdict(trained.skipped_steps, plan.total_steps, scale_text)
+        # Cells shorter than the detector's window are judged on all their steps here.
+        fired = telemetry.end_of_cell(trained.skipped_steps, plan.total_steps, scale_text)
+        if fired is not None:
+            status, reason, divergence = "diverged", fired.reason, fired.to_dict()
     state.update(read_tf32())
     state.update(
         policy=policy.name,
@@ -234,7 +244,14 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
         status=status,
         reason=reason,
         compile=dataclasses.asdict(compile_stats) if compile_stats else None,
+        telemetry=telemetry.report(),
+        divergence=divergence,
     )
+
+
+def optimizer_parameters(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """The parameters the optimizer updates (the eager module's, also under --compile)."""
+    return [p for group in optimizer.param_groups for p in group["params"]]
 
 
 def _loss_scale_stats(
@@ -295,8 +312,12 @@ def _train_synced(
     readback: dict[str, Any],
     progress: Progress,
     total: int,
+    telemetry: CellTelemetry,
 ) -> _Trained:
-    """Every step timed on its own, the device synchronised before each clock read."""
+    """Every step timed on its own, the device synchronised before each clock read. After
+    each step's clock read (outside the timed region) its numerics go to `telemetry`: the
+    loss, the scale, whether it was skipped and, for the steps the side file keeps, the
+    gradient health; a divergence signal ends the cell there (CellDiverged)."""
     timer = StepTimer(sync)
     epoch_losses: list[float] = []
     skipped_steps = 0
@@ -317,7 +338,15 @@ def _train_synced(
             )
             timer.stop()
             step += 1
-            losses.append(check_finite(result.loss.item(), step))
+            loss = result.loss.item()
+            grad_norm = nonfinite = None
+            if telemetry.wants_gradients():
+                # After scaler.step the gradients are unscaled in place (skipped step or
+                # not), and accumulation left the mean gradient of the effective batch.
+                grad_norm, nonfinite = torch_grad_health(optimizer_parameters(optimizer))
+            scale = float(precision.scaler.get_scale()) if precision.scaler else None
+            telemetry.step(step, loss, scale, result.skipped, grad_norm, nonfinite)
+            losses.append(loss)
             skipped_steps += bool(result.skipped)
             progress(step, total)
         epoch_losses.append(sum(losses) / len(losses))

@@ -1,0 +1,365 @@
+"""Energy of a window (the timed training phase) on the cell's device, measured, never guessed.
+
+Device energy only: on cuda:N the GPU's own NVML figures, on the CPU the RAPL package zones.
+CPU energy is not added to GPU energy (the host's share of a GPU run is a different question,
+and RAPL is rarely readable anyway). Where no counter can be read the reading is None with a
+reason; a TDP-based estimate (codecarbon's "constant mode") is never recorded as measured.
+
+Sources, in order of preference:
+- NVML `nvmlDeviceGetTotalEnergyConsumption`: mJ since the driver was loaded, Volta and newer.
+  A window shorter than the counter's update period reads 0; that is reported as a reason, not
+  as 0 J, so measure whole timed phases.
+- The trapezoid over (t_s, watts) power samples the device sampler collected (pre-Volta GPUs).
+  On Ampere and newer (but GA100) nvmlDeviceGetPowerUsage is a 1 s average, and the samples
+  start one interval after the sampler does, so this is the coarser figure.
+- Linux powercap RAPL zones `intel-rapl:N` named "package-N" (µJ, one wrap per zone corrected
+  with max_energy_range_uj). Since CVE-2020-8694 `energy_uj` is readable by root only on most
+  distributions. A window longer than a whole wrap period (max_energy_range_uj over package
+  power: tens of minutes at full load) would undercount; nothing here polls the counter.
+
+A MIG slice is measured through its own handle, where NVML may answer Not Supported (it does
+for utilisation); the parent GPU's figures would include other tenants' work, so they are not
+used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mpbench.detect.cuda_order import cuda_mapping
+from mpbench.detect.gpu import GpuInfo, _read_gpu
+
+POWERCAP_ROOT = Path("/sys/class/powercap")
+NO_COUNTER = "no energy counter on this machine"
+NVML_COUNTER_SOURCE = "NVML total energy counter"
+NVML_POWER_SOURCE = "integrated NVML power samples"
+RAPL_SOURCE = "RAPL package zones (powercap)"
+
+# Top-level zones only: "intel-rapl:0", not its sub-zones "intel-rapl:0:N" (core and uncore are
+# parts of the package; dram is the memory's energy, not the processor's) nor
+# "intel-rapl-mmio:0" (a second view of package-0 on some Intel laptops: summing it would count
+# the package twice).
+_PACKAGE_ZONE = re.compile(r"intel-rapl:\d+")
+
+
+@dataclass
+class EnergyReading:
+    """One window's energy: exactly one of `joules` and `reason` is set."""
+
+    joules: float | None
+    source: str | None  # where the joules came from; None when there are none
+    reason: str | None  # why there are no joules
+    window_s: float | None = None  # the window's wall-clock length (time.monotonic)
+
+    def per_sample(self, samples: int) -> float | None:
+        """Joules per training sample, or None when there is no figure (or no sample)."""
+        if self.joules is None or samples <= 0:
+            return None
+        return self.joules / samples
+
+    @property
+    def mean_power_w(self) -> float | None:
+        if self.joules is None or not self.window_s:
+            return None
+        return self.joules / self.window_s
+
+
+# --- NVML: which GPU cuda:N is ---
+
+
+@dataclass
+class NvmlDevice:
+    """An open NVML handle for a cell's GPU; NVML stays initialised until close()."""
+
+    pynvml: Any
+    handle: Any
+    gpu: GpuInfo
+    _open: bool = True
+
+    def close(self) -> None:
+        # nvmlInit/nvmlShutdown are reference-counted: this releases only our own init.
+        if self._open:
+            self._open = False
+            with contextlib.suppress(self.pynvml.NVMLError):
+                self.pynvml.nvmlShutdown()
+
+
+def cuda_index(device: str) -> int | None:
+    """N of "cuda:N" ("cuda" is 0); None for any other device."""
+    kind, _, number = device.partition(":")
+    if kind != "cuda":
+        return None
+    return int(number) if number.isdigit() else (0 if not number else None)
+
+
+def _absent(pynvml: Any, error: Exception) -> bool:
+    """NVML is not there at all (no driver library, driver not loaded), not merely failing."""
+    kinds = tuple(
+        getattr(pynvml, name)
+        for name in ("NVMLError_LibraryNotFound", "NVMLError_DriverNotLoaded")
+        if hasattr(pynvml, name)
+    )
+    return isinstance(error, kinds)
+
+
+@dataclass(frozen=True)
+class NvmlUnavailable:
+    """Why a cuda device has no NVML handle; `absent`: no NVML at all on this machine."""
+
+    reason: str
+    absent: bool = False
+
+
+def _handle(pynvml: Any, gpu: GpuInfo) -> Any:
+    if gpu.uuid:  # a UUID names a MIG slice too, and does not depend on enumeration order
+        return pynvml.nvmlDeviceGetHandleByUUID(gpu.uuid)
+    parent = pynvml.nvmlDeviceGetHandleByIndex(gpu.index)
+    if gpu.mig_index is None:
+        return parent
+    return pynvml.nvmlDeviceGetMigDeviceHandleByIndex(parent, gpu.mig_index)
+
+
+def open_nvml_device(
+    device: str, nvml: Any = None, env: Mapping[str, str] | None = None
+) -> NvmlDevice | NvmlUnavailable:
+    """The NVML handle of "cuda:N" as this process's CUDA numbers it, or why there is none.
+
+    cuda:N is mapped to an NVML GPU with detect's rules (CUDA_DEVICE_ORDER,
+    CUDA_VISIBLE_DEVICES, MIG), since NVML numbers GPUs in PCI bus order and ignores
+    CUDA_VISIBLE_DEVICES. `nvml`: a pynvml module to use instead of importing it. Never raises.
+    """
+    index = cuda_index(device)
+    if index is None:
+        return NvmlUnavailable(f"{device} is not an NVIDIA GPU")
+    if nvml is None:
+        try:
+            import pynvml as nvml  # lazily: it loads ctypes and looks for libnvidia-ml
+        except ImportError:
+            return NvmlUnavailable("nvidia-ml-py is not installed", absent=True)
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError as error:
+        return NvmlUnavailable(f"NVML could not start ({error})", absent=_absent(nvml, error))
+    try:
+        gpus: list[GpuInfo] = []
+        unreadable = 0
+        for number in range(nvml.nvmlDeviceGetCount()):
+            try:
+                gpus.append(_read_gpu(nvml, number))
+            except nvml.NVMLError:
+                unreadable += 1
+        mapping = cuda_mapping(gpus, os.environ if env is None else env, unreadable)
+        gpu = mapping.get(index)
+        if gpu is None:
+            reason = mapping.note or f"NVML lists no GPU that CUDA numbers {index}"
+        else:
+            return NvmlDevice(nvml, _handle(nvml, gpu), gpu)
+    except nvml.NVMLError as error:
+        reason = f"NVML could not open {device} ({error})"
+    with contextlib.suppress(nvml.NVMLError):
+        nvml.nvmlShutdown()
+    return NvmlUnavailable(f"{device}: {reason}")
+
+
+# --- counters ---
+
+
+class _Unreadable(Exception):
+    """A counter could not be read; the message is the reason recorded."""
+
+
+class _NvmlCounter:
+    source = NVML_COUNTER_SOURCE
+
+    def __init__(self, nvml: NvmlDevice) -> None:
+        self.nvml = nvml
+
+    def read(self) -> tuple[int, ...]:
+        try:
+            return (int(self.nvml.pynvml.nvmlDeviceGetTotalEnergyConsumption(self.nvml.handle)),)
+        except self.nvml.pynvml.NVMLError as error:
+            raise _Unreadable(f"NVML energy counter: {error}") from error
+
+    def joules(self, start: tuple[int, ...], end: tuple[int, ...]) -> float:
+        if end[0] < start[0]:  # a 64-bit mJ counter does not wrap: the driver was reloaded
+            raise _Unreadable("NVML energy counter went backwards (driver reloaded?)")
+        return (end[0] - start[0]) / 1000.0
+
+
+def _read_int(path: Path) -> int:
+    """One integer sysfs file (the one place RAPL files are read, so tests can stand in)."""
+    return int(path.read_text().strip())
+
+
+@dataclass(frozen=True)
+class RaplZone:
+    path: Path  # the zone directory, e.g. /sys/class/powercap/intel-rapl:0
+    name: str  # "package-0"
+    max_energy_range_uj: int | None  # where energy_uj wraps; None if unreadable
+
+
+def rapl_packages(root: Path = POWERCAP_ROOT) -> list[RaplZone]:
+    """The package zones under a powercap root, in zone order; [] when there are none."""
+    try:
+        entries = sorted(
+            (p for p in root.iterdir() if _PACKAGE_ZONE.fullmatch(p.name)),
+            key=lambda p: int(p.name.partition(":")[2]),
+        )
+    except OSError:
+        return []
+    zones = []
+    for entry in entries:
+        try:
+            name = (entry / "name").read_text().strip()
+        except OSError:
+            continue
+        if not name.startswith("package"):
+            continue  # psys and other platform zones are not a package's energy
+        try:
+            max_range: int | None = _read_int(entry / "max_energy_range_uj")
+        except (OSError, ValueError):
+            max_range = None
+        zones.append(RaplZone(entry, name, max_range))
+    return zones
+
+
+class _RaplCounter:
+    source = RAPL_SOURCE
+
+    def __init__(self, zones: Sequence[RaplZone]) -> None:
+        self.zones = list(zones)
+
+    def read(self) -> tuple[int, ...]:
+        values = []
+        for zone in self.zones:
+            path = zone.path / "energy_uj"
+            try:
+                values.append(_read_int(path))
+            except PermissionError as error:
+                raise _Unreadable(
+                    f"cannot read {path}: permission denied (energy_uj is readable by root "
+                    "only since CVE-2020-8694; run as root or make it 0444)"
+                ) from error
+            except (OSError, ValueError) as error:
+                raise _Unreadable(f"cannot read {path}: {error}") from error
+        return tuple(values)
+
+    def joules(self, start: tuple[int, ...], end: tuple[int, ...]) -> float:
+        total = 0
+        for zone, first, last in zip(self.zones, start, end, strict=True):
+            delta = last - first
+            if delta < 0:  # wrapped once: it counted up to max_energy_range_uj, then from 0
+                if zone.max_energy_range_uj is None:
+                    raise _Unreadable(f"{zone.path / 'energy_uj'} wrapped and its range is unknown")
+                delta += zone.max_energy_range_uj
+            total += delta
+        return total / 1e6
+
+
+def integrate_power(samples: Sequence[tuple[float, float]]) -> float | None:
+    """Joules from (t_s, watts) samples by the trapezoid rule; None with fewer than two."""
+    points = sorted(samples)
+    if len(points) < 2:
+        return None
+    return sum((t1 - t0) * (w0 + w1) / 2 for (t0, w0), (t1, w1) in itertools.pairwise(points))
+
+
+# --- the meter ---
+
+
+class EnergyMeter:
+    """start() before the timed phase, stop() after it. Neither raises: a failure is a reason.
+
+    `for_device` chooses the counter; stop() falls back to power samples on a GPU whose energy
+    counter cannot be read. A meter holding NVML releases it in stop() (or close())."""
+
+    def __init__(
+        self,
+        device: str,
+        counter: _NvmlCounter | _RaplCounter | None,
+        reason: str | None,
+        nvml: NvmlDevice | None = None,
+    ) -> None:
+        self.device = device
+        self._counter = counter
+        self._reason = reason  # why the counter is missing or failed
+        self._nvml = nvml
+        self._start: tuple[int, ...] | None = None
+        self._t0: float | None = None
+
+    @classmethod
+    def for_device(
+        cls, device: str, *, nvml: Any = None, powercap_root: Path = POWERCAP_ROOT
+    ) -> EnergyMeter:
+        """device: "cpu", "cuda:N" or "mps"; nvml: a pynvml module to use (tests)."""
+        if cuda_index(device) is not None:
+            opened = open_nvml_device(device, nvml)
+            if isinstance(opened, NvmlUnavailable):
+                return cls(device, None, NO_COUNTER if opened.absent else opened.reason)
+            return cls(device, _NvmlCounter(opened), None, opened)
+        if device == "cpu":
+            zones = rapl_packages(powercap_root)
+            return (
+                cls(device, _RaplCounter(zones), None) if zones else cls(device, None, NO_COUNTER)
+            )
+        return cls(device, None, NO_COUNTER)  # mps: Apple's power figures need root powermetrics
+
+    def start(self) -> EnergyMeter:
+        self._t0 = time.monotonic()
+        if self._counter is not None:
+            try:
+                self._start = self._counter.read()
+            except _Unreadable as error:
+                self._reason, self._start = str(error), None
+            except Exception as error:  # never into the training process
+                self._reason, self._start = f"energy counter failed: {error!r}", None
+        return self
+
+    def stop(self, power_samples: list[tuple[float, float]] | None = None) -> EnergyReading:
+        """The window's energy; `power_samples` are the device sampler's (t_s, watts) pairs,
+        used only when the GPU energy counter gave nothing."""
+        if self._t0 is None:
+            self.close()
+            return EnergyReading(None, None, "the energy meter was not started")
+        window = time.monotonic() - self._t0
+        try:
+            return self._measure(window, power_samples)
+        except Exception as error:  # a measurement must never end the cell's training
+            return EnergyReading(None, None, f"energy measurement failed: {error!r}", window)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._nvml is not None:
+            self._nvml.close()
+
+    def _measure(
+        self, window: float, power_samples: list[tuple[float, float]] | None
+    ) -> EnergyReading:
+        if self._counter is not None and self._start is not None:
+            try:
+                joules = self._counter.joules(self._start, self._counter.read())
+            except _Unreadable as error:
+                self._reason = str(error)
+            else:
+                if joules > 0:
+                    return EnergyReading(joules, self._counter.source, None, window)
+                # Zeus: a window shorter than the counter's update period reads 0.
+                reason = f"energy counter did not advance over the window ({window:.3f} s)"
+                return EnergyReading(None, None, reason, window)
+        if self._nvml is not None:  # a GPU without a usable counter: integrate its power
+            joules = integrate_power(power_samples or [])
+            if joules is not None and joules > 0:
+                return EnergyReading(joules, NVML_POWER_SOURCE, None, window)
+            missing = "no NVML power samples to integrate" if joules is None else "power read 0 W"
+            reason = f"{self._reason}; {missing}"
+            return EnergyReading(None, None, reason, window)
+        return EnergyReading(None, None, self._reason or NO_COUNTER, window)
