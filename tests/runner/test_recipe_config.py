@@ -229,6 +229,7 @@ def test_the_commented_examples_in_full_toml_are_valid(tmp_path):
         "# batch_scale_16bit",
         "# [torch]",
         "# compile =",
+        "# on_diverge =",
     ):
         assert line in text
         text = text.replace(line, line.removeprefix("# "))
@@ -237,3 +238,4 @@ def test_the_commented_examples_in_full_toml_are_valid(tmp_path):
     config = build_config(RunOptions(config=path))
     assert (config.loss_scale, config.accumulate) == ([None, 1024.0], [1, 4])
     assert (config.batch_scale_16bit, config.compile) == ([1, 2], [False, True])
+    assert config.on_diverge == "fallback"

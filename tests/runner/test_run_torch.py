@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -12,6 +13,8 @@ from pathlib import Path
 
 import pytest
 from processes import marked
+
+from mpbench.telemetry.sidefile import read_side_file
 
 pytest.importorskip("torch")
 
@@ -121,6 +124,42 @@ def test_each_policy_trains_and_records_its_effective_precision(tmp_path, tiny_c
     assert "mpbench run" in environment["command_line"]
     assert environment["detect"]
     assert "torch/mnist_dense/mixed_float16/r0" in result.stdout
+
+    # Telemetry (docs/telemetry.md): every ok cell has a side file with a loss per step, the
+    # fp16 cell a loss-scale series too, CPU samples, and energy null with the reason.
+    for record in (fp32, bf16, fp16):
+        telemetry = record["telemetry"]
+        side = read_side_file(telemetry["side_file"], run_dir=out)
+        assert side.identity == (record["run_id"], record["cell_id"], record["repeat"])
+        columns = side.numerics.columns
+        assert columns["step"] == list(range(1, 41)) and telemetry["steps"] == 40
+        assert all(math.isfinite(loss) for loss in columns["loss"])
+        has_scale = [s is not None for s in columns["loss_scale"]]
+        assert has_scale == [record is fp16] * 40
+        assert telemetry["grad_norm_median"] > 0
+        assert side.device.series["cpu_util_pct"] and telemetry["mean_cpu_util_pct"] is not None
+        assert record["energy"]["joules"] is None
+        assert record["energy"]["reason"] == "no energy counter on this machine"
+
+
+def test_a_diverged_cell_falls_back_one_step_down_the_ladder(tmp_path, tiny_config):
+    """--on-diverge fallback: a static scale of 1e30 skips every step, the detector ends the
+    fp16 cell at step 20 (its window), and a bf16 cell runs in its place, labelled so."""
+    out = tmp_path / "run"
+    result = run_torch(
+        tiny_config, out, *policies("fp16"), "--loss-scale", "1e30", "--on-diverge", "fallback"
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    got = records(out)
+    fp16, bf16 = got["mixed_float16"], got["mixed_bfloat16"]
+    assert fp16["status"] == "diverged" and fp16["fallback_of"] is None
+    assert fp16["divergence"]["signal"] == "skipped_fraction"
+    assert fp16["divergence"]["step"] == 20
+    skipped = read_side_file(fp16["telemetry"]["side_file"], run_dir=out).numerics.columns
+    assert skipped["skipped"] == [True] * 20  # its steps until the signal, all skipped
+    assert bf16["status"] == "ok" and bf16["fallback_of"] == fp16["cell_id"]
+    assert bf16["cell_id"] == "torch/mnist_dense/mixed_float16@ls1e+30~fallback-mixed_bfloat16/r0"
+    assert "fallback" in result.stdout
 
 
 def test_the_cifar_cnn_trains(tmp_path, tiny_config):

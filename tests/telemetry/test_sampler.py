@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -17,7 +14,6 @@ from mpbench.telemetry.sampler import (
     TelemetrySampler,
 )
 
-FAKE_PYNVML = Path(__file__).resolve().parents[1] / "fakes" / "pynvml_fake.py"
 CPU_SUMMARY_KEYS = {"samples", "interval_s", "mean_cpu_util_pct", "peak_rss_bytes"}
 GPU_SUMMARY_KEYS = {
     "mean_gpu_util_pct",
@@ -26,23 +22,6 @@ GPU_SUMMARY_KEYS = {
     "max_temperature_c",
     "mean_sm_clock_mhz",
 }
-
-
-@pytest.fixture
-def fake_nvml(monkeypatch):
-    """Install a fresh, configured pynvml fake: fake_nvml("A100", call_errors=...)."""
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
-
-    def install(*gpus, **config):
-        spec = importlib.util.spec_from_file_location("pynvml", FAKE_PYNVML)
-        fake = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(fake)
-        fake.configure(gpus=gpus, **config)
-        monkeypatch.setitem(sys.modules, "pynvml", fake)
-        return fake
-
-    return install
 
 
 def busy(seconds: float) -> int:
