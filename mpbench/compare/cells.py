@@ -217,6 +217,13 @@ class CellSummary:
     end_to_end: Estimate | None = None  # samples/s without per-step synchronisation
     end_to_end_pipeline: str | None = None
     drift: list[Drift] = field(default_factory=list)
+    # Telemetry (v4 records), medians over the finished repeats; None where not measured.
+    cpu_util_pct: float | None = None  # mean CPU utilisation (100 = one core busy)
+    gpu_util_pct: float | None = None
+    power_w: float | None = None  # mean power over the timed steps
+    energy_per_sample_j: float | None = None
+    energy_source: str | None = None  # what measured it ("NVML total energy counter", ...)
+    energy_reason: str | None = None  # why there is no energy, where the records say
 
     @property
     def policy(self) -> str:
@@ -336,6 +343,7 @@ def summarize(key: CellKey, records: list[CellRecord]) -> CellSummary:
     if rates:
         cell.end_to_end = of_repeats([rate for rate, _ in rates.values()])
         cell.end_to_end_pipeline = "; ".join(dict.fromkeys(p for _, p in rates.values()))
+    _summarize_telemetry(cell, ok)
     cell.drift = [
         Drift(r.run_id, r.repeat, r.step_time.first_half_median_s, r.step_time.second_half_median_s)
         for r in timed
@@ -344,6 +352,25 @@ def summarize(key: CellKey, records: list[CellRecord]) -> CellSummary:
         and r.step_time.second_half_median_s is not None
     ]
     return cell
+
+
+def _summarize_telemetry(cell: CellSummary, ok: list[CellRecord]) -> None:
+    """Device utilisation, power and energy per sample of the finished repeats (v4)."""
+    telemetry = [r.telemetry for r in ok if r.telemetry is not None]
+    cell.cpu_util_pct = _median(t.mean_cpu_util_pct for t in telemetry)
+    cell.gpu_util_pct = _median(t.mean_gpu_util_pct for t in telemetry)
+    cell.power_w = _median(t.mean_power_w for t in telemetry)
+    energy = [r.energy for r in ok if r.energy is not None]
+    measured = [e for e in energy if e.joules_per_sample is not None]
+    cell.energy_per_sample_j = _median(e.joules_per_sample for e in measured)
+    if measured:
+        cell.energy_source = "; ".join(dict.fromkeys(e.source for e in measured if e.source))
+        cell.energy_source = cell.energy_source or None
+    else:
+        # A cell with no finished repeat: why its repeats measured no energy, if they say.
+        tried = energy or [r.energy for r in cell.records if r.energy is not None]
+        reasons = dict.fromkeys(e.reason for e in tried if e.reason)
+        cell.energy_reason = "; ".join(reasons) if reasons else None
 
 
 def _median(values: Iterable[float | None]) -> float | None:

@@ -141,3 +141,30 @@ def loss_scale(scale: float | None, skipped: int | None) -> str:
     if skipped is not None:
         parts.append(f"{skipped} skipped")
     return " / ".join(parts)
+
+
+def util_percent(value: float | None) -> str:
+    """A utilisation already in percent (CPU: 100 is one core busy): '198 %', '7.5 %'."""
+    if value is None:
+        return DASH
+    return f"{value:.0f} %" if abs(value) >= 10 else f"{value:.1f} %"
+
+
+def _three_digits(value: float) -> str:
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    if abs(value) >= 10:
+        return f"{value:.1f}"
+    if abs(value) >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3g}"
+
+
+def watts(value: float | None) -> str:
+    """Mean power in W: '245', '41.3'."""
+    return DASH if value is None else _three_digits(value)
+
+
+def millijoules(joules: float | None) -> str:
+    """Energy per sample, given in joules, shown in mJ: 0.0123 J -> '12.3'."""
+    return DASH if joules is None else _three_digits(joules * 1000)

@@ -5,7 +5,11 @@ Per workload (and machine), two rows:
   per framework, a whisker for the 95 % interval the tables print, the value at its tip;
 - the step-time distribution of every policy (a box per framework, log axis when the
   policies differ more than tenfold), and per framework the training-loss curve of every
-  policy (points when the cells trained one epoch).
+  policy (points when the cells trained one epoch);
+- where the records name telemetry side files (v4 runs), a third row: per framework the
+  training loss at every kept step, and the loss-scale trajectory of the cells that scale
+  (fp16; log2 axis, skipped steps marked). A diverged cell's curve ends where it stopped.
+  Without side files (older runs) the figure has the two rows only.
 A value that does not exist (a skipped or failed cell, no float32 to divide by, a ratio that
 overflowed) is named where it would be drawn, never drawn as a zero. Drawn with Agg: files
 only, no display needed.
@@ -23,7 +27,14 @@ from mpbench.compare.cells import GroupKey
 from mpbench.compare.estimate import Estimate
 from mpbench.compare.labels import short_fingerprint
 from mpbench.compare.plot_bars import accuracy_panel, memory_panel, speedup_panel
-from mpbench.compare.plot_series import loss_panel, step_time_panel
+from mpbench.compare.plot_series import (
+    has_loss_scales,
+    has_step_losses,
+    loss_panel,
+    loss_scale_panel,
+    step_loss_panel,
+    step_time_panel,
+)
 from mpbench.compare.plot_style import Palette
 from mpbench.compare.report import Report
 from mpbench.compare.rows import WITHIN_RUN_NOTE, config_text, interval_kinds
@@ -48,7 +59,7 @@ def _matplotlib():
     return matplotlib
 
 
-def _caption(report: Report) -> str:
+def _caption(report: Report, side_files: dict | None = None) -> str:
     """What the whiskers, boxes and curves are, kind by kind, in the tables' words."""
     estimates: list[Estimate | None] = []
     for section in report.sections:
@@ -62,11 +73,23 @@ def _caption(report: Report) -> str:
     if within_run:
         kinds.append(WITHIN_RUN_NOTE)
     whiskers = "; ".join(kinds) if kinds else "none (single values)"
+    per_step = ""
+    if side_files:
+        per_step = (
+            " · per step (telemetry): one line per repeat, X where a diverged cell stopped; "
+            "loss scale on a log2 axis, rings at skipped steps; a fallback row dashed"
+        )
+    unread = sum("telemetry side file not used" in note for note in report.notes)
+    if unread:
+        per_step += (
+            f" · {unread} telemetry side file{'s' if unread > 1 else ''} could not be used: "
+            "those curves are left out (see the report's notes)"
+        )
     return (
         f"bars and points: values · whiskers: 95 % intervals, {whiskers} · boxes: quartiles "
         "of every timed step (warm-up excluded), whiskers to 1.5 × IQR, dots beyond · loss: "
         "mean over repeats in bold, each repeat thin · skipped or failed cells are named where "
-        "their value would be"
+        "their value would be" + per_step
     )
 
 
@@ -89,15 +112,17 @@ def build_figure(report: Report):
     from matplotlib.patches import Patch
 
     sections = report.sections
-    caption = textwrap.wrap(_caption(report), 175)
+    side_files = report.side_files()
+    telemetry = [_telemetry_panels(section, side_files) for section in sections]
+    caption = textwrap.wrap(_caption(report, side_files), 175)
     footer_in = LINE_IN * len(caption) + 0.2
-    section_in = 2 * ROW_IN + SECTION_TITLE_IN
-    height = HEADER_IN + section_in * len(sections) + footer_in
+    heights = [(3 if panels else 2) * ROW_IN + SECTION_TITLE_IN for panels in telemetry]
+    height = HEADER_IN + sum(heights) + footer_in
     fig = Figure(figsize=(WIDTH_IN, height), dpi=DPI, layout="constrained")
     parts = fig.subfigures(
         len(sections) + 2,
         1,
-        height_ratios=[HEADER_IN, *[section_in] * len(sections), footer_in],
+        height_ratios=[HEADER_IN, *heights, footer_in],
     )
     header, footer = parts[0], parts[-1]
     runs = ", ".join(report.runs)
@@ -117,8 +142,8 @@ def build_figure(report: Report):
         fontsize=11,
         frameon=False,
     )
-    for section, sub in zip(sections, parts[1:-1], strict=True):
-        _draw_section(sub, section, report, palette)
+    for section, sub, panels in zip(sections, parts[1:-1], telemetry, strict=True):
+        _draw_section(sub, section, report, palette, panels, side_files)
     footer.text(
         0.5,
         0.5,
@@ -154,11 +179,25 @@ def _group_namer(keys: list[GroupKey]) -> Callable[[GroupKey], str]:
     return name
 
 
-def _draw_section(sub, section, report: Report, palette: Palette) -> None:
+def _telemetry_panels(section, side_files: dict) -> list:
+    """The third row of a section, from the side files: per framework, the per-step loss,
+    then the loss scale where a cell has one (fp16). Empty (no third row) without side files."""
+    panels = []
+    for group in section.groups:
+        if has_step_losses(group, side_files):
+            panels.append((step_loss_panel, group))
+        if has_loss_scales(group, side_files):
+            panels.append((loss_scale_panel, group))
+    return panels
+
+
+def _draw_section(
+    sub, section, report: Report, palette: Palette, telemetry: list, side_files: dict
+) -> None:
     groups = section.groups
     lower = 1 + len(groups)  # the step-time panel, then one loss panel per framework
-    columns = 3 * lower // math.gcd(3, lower)
-    grid = sub.add_gridspec(2, columns)
+    columns = math.lcm(3, lower, len(telemetry) or 1)
+    grid = sub.add_gridspec(3 if telemetry else 2, columns)
     top_span, low_span = columns // 3, columns // lower
     sub.suptitle(_section_title(section), fontsize=12.5, fontweight="bold", x=0.01, ha="left")
     speedup_panel(sub.add_subplot(grid[0, 0:top_span]), section, palette)
@@ -168,6 +207,10 @@ def _draw_section(sub, section, report: Report, palette: Palette) -> None:
     for index, group in enumerate(groups, start=1):
         ax = sub.add_subplot(grid[1, index * low_span : (index + 1) * low_span])
         loss_panel(ax, section, group, palette.name(group.key))
+    span = columns // max(len(telemetry), 1)
+    for index, (panel, group) in enumerate(telemetry):
+        ax = sub.add_subplot(grid[2, index * span : (index + 1) * span])
+        panel(ax, section, group, palette.name(group.key), side_files)
 
 
 def write_plot(report: Report, path: Path) -> Path:

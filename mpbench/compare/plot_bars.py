@@ -27,8 +27,8 @@ from mpbench.compare.plot_style import (
     missing_text,
     offsets,
     policies,
-    policy_label,
     style_axes,
+    tick_label,
 )
 from mpbench.policies import BASELINE
 
@@ -158,7 +158,7 @@ def _missing(ax, entries_: list[Entry], y: float) -> None:
 def _policy_ticks(ax, section: Section) -> None:
     names = policies(section)
     ax.set_xticks(range(len(names)))
-    ax.set_xticklabels([policy_label(p) for p in names])
+    ax.set_xticklabels([tick_label(p) for p in names])
     ax.set_xlim(-0.6, len(names) - 0.4)
 
 

@@ -1,5 +1,6 @@
 """The per-step and per-epoch panels of `--plot`: the step-time distribution of each policy,
-and the training-loss curve of each policy, per framework."""
+the training-loss curve of each policy, per framework, and, from the telemetry side files
+(v4 runs), the per-step training loss and the fp16 loss-scale trajectory per framework."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 import statistics
 import textwrap
 
-from mpbench.compare.cells import CellSummary, PolicyGroup, Section
+from mpbench.compare.cells import FALLBACK_MARK, CellSummary, PolicyGroup, Section
 from mpbench.compare.plot_style import (
     LABEL_SIZE,
     NOTE_COLOUR,
@@ -23,8 +24,10 @@ from mpbench.compare.plot_style import (
     policy_colour,
     policy_label,
     style_axes,
+    tick_label,
 )
-from mpbench.results import Status
+from mpbench.results import CellRecord, Status
+from mpbench.telemetry.sidefile import SideFile
 
 # Medians of the policies spanning more than this (slowest / fastest): a log axis.
 LOG_SPREAD = 10.0
@@ -83,7 +86,7 @@ def step_time_panel(ax, section: Section, palette: Palette) -> None:
                 text = missing_text(cell, group)
                 missing.append((x + shifts[index], "no steps" if text == "n/a" else text))
     ax.set_xticks(range(len(names)))
-    ax.set_xticklabels([policy_label(p) for p in names])
+    ax.set_xticklabels([tick_label(p) for p in names])
     ax.set_xlim(-0.6, len(names) - 0.4)
     style_axes(ax)
     counts = _counts(section)
@@ -184,7 +187,7 @@ def loss_panel(ax, section: Section, group: PolicyGroup, name: str) -> None:
 def _loss_points(ax, names: list[str], group: PolicyGroup, curves: dict) -> None:
     """One epoch: a point per repeat at its policy, the mean as a bar-less marker."""
     ax.set_xticks(range(len(names)))
-    ax.set_xticklabels([policy_label(p) for p in names])
+    ax.set_xticklabels([tick_label(p) for p in names])
     ax.set_xlim(-0.6, len(names) - 0.4)
     ax.grid(axis="x", visible=False)
     values = [c[0] for cs in curves.values() for c in cs]
@@ -263,3 +266,155 @@ def _loss_lines(ax, names: list[str], group: PolicyGroup, curves: dict, epochs: 
     ax.set_xlim(0.7, epochs + 0.3)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.legend(handles, labels, loc="best", fontsize=8, framealpha=0.85, handlelength=1.6)
+
+
+# --- per-step numerics from the telemetry side files ---------------------------------------
+
+
+def _float(value) -> float:
+    """A side-file value for drawing: null (not recorded, non-finite) becomes a gap."""
+    return math.nan if value is None else float(value)
+
+
+def _side_curves(cell: CellSummary, side_files: dict) -> list[tuple[CellRecord, SideFile]]:
+    """(record, side file) of each repeat that has one, finished or diverged: a diverged
+    repeat's curve ends where it stopped."""
+    out = []
+    for record in cell.records:
+        side = side_files.get((record.run_id, record.cell_id, record.repeat))
+        if side is not None and record.status in (Status.OK, Status.DIVERGED):
+            out.append((record, side))
+    return out
+
+
+def _has_scale(side: SideFile) -> bool:
+    return any(v is not None for v in side.numerics.columns.get("loss_scale", []))
+
+
+def has_step_losses(group: PolicyGroup, side_files: dict) -> bool:
+    return any(_side_curves(cell, side_files) for cell in group.cells.values())
+
+
+def has_loss_scales(group: PolicyGroup, side_files: dict) -> bool:
+    return any(
+        _has_scale(side)
+        for cell in group.cells.values()
+        for _, side in _side_curves(cell, side_files)
+    )
+
+
+def _diverged_at(record: CellRecord, side: SideFile) -> int | None:
+    """The step a diverged repeat stopped at: its record says, else its last kept step."""
+    if record.status is not Status.DIVERGED:
+        return None
+    if record.divergence is not None:
+        return record.divergence.step
+    steps = side.numerics.columns.get("step") or []
+    return steps[-1] if steps else None
+
+
+def _curve_label(policy: str, curves: list[tuple[CellRecord, SideFile]]) -> str:
+    stops = [s for s in (_diverged_at(r, side) for r, side in curves) if s is not None]
+    label = policy_label(policy)
+    if len(curves) > 1:
+        label += f" ({len(curves)} repeats)"
+    if stops:
+        label += f" (diverged at step {', '.join(str(s) for s in stops)})"
+    return label
+
+
+def _stride_text(curves: list[tuple[CellRecord, SideFile]]) -> str:
+    strides = {side.numerics.stride for _, side in curves}
+    if strides == {1} or not strides:
+        return "optimizer step"
+    shown = "/".join(str(s) for s in sorted(strides))
+    return f"optimizer step (1 in {shown} kept)"
+
+
+def _per_step_lines(ax, section: Section, group: PolicyGroup, side_files: dict, column: str):
+    """One line per repeat of each policy row (legend once per row), in the policy's colour;
+    a fallback row dashed. Yields the values drawn, for the axis scale."""
+    names = [p for p in policies(section) if p in group.cells]
+    drawn: list[float] = []
+    strides: list[tuple[CellRecord, SideFile]] = []
+    for index, policy in enumerate(names):
+        cell = group.cells[policy]
+        curves = [(r, s) for r, s in _side_curves(cell, side_files)]
+        if column == "loss_scale":
+            curves = [(r, s) for r, s in curves if _has_scale(s)]
+        if not curves:
+            continue
+        strides += curves
+        colour = policy_colour(policy, index)
+        style = "--" if policy.endswith(FALLBACK_MARK) else "-"
+        thin = len(curves) > 1
+        label = _curve_label(policy, curves)
+        for number, (record, side) in enumerate(curves):
+            columns = side.numerics.columns
+            steps = columns["step"]
+            values = [_float(v) for v in columns[column]]
+            if column == "loss_scale":
+                values = [v if v > 0 else math.nan for v in values]
+            ax.plot(
+                steps,
+                values,
+                style,
+                color=colour,
+                linewidth=1.0 if thin else 1.6,
+                alpha=0.7 if thin else 1.0,
+                label=label if number == 0 else "_nolegend_",
+            )
+            drawn += [v for v in values if math.isfinite(v)]
+            stop = _diverged_at(record, side)
+            finite = [(s, v) for s, v in zip(steps, values, strict=True) if math.isfinite(v)]
+            if stop is not None and finite:
+                ax.scatter(*finite[-1], marker="X", s=60, color=colour, zorder=4)
+            if column == "loss_scale":
+                skipped = [
+                    (s, v)
+                    for s, v, skip in zip(steps, values, columns["skipped"], strict=True)
+                    if skip and math.isfinite(v)
+                ]
+                if skipped:
+                    xs, ys = zip(*skipped, strict=True)
+                    ax.scatter(xs, ys, marker="o", s=14, facecolors="none", edgecolors=colour)
+    return drawn, strides
+
+
+def step_loss_panel(ax, section: Section, group: PolicyGroup, name: str, side_files: dict):
+    """The training loss at every kept step, per policy (telemetry side files)."""
+    style_axes(ax, grid_axis="both")
+    label = "\n".join(textwrap.wrap(name, 28))
+    ax.set_title(f"{label}\ntraining loss per step", fontsize=TITLE_SIZE, fontweight="bold")
+    drawn, curves = _per_step_lines(ax, section, group, side_files, "loss")
+    positive = [v for v in drawn if v > 0]
+    if not drawn:
+        empty_panel(ax, "no finite loss in the telemetry")
+        return
+    if positive and len(positive) == len(drawn) and max(positive) / min(positive) > LOG_SPREAD:
+        log_axis(ax)
+        ax.set_ylabel("training loss (log scale)", fontsize=LABEL_SIZE)
+    else:
+        ax.set_ylabel("training loss", fontsize=LABEL_SIZE)
+    ax.set_xlabel(_stride_text(curves), fontsize=LABEL_SIZE)
+    ax.legend(loc="best", fontsize=8, framealpha=0.85, handlelength=1.6)
+
+
+def loss_scale_panel(ax, section: Section, group: PolicyGroup, name: str, side_files: dict):
+    """The dynamic loss scale at every kept step (fp16), log2 axis; rings: skipped steps."""
+    from matplotlib.ticker import FuncFormatter
+
+    style_axes(ax, grid_axis="both")
+    label = "\n".join(textwrap.wrap(name, 28))
+    ax.set_title(f"{label}\nloss scale (o: skipped step)", fontsize=TITLE_SIZE, fontweight="bold")
+    drawn, curves = _per_step_lines(ax, section, group, side_files, "loss_scale")
+    if not drawn:
+        empty_panel(ax, "no loss scale in the telemetry")
+        return
+    ax.set_yscale("log", base=2)
+    ax.yaxis.set_major_formatter(
+        FuncFormatter(lambda v, _: f"2^{math.log2(v):.0f}" if v > 0 else "")
+    )
+    ax.set_ylabel("loss scale (log2)", fontsize=LABEL_SIZE)
+    ax.set_xlabel(_stride_text(curves), fontsize=LABEL_SIZE)
+    ax.legend(loc="best", fontsize=8, framealpha=0.85, handlelength=1.6)

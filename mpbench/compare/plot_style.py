@@ -92,6 +92,12 @@ def policy_label(policy: str) -> str:
     return short(policy)
 
 
+def tick_label(policy: str) -> str:
+    """A row's tick: the policy, and its recipe mark on a second line (`fp16` /
+    `[loss scale 1024]`), so neighbouring ticks do not run into each other."""
+    return short(policy).replace(" ", "\n", 1)
+
+
 def offsets(count: int) -> tuple[list[float], float]:
     """x offsets of `count` side-by-side bars (or boxes) around a policy's tick, and a width."""
     width = 0.8 / max(count, 1)

@@ -98,6 +98,7 @@ def _cell_json(report: Report, group: PolicyGroup, policy: str, cell: CellSummar
         "mfu": cell.mfu,
         "mfu_measured": cell.mfu_measured,
         "measured_peak_tflops": cell.measured_peak_tflops,
+        **_telemetry_json(cell),
         "verdict": _verdict_json(group, policy),
         "drifting": bool(cell.drift),
         "drift": [
@@ -110,6 +111,30 @@ def _cell_json(report: Report, group: PolicyGroup, policy: str, cell: CellSummar
             for d in cell.drift
         ],
     }
+
+
+def _telemetry_json(cell: CellSummary) -> dict[str, Any]:
+    """Utilisation, power and energy (v4 records; null where not measured, and for energy the
+    reason the records give, so that a missing value is explained)."""
+    energy = cell.energy_per_sample_j
+    return {
+        "mean_cpu_util_pct": cell.cpu_util_pct,
+        "mean_gpu_util_pct": cell.gpu_util_pct,
+        "mean_power_w": cell.power_w,
+        "energy_per_sample_mj": energy * 1000 if energy is not None else None,
+        "energy_source": cell.energy_source,
+        "energy_reason": cell.energy_reason if energy is None else None,
+    }
+
+
+_TELEMETRY_COLUMNS = [
+    "mean_cpu_util_pct",
+    "mean_gpu_util_pct",
+    "mean_power_w",
+    "energy_per_sample_mj",
+    "energy_source",
+    "energy_reason",
+]
 
 
 def _baseline_json(match: BaselineMatch) -> dict[str, Any]:
@@ -235,6 +260,7 @@ _CSV_COLUMNS = [
     "achieved_tflops",
     "mfu",
     "mfu_measured",
+    *_TELEMETRY_COLUMNS,
     "drifting",
     "failed_gates",
     "inconclusive_gates",
@@ -297,6 +323,7 @@ def render_csv(report: Report) -> str:
             "achieved_tflops": cell.achieved_tflops,
             "mfu": cell.mfu,
             "mfu_measured": cell.mfu_measured,
+            **{name: data[name] for name in _TELEMETRY_COLUMNS},
             "drifting": data["drifting"],
             "failed_gates": ";".join(failed.get(data["cell"], [])),
             "inconclusive_gates": ";".join(unsure.get(data["cell"], [])),

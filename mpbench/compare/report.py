@@ -6,6 +6,8 @@ Renderers read a `Report` and nothing else; no formatting decisions are made her
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mpbench.compare.cells import (
     CellKey,
@@ -28,6 +30,9 @@ from mpbench.errors import InvalidInput
 from mpbench.policies import BASELINE
 from mpbench.results import CellRecord
 
+if TYPE_CHECKING:
+    from mpbench.telemetry.sidefile import SideFile
+
 MIN_GATE_REPEATS = 3
 
 
@@ -41,6 +46,29 @@ class Report:
     matches: list[BaselineMatch] = field(default_factory=list)
     results: list[GateResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # run_id -> the directories its records were read from: where their side files are.
+    run_dirs: dict[str, list[Path]] = field(default_factory=dict)
+    # (run_id, cell_id, repeat) -> its telemetry side file; None until read (side_files()).
+    loaded_side_files: dict[tuple[str, str, int], SideFile] | None = None
+
+    def side_files(self) -> dict[tuple[str, str, int], SideFile]:
+        """The readable side files of the compared records, read once; one that cannot be
+        used adds a note (telemetry.load_side_files) instead of stopping the comparison."""
+        if self.loaded_side_files is None:
+            from mpbench.compare.telemetry import load_side_files
+
+            records = [
+                (CellKey(g.key, policy), r)
+                for s in self.sections
+                for g in s.groups
+                for policy, cell in g.cells.items()
+                for r in cell.records
+            ]
+            self.loaded_side_files, notes = load_side_files(
+                records, self.run_dirs, self.labeler.cell
+            )
+            self.notes += notes
+        return self.loaded_side_files
 
     @property
     def failures(self) -> list[GateResult]:
@@ -74,12 +102,17 @@ def _run_ids(records: list[CellRecord]) -> list[str]:
 
 
 def build_report(
-    records: list[CellRecord], options: CompareOptions, baseline: list[CellRecord] | None = None
+    records: list[CellRecord],
+    options: CompareOptions,
+    baseline: list[CellRecord] | None = None,
+    run_dirs: dict[str, list[Path]] | None = None,
 ) -> Report:
+    """`run_dirs`: run_id -> the directories its records came from (telemetry.run_dirs),
+    where --plot finds the records' telemetry side files; without it, none are read."""
     cells = summarize_all(records)
     sections = build_sections(cells)
     labeler = Labeler(k.group for k in cells)
-    report = Report(_run_ids(records), sections, labeler, options)
+    report = Report(_run_ids(records), sections, labeler, options, run_dirs=dict(run_dirs or {}))
     if baseline is not None:
         report.baseline_runs = _run_ids(baseline)
         report.matches = _match(cells, summarize_all(baseline), options, labeler, report.notes)
@@ -90,6 +123,8 @@ def build_report(
         report.notes += notes
     report.notes += _pairing_notes(sections, labeler)
     report.notes += _repeat_notes(report.results)
+    if options.plot is not None:
+        report.side_files()  # before anything is rendered: its notes belong in every format
     return report
 
 

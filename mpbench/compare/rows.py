@@ -144,6 +144,7 @@ CELL, STEP, STEP_CI, SPEEDUP, E2E = "cell", "step ms", "step ms 95 %", "speed-up
 SAMPLES, MEMORY, MEMORY_RATIO, ACCURACY = "samples/s", "train mem", "mem ratio", "accuracy"
 ACCURACY_DELTA, LOSS_SCALE, MFU, MFU_MEASURED = "Δ acc", "loss scale", "MFU", "MFU meas."
 STATUS, SPREAD = "status", "p10–p90"
+CPU_UTIL, GPU_UTIL, POWER, ENERGY = "CPU util", "GPU util", "power W", "mJ/sample"
 _PRIORITY = {
     CELL: 0,
     SPEEDUP: 0,
@@ -160,6 +161,18 @@ _PRIORITY = {
     STEP_CI: 10,
     MFU: 11,
     MFU_MEASURED: 11,
+    # Telemetry: context for the speed numbers, the first to go at a narrow terminal.
+    ENERGY: 12,
+    POWER: 13,
+    GPU_UTIL: 13,
+    CPU_UTIL: 14,
+}
+# Telemetry columns: shown when a cell of the table has a value (v4 records).
+_TELEMETRY = {
+    CPU_UTIL: lambda c: c.cpu_util_pct,
+    GPU_UTIL: lambda c: c.gpu_util_pct,
+    POWER: lambda c: c.power_w,
+    ENERGY: lambda c: c.energy_per_sample_j,
 }
 
 
@@ -194,6 +207,7 @@ def section_table(section: Section, labeler: Labeler) -> TextTable:
     columns += [LOSS_SCALE] if any(c.loss_scale is not None for c in cells) else []
     columns += [MFU] if any(c.mfu is not None for c in cells) else []
     columns += [MFU_MEASURED] if any(c.mfu_measured is not None for c in cells) else []
+    columns += [n for n, value in _TELEMETRY.items() if any(value(c) is not None for c in cells)]
     columns += [STATUS]
     title = f"{section.workload} on {section.device} [{short_fingerprint(section.fingerprint)}]"
     table = TextTable(title, list(columns), priorities=[_PRIORITY[c] for c in columns])
@@ -235,6 +249,10 @@ def section_table(section: Section, labeler: Labeler) -> TextTable:
                 LOSS_SCALE: fmt.loss_scale(cell.loss_scale, cell.skipped_steps),
                 MFU: fmt.fraction_percent(cell.mfu),
                 MFU_MEASURED: fmt.fraction_percent(cell.mfu_measured),
+                CPU_UTIL: fmt.util_percent(cell.cpu_util_pct),
+                GPU_UTIL: fmt.util_percent(cell.gpu_util_pct),
+                POWER: fmt.watts(cell.power_w),
+                ENERGY: fmt.millijoules(cell.energy_per_sample_j),
                 STATUS: _status_cell(cell, notes),
             }
             table.rows.append([values[c] for c in columns])
@@ -243,7 +261,8 @@ def section_table(section: Section, labeler: Labeler) -> TextTable:
         table.verdicts += [f"{names[group.key]} {v.text()}" for v in group_verdicts(group)]
     table.group_ends.discard(len(table.rows) - 1)
     table.caption = "\n".join(_config_legend(names[g.key], g) for g in section.groups)
-    table.footnotes = _column_notes(kinds, columns) + notes.lines()
+    table.footnotes = _column_notes(kinds, columns) + _telemetry_notes(cells, columns)
+    table.footnotes += notes.lines()
     table.footnotes += interval_footnotes(shown) + drift_footnotes(section, labeler)
     if any(g.batch_scaled for g in section.groups):
         table.footnotes.append(
@@ -294,6 +313,26 @@ def _column_notes(kinds: set[str], columns: list[str]) -> list[str]:
             "MFU: achieved TFLOP/s over the datasheet peak of the policy's dtype; MFU meas.: "
             "against the matmul peak measured on this device (mpbench detect --measure)"
         )
+    return lines
+
+
+def _telemetry_notes(cells: list[CellSummary], columns: list[str]) -> list[str]:
+    """What the telemetry columns hold, and what measured the energy (or why it is missing)."""
+    shown = [c for c in (CPU_UTIL, GPU_UTIL, POWER) if c in columns]
+    lines = []
+    if shown:
+        lines.append(
+            ", ".join(shown) + ": means over the timed steps (median over repeats); CPU util: "
+            "100 % is one core busy"
+        )
+    if ENERGY in columns:
+        sources = sorted({c.energy_source for c in cells if c.energy_source})
+        text = "mJ/sample: energy over the timed steps per training sample"
+        text += f", measured by {'; '.join(sources)}" if sources else ""
+        reasons = sorted({c.energy_reason for c in cells if c.energy_reason})
+        if reasons:
+            text += f"; — where not measured: {'; '.join(reasons)}"
+        lines.append(text)
     return lines
 
 

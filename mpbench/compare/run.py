@@ -48,6 +48,15 @@ def load(paths: list[Path]) -> list[CellRecord]:
     return read_runs(paths)
 
 
+def _run_dirs(paths: list[Path], options: CompareOptions) -> dict[str, list[Path]] | None:
+    """Where each run's telemetry side files are; only --plot reads them."""
+    if options.plot is None:
+        return None
+    from mpbench.compare.telemetry import run_dirs
+
+    return run_dirs(paths)
+
+
 def run_compare(paths: list[Path] | None = None, **options: object) -> int:
     """Compare result files; `options` are `CompareOptions` fields (or pass `options=`)."""
     given = options.pop("options", None)
@@ -72,7 +81,7 @@ def compare(options: CompareOptions, stdout: TextIO | None = None) -> int:
         )
     records = load(paths)
     baseline = load([options.baseline]) if options.baseline is not None else None
-    report = build_report(records, options, baseline)
+    report = build_report(records, options, baseline, run_dirs=_run_dirs(paths, options))
     write_outputs(report, options, safe_stream(stdout or sys.stdout), inputs)
     return report.exit_code
 
