@@ -134,21 +134,6 @@ class Unsupported(Exception):
     the cell ends with status `skipped` and this reason."""
 
 
-# A cell whose optimizer steps were skipped (non-finite gradients) more often than this
-# did not train: it ends `diverged`, with its measurements kept (docs/recipes.md).
-MAX_SKIPPED_FRACTION = 0.5
-
-
-def skipped_verdict(skipped: int, counted: int, scale_text: str) -> tuple[str, str | None]:
-    """(status, reason) for a cell that skipped `skipped` of `counted` steps."""
-    if counted and skipped / counted > MAX_SKIPPED_FRACTION:
-        return "diverged", (
-            f"{skipped} of {counted} steps skipped for non-finite gradients "
-            f"(more than {MAX_SKIPPED_FRACTION:.0%}) with {scale_text}"
-        )
-    return "ok", None
-
-
 def check_finite(loss: float, step: int) -> float:
     if not math.isfinite(loss):
         raise Diverged(f"loss became {loss} at step {step}")

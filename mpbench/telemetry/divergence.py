@@ -27,7 +27,7 @@ MIN_SPIKE_POINTS = 10
 @dataclass
 class DivergenceRules:
     """The thresholds. `max_skipped_fraction` defaults to the whole-cell rule's
-    (`mpbench.backends.base.MAX_SKIPPED_FRACTION`); `spike_z` None turns the spike signal
+    (more than half of the steps skipped); `spike_z` None turns the spike signal
     off, and `min_loss_scale` 0 turns the floor off."""
 
     min_loss_scale: float = 1.0
@@ -74,7 +74,7 @@ class DivergenceDetector:
 
     `observe(step, loss, loss_scale, skipped)`:
     - `loss`: the step's loss as a float, or None where it was not read. Any non-finite loss
-      fires, skipped step or not, as the backends' `check_finite` does today.
+      fires, skipped step or not (`check_finite` guards what runs outside the timed steps).
     - `loss_scale`: pass it only for a *dynamic* scale (GradScaler, Keras'
       LossScaleOptimizer); a static scale never moves, so pass None and the floor never fires.
     - `skipped`: whether the optimizer skipped the step for non-finite gradients; None where
@@ -109,7 +109,7 @@ class DivergenceDetector:
         self, skipped: int, counted: int, scale_text: str | None = None
     ) -> Divergence | None:
         """The cell's verdict once it finished: the first signal that fired, else the whole-cell
-        rule of today's `skipped_verdict` (more than `max_skipped_fraction` of all `counted`
+        whole-cell rule (more than `max_skipped_fraction` of all `counted`
         steps skipped), which also judges cells shorter than the window. `scale_text` (e.g.
         "a static loss scale of 1024") ends the reason as it does today."""
         if self.fired is not None:

@@ -13,7 +13,9 @@ from collections.abc import Callable
 
 from mpbench.backends import base
 from mpbench.backends.base import CellSpec, Measurements, Progress
+from mpbench.backends.tensorflow.device import Placement
 from mpbench.results.schema import MemoryStats
+from mpbench.telemetry.cell import CellTelemetry
 from mpbench.telemetry.memory import fill as fill_memory
 from mpbench.workloads import get_workload
 
@@ -81,15 +83,34 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
         batches = loops.training_batches(
             data.x_train, data.y_train, plan, spec.batch_size, placement, micro
         )
-        meter = device.memory_meter(tf, placement)
-        if spec.loop == "fit":
-            trained = loops.train_with_fit(model, batches, plan, progress, total, micro)
-        else:
-            train_step = loops.custom_train_step(model, jit_compile)
+        if spec.loop == "custom":
+            train_step = loops.custom_train_step(model, jit_compile)  # traced on first call
             iterator = iter(batches)
-            trained = loops.train_with_custom_loop(
-                train_step, iterator, plan, progress, total, micro
-            )
+        meter = device.memory_meter(tf, placement)
+        # A dynamic loss scale moves, so its floor is a divergence signal; a static one not.
+        dynamic = state["loss_scaling"] and spec.loss_scale is None
+        telemetry = CellTelemetry(telemetry_device(placement), dynamic_scale=dynamic)
+        telemetry.start_timed()
+        try:
+            if spec.loop == "fit":
+                trained = loops.train_with_fit(
+                    model, batches, plan, progress, total, micro, telemetry
+                )
+            else:
+                trained = loops.train_with_custom_loop(
+                    train_step,
+                    iterator,
+                    plan,
+                    progress,
+                    total,
+                    micro,
+                    telemetry,
+                    loss_scaled=state["loss_scaling"],
+                )
+        except BaseException:
+            telemetry.close()  # a diverged cell (CellDiverged) stopped it already
+            raise
+        telemetry.stop_timed(plan.total_steps * spec.effective_batch)
         training_memory = meter.stop()
         # The allocator's peak over training (None on a CPU, where TF keeps no stats).
         device_peak = training_memory.peak_bytes if placement.is_gpu else None
@@ -127,15 +148,19 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
                 f"test loss is {test_loss} after {micro_batches_trained} micro-batches"
             )
         loss_scale = None
-        status, reason = "ok", None
+        status, reason, divergence = "ok", None, None
         if state["loss_scaling"]:
             static = spec.loss_scale is not None
             loss_scale = loops.loss_scale_stats(model.optimizer, micro_batches_trained, static)
             scale_text = (
                 f"a static loss scale of {spec.loss_scale:g}" if static else "a dynamic loss scale"
             )
+            # Counted in micro-batches (Keras skips single micro-batches, loss_scale_stats);
+            # cells shorter than the detector's window are judged on all their steps here.
             skipped, counted = loss_scale.skipped_steps or 0, loss_scale.counted_steps or 0
-            status, reason = base.skipped_verdict(skipped, counted, scale_text)
+            fired = telemetry.end_of_cell(skipped, counted, scale_text)
+            if fired is not None:
+                status, reason, divergence = "diverged", fired.reason, fired.to_dict()
 
     memory = MemoryStats(
         device_peak_allocated_bytes=device_peak, host_peak_rss_bytes=base.peak_rss_bytes()
@@ -169,4 +194,14 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
         micro_batches_per_step=micro,
         status=status,
         reason=reason,
+        telemetry=telemetry.report(),
+        divergence=divergence,
     )
+
+
+def telemetry_device(placement: Placement) -> str:
+    """The telemetry's device name, as torch names it: "cpu", or "cuda:N" with the cell's
+    CUDA index N (TensorFlow itself calls the one GPU it was left "/GPU:0", device.resolve)."""
+    if placement.is_gpu:
+        return f"cuda:{placement.info.index or 0}"
+    return "cpu"
