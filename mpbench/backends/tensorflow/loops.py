@@ -193,23 +193,38 @@ def gradient_health(gradients: list[tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor]:
 
 # What one call of the custom step returns: one float64 vector, read back in one transfer.
 LOSS, GRAD_NORM, NONFINITE_GRADS, LOSS_SCALE, APPLIED = range(5)
+# The custom loop computes the gradient health inside its (timed) step, so it samples it:
+# every GRADIENT_EVERY-th step the side file keeps. At most 1 step in 10 then pays the extra
+# reduction, which the median step time does not see; the fit loop has no gradients at all.
+GRADIENT_EVERY = 10
 
 
-def custom_train_step(model: keras.Model, jit_compile: bool) -> Callable[[Iterator], tf.Tensor]:
+@dataclass
+class CustomStep:
+    """The custom loop's step function and the switch for its gradient health (a variable
+    read in the graph, so switching it never retraces)."""
+
+    run: Callable[[Iterator], tf.Tensor]
+    check_gradients: tf.Variable
+
+    def __call__(self, iterator: Iterator) -> tf.Tensor:
+        return self.run(iterator)
+
+
+def custom_train_step(model: keras.Model, jit_compile: bool) -> CustomStep:
     """A hand-written step with the Keras 3 loss-scaling API: `scale_loss` inside the tape,
     then `apply`, which (for a LossScaleOptimizer) unscales and skips non-finite steps. For
     other optimizers `scale_loss` is the identity, so one step serves every policy.
 
     The step returns a float64 vector (indices LOSS ... APPLIED above): the loss; the
     gradients' global norm, unscaled, and their count of non-finite elements
-    (gradient_health, computed in the graph on every step: one traced function, never
-    retraced; choosing per step by `wants_gradients()` would need a second function. A
-    healthy step pays one reduction over the gradients, inside the timed step: measured
-    roughly on a CPU, mnist_dense float32 +4% at 32 units and +5..20% (noisy) at 1024); and,
-    for a
-    LossScaleOptimizer, the scale after the step and whether the micro-batch was applied
-    (1) or skipped (0), from the inner optimizer's `_iterations` read before and after
-    `apply`. Without a LossScaleOptimizer the last two are 0 and 1."""
+    (gradient_health, computed in the graph only while `check_gradients` is on: NaN and -1
+    otherwise. It is inside the timed step, where it cost roughly +4% at 32 units and
+    +5..20% (noisy) at 1024 on this CPU, so train_with_custom_loop turns it on for one step
+    in GRADIENT_EVERY only); and, for a LossScaleOptimizer, the scale after the step and
+    whether the micro-batch was applied (1) or skipped (0), from the inner optimizer's
+    `_iterations` read before and after `apply`. Without a LossScaleOptimizer the last two
+    are 0 and 1."""
     optimizer, loss_fn = model.optimizer, model.loss
     variables = model.trainable_variables
     optimizer.build(variables)  # create slots eagerly, not inside the traced step
@@ -221,6 +236,9 @@ def custom_train_step(model: keras.Model, jit_compile: bool) -> Callable[[Iterat
     def read(variable: keras.Variable) -> tf.Tensor:
         return tf.cast(variable.value, tf.float64)
 
+    check_gradients = tf.Variable(False, trainable=False, name="mpbench_check_gradients")
+    unchecked = (tf.constant(math.nan, tf.float64), tf.constant(-1.0, tf.float64))
+
     @tf.function(jit_compile=jit_compile)
     def train_on_batch(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
         with tf.GradientTape() as tape:
@@ -228,7 +246,9 @@ def custom_train_step(model: keras.Model, jit_compile: bool) -> Callable[[Iterat
             loss = loss_fn(y, probabilities)
             scaled_loss = optimizer.scale_loss(loss)
         gradients = tape.gradient(scaled_loss, variables)
-        norm, nonfinite = gradient_health(gradients)
+        norm, nonfinite = tf.cond(
+            check_gradients, lambda: gradient_health(gradients), lambda: unchecked
+        )
         if scaled:
             # Reads are ordered with `apply`'s updates (automatic control dependencies).
             norm = norm / read(optimizer.dynamic_scale)  # the scale these gradients carry
@@ -246,11 +266,11 @@ def custom_train_step(model: keras.Model, jit_compile: bool) -> Callable[[Iterat
         x, y = next(iterator)
         return train_on_batch(x, y)
 
-    return train_step
+    return CustomStep(train_step, check_gradients)
 
 
 def train_with_custom_loop(
-    train_step: Callable[[Iterator], tf.Tensor],
+    train_step: CustomStep,
     iterator: Iterator,
     plan: StepPlan,
     progress: Progress,
@@ -272,6 +292,8 @@ def train_with_custom_loop(
     result, timer = TrainResult(), StepTimer()
     epoch_losses: list[float] = []
     for step in range(1, plan.total_steps + 1):
+        check = telemetry is not None and telemetry.wants_gradients() and step % GRADIENT_EVERY == 1
+        train_step.check_gradients.assign(check)  # before the clock: not in the step's time
         timer.start()
         outputs = [train_step(iterator) for _ in range(micro)]
         # One read of every micro-batch's vector: it waits for the device.
@@ -283,7 +305,7 @@ def train_with_custom_loop(
         if telemetry is None:
             check_finite(loss, step)
         else:
-            norm = float(values[0, GRAD_NORM]) if micro == 1 else math.nan
+            norm = float(values[0, GRAD_NORM]) if micro == 1 and check else math.nan
             scale = float(values[-1, LOSS_SCALE]) if loss_scaled else None
             skipped = bool(values[:, APPLIED].sum() == 0) if loss_scaled else None
             telemetry.step(
@@ -292,7 +314,7 @@ def train_with_custom_loop(
                 scale,
                 skipped,
                 norm if math.isfinite(norm) else None,
-                int(values[:, NONFINITE_GRADS].sum()),
+                int(values[:, NONFINITE_GRADS].sum()) if check else None,
             )
         epoch_losses.append(loss)
         progress(step, total)
@@ -397,7 +419,7 @@ CUSTOM_PIPELINE = (
 
 
 def end_to_end_custom(
-    train_step: Callable[[Iterator], tf.Tensor],
+    train_step: CustomStep,
     iterator: Iterator,
     steps: int,
     batch_size: int,
@@ -410,6 +432,7 @@ def end_to_end_custom(
     Returns the stats and the micro-batches trained."""
     timer = StepTimer()  # one interval: the whole window
     loss = None
+    train_step.check_gradients.assign(False)  # free-running: no telemetry
     timer.start()
     for step in range(1, steps + 1):
         for _ in range(micro):
