@@ -313,7 +313,7 @@ def _run_cell(
         log_path = run_dir / "logs" / (spec.cell_id.replace("/", "__") + ".log")
         outcome = run_in_child(spec, config.timeout, log_path, reporter.step, options.verbose)
     version = package_version(spec.framework)
-    side_file = _write_side_file(run_dir, spec, cell_telemetry(outcome))
+    side_file = _write_side_file(run_dir, spec, cell_telemetry(outcome), outcome.warnings)
     record = build_record(
         spec, outcome, plan.traits, plan.fingerprint, version, plan.measured_peaks, side_file
     )
@@ -321,14 +321,27 @@ def _run_cell(
     return record, outcome.warnings
 
 
-def _write_side_file(run_dir: Path, spec: CellSpec, telemetry: dict | None) -> str | None:
+def _write_side_file(
+    run_dir: Path, spec: CellSpec, telemetry: dict | None, warnings: list[str]
+) -> str | None:
     """The cell's per-step numerics and device series beside results.jsonl (run-relative
-    path for the record). A full disk stops the run as a failed append does."""
+    path for the record). The series are secondary to the record: one that cannot be
+    written (a full disk) is a warning and a record whose side_file is null, and the
+    record's own append then decides whether the run can go on."""
     if telemetry is None:
         return None
-    return write_side_file(
-        run_dir, spec.run_id, spec.cell_id, spec.repeat, telemetry["numerics"], telemetry["device"]
-    )
+    try:
+        return write_side_file(
+            run_dir,
+            spec.run_id,
+            spec.cell_id,
+            spec.repeat,
+            telemetry["numerics"],
+            telemetry["device"],
+        )
+    except ResultsWriteError as exc:
+        warnings.append(f"{spec.cell_id}: telemetry series not saved ({exc})")
+        return None
 
 
 def _measured_peaks(
