@@ -82,13 +82,8 @@ def build_record(
     )
     if outcome.measurements is not None:
         _fill_measurements(record, outcome.measurements, measured_peaks or {})
-    raw = outcome.measurements or {}
-    _fill_telemetry(
-        record,
-        outcome.telemetry or raw.get("telemetry"),
-        outcome.divergence or raw.get("divergence"),
-        side_file,
-    )
+    divergence = outcome.divergence or (outcome.measurements or {}).get("divergence")
+    _fill_telemetry(record, cell_telemetry(outcome), divergence, side_file)
     return record
 
 
