@@ -171,6 +171,28 @@ def run(
         "stop there, or fallback: run it again one step down the precision ladder the device "
         "supports (fp16 -> bf16 -> fp32), recorded as a fallback of it (default: stop).",
     ),
+    nproc: list[str] | None = typer.Option(
+        None,
+        "--nproc",
+        help="Data-parallel replicas per node: torch runs the cell as a torchrun job (DDP; "
+        "gloo on CPU, nccl on CUDA), TensorFlow under MirroredStrategy (logical CPUs on a "
+        "CPU). Several (1,2): one cell each, scaling efficiency against 1 (default: 1).",
+    ),
+    grad_comm: str | None = typer.Option(
+        None,
+        "--grad-comm",
+        help="torch DDP gradient all-reduce precision: fp32 (no hook), fp16 or bf16 "
+        "(compression hooks) (default: fp32).",
+    ),
+    nnodes: int | None = typer.Option(
+        None, "--nnodes", help="torch: nodes of each data-parallel job (needs --rdzv-endpoint)."
+    ),
+    node_rank: int | None = typer.Option(
+        None, "--node-rank", help="torch: this node's rank among --nnodes (static rendezvous)."
+    ),
+    rdzv_endpoint: str | None = typer.Option(
+        None, "--rdzv-endpoint", help="torch: HOST:PORT where the nodes meet (every node the same)."
+    ),
     out: str | None = typer.Option(
         None, "--out", "-o", help="Run directory (default: results/<run-id>)."
     ),
@@ -212,6 +234,11 @@ def run(
         batch_scale_16bit=batch_scale_16bit or [],
         compile=compile_axis(compile_model, also_eager),
         on_diverge=on_diverge,
+        nproc=nproc or [],
+        grad_comm=grad_comm,
+        nnodes=nnodes,
+        node_rank=node_rank,
+        rdzv_endpoint=rdzv_endpoint,
         out=path_option("--out", out),
         timeout=timeout,
         threads=threads,

@@ -50,6 +50,13 @@ class CellSpec:
     batch_scale_16bit: int = 1  # this cell's factor; batch_size already includes it
     reference_batch_size: int | None = None  # the float32 reference's batch (batch scaling)
     compile: bool = False  # torch only: torch.compile the model
+    # Data parallelism (docs/distributed.md): replicas per node and nodes; batch_size is each
+    # replica's (weak scaling), so the job trains world_size x batch_size per step.
+    nproc: int = 1
+    nnodes: int = 1
+    node_rank: int | None = None  # this node's (several nodes); None: the rendezvous assigns it
+    rdzv_endpoint: str | None = None  # HOST:PORT where the nodes meet (several nodes)
+    grad_comm: str = "fp32"  # torch DDP: the gradient all-reduce's precision (comm hook)
     verbose: bool = False
     # Thread pools, pinned by the runner and identical for every policy of a run.
     intra_op_threads: int | None = None
@@ -76,7 +83,15 @@ class CellSpec:
             )
         if self.compile and self.framework == "torch":
             out["compile"] = True
+        if self.world_size > 1:  # group identity: a ratio is taken at one world size
+            out.update(world_size=self.world_size, nproc_per_node=self.nproc, nnodes=self.nnodes)
+            if self.framework == "torch":
+                out["grad_comm"] = self.grad_comm
         return out
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc * self.nnodes
 
     @property
     def effective_batch(self) -> int:
@@ -123,6 +138,12 @@ class Measurements:
     compile: Any = None  # CompileStats (torch --compile), as a dict in the record
     telemetry: dict[str, Any] | None = None  # CellTelemetry.report() (mpbench.telemetry.cell)
     divergence: dict[str, Any] | None = None  # the signal, where status is "diverged"
+    # A data-parallel cell: DistributedStats' fields as the backend knows them (world_size,
+    # nodes, nproc_per_node, launcher, backend, grad_comm, devices, rank_step_median_s,
+    # allreduce_s_per_step, allreduce_overlap_s_per_step, comm_source, unavailable); the
+    # record adds the derived ones (per-device throughput, straggler ratio, share, efficiency).
+    # step_times_s are then the job's (per step, the slowest rank) and samples_per_step global.
+    distributed: dict[str, Any] | None = None
 
 
 class Diverged(Exception):

@@ -15,13 +15,14 @@ from typing import Any
 
 from mpbench.errors import InvalidInput
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # Versions this reader understands. Version 1 records lack the fields added in 2 (training
 # memory, end-to-end throughput, drift, threads, measured-peak MFU), 2 those added in 3
-# (the training recipes: loss-scale mode and counts, accumulation, torch.compile), and 3
-# those added in 4 (telemetry, energy, divergence, fallback_of); they read as None. A reader
-# of version 3 refuses version 4 records by their version, not by a field.
-READABLE_VERSIONS = (1, 2, 3, 4)
+# (the training recipes: loss-scale mode and counts, accumulation, torch.compile), 3
+# those added in 4 (telemetry, energy, divergence, fallback_of), and 4 the one added in 5
+# (distributed); they read as None. A reader of version 4 refuses version 5 records by their
+# version, not by a field.
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 
 
 class Status(str, Enum):
@@ -219,6 +220,34 @@ class DivergenceInfo:
 
 
 @dataclass
+class DistributedStats:
+    """A data-parallel cell (v5, docs/distributed.md): how it ran and what the world cost.
+    The record's step time is the job's: per step, the slowest rank; its throughput global."""
+
+    world_size: int  # replicas (ranks, or a strategy's replicas in sync)
+    nodes: int
+    nproc_per_node: int
+    launcher: str  # "torchrun" | "tf.distribute.MirroredStrategy"
+    backend: str  # "gloo", "nccl", or the strategy's cross-device ops
+    grad_comm: str  # the gradient all-reduce's precision, as run: fp32 | fp16 | bf16
+    # "real": an accelerator per replica; "shared": rank processes sharing one CPU's cores;
+    # "logical": TensorFlow logical devices splitting one CPU. Only "real" measures scaling.
+    devices: str
+    per_device_samples_per_s: float | None = None
+    rank_step_median_s: list[float] = field(default_factory=list)  # rank order; [] if one process
+    straggler_ratio: float | None = None  # max / median of rank_step_median_s
+    allreduce_s_per_step: float | None = None  # median over the timed steps, rank 0
+    allreduce_overlap_s_per_step: float | None = None  # of that, overlapped with backward
+    allreduce_share: float | None = None  # allreduce_s_per_step / the job's median step
+    comm_source: str | None = None  # where the all-reduce times come from
+    # Weak scaling (fixed per-replica batch): thr_N / (N * thr_1) against `scaling_reference`,
+    # the same cell at world size 1 in the same run; None when that cell did not finish ok.
+    scaling_efficiency: float | None = None
+    scaling_reference: str | None = None
+    unavailable: dict[str, str] = field(default_factory=dict)  # field -> why it is missing
+
+
+@dataclass
 class CellRecord:
     run_id: str
     cell_id: str
@@ -253,6 +282,7 @@ class CellRecord:
     energy: EnergyStats | None = None
     divergence: DivergenceInfo | None = None
     fallback_of: str | None = None  # --on-diverge fallback: the cell_id of the diverged cell
+    distributed: DistributedStats | None = None  # --nproc N > 1 (or several nodes)
     hardware_fingerprint: str = ""
     wall_s: float | None = None
     schema_version: int = SCHEMA_VERSION

@@ -68,9 +68,15 @@ BOUNDS = {
             "step_time.first_half_median_s",
             "step_time.second_half_median_s",
             "end_to_end.seconds",
+            "distributed.rank_step_median_s",
+            "distributed.world_size",
+            "distributed.nodes",
+            "distributed.nproc_per_node",
         ),
         POSITIVE,
     ),
+    # A slowest rank is never faster than the median one.
+    "distributed.straggler_ratio": Bounds(low=1.0),
     "accuracy.test_accuracy": FRACTION,
 }
 

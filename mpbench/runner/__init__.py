@@ -19,6 +19,7 @@ from mpbench.backends.base import CellSpec
 from mpbench.errors import InvalidInput
 from mpbench.results import CellRecord, Status, append_record, write_csv, write_environment
 from mpbench.results.io import RESULTS_FILE, read_records
+from mpbench.results.scaling import weak_scaling_efficiency
 from mpbench.results.writer import ResultsWriteError, drop_torn_tail
 from mpbench.runner.cells import Cell, expand
 from mpbench.runner.config import RunConfig, RunOptions, build_config, contradictions
@@ -227,7 +228,10 @@ def _run_cells(
                         if record is not None:
                             reporter.cell_resumed(cell.spec.cell_id)
                         else:
-                            record = _run_and_keep(cell, config, run_dir, reporter, plan, options)
+                            reference = _scaling_reference(cell, records)
+                            record = _run_and_keep(
+                                cell, config, run_dir, reporter, plan, options, reference
+                            )
                             records.append(record)
                         cell = _fallback(cell, record, config, plan, reporter)
             except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (runner.signals)
@@ -262,13 +266,32 @@ def _run_and_keep(
     reporter: Reporter,
     plan: Plan,
     options: RunOptions,
+    reference: CellRecord | None = None,
 ) -> CellRecord:
     record, warnings = _run_cell(cell, config, run_dir, reporter, plan, options)
+    if record.distributed is not None and cell.scaling_reference is not None:
+        record.distributed.scaling_reference = cell.scaling_reference
+        if reference is not None:
+            record.distributed.scaling_efficiency = weak_scaling_efficiency(
+                record.throughput_samples_per_s,
+                reference.throughput_samples_per_s,
+                record.distributed.world_size,
+            )
     append_record(run_dir, record)  # ResultsWriteError: stop, keep the rest
     for message in warnings:
         reporter.warn(message)
     reporter.cell_finished(record)
     return record
+
+
+def _scaling_reference(cell: Cell, records: list[CellRecord]) -> CellRecord | None:
+    """The finished ok world-size-1 twin of a data-parallel cell, if this run has it."""
+    if cell.scaling_reference is None:
+        return None
+    for record in records:
+        if record.cell_id == cell.scaling_reference and record.status is Status.OK:
+            return record
+    return None
 
 
 def _fallback(

@@ -6,6 +6,7 @@ support) are kept as cells with a skip reason, so the results say why they are m
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import itertools
 import os
@@ -35,6 +36,8 @@ class Cell:
     spec: CellSpec
     skip_reason: str | None = None  # set when the cell is decided without running it
     fallback_of: str | None = None  # --on-diverge fallback: the diverged cell's id
+    # A data-parallel cell: the same cell at world size 1 in this run, its scaling reference.
+    scaling_reference: str | None = None
 
 
 def installed(framework: str) -> bool:
@@ -117,6 +120,16 @@ def resolve_device(requested: str, report) -> tuple[str, DeviceTraits]:
     return (f"cuda:{index}" if kind == "cuda" else kind), traits
 
 
+def _check_gpus_per_node(nproc: int, report) -> None:
+    """Each replica of a node needs a GPU of its own (cuda:0 .. cuda:N-1)."""
+    mapping = report.cuda_mapping() if report.gpus else None
+    if nproc > 1 and mapping is not None and mapping.known and nproc > len(mapping.gpus):
+        raise InvalidInput(
+            f"--nproc {nproc}: each replica needs a GPU of its own, and CUDA numbers "
+            f"{len(mapping.gpus)} here"
+        )
+
+
 def _check_cuda_index(index: int, report) -> None:
     if report.gpus:
         mapping = report.cuda_mapping()
@@ -139,6 +152,8 @@ def _check_cuda_index(index: int, report) -> None:
 
 def expand(config: RunConfig, report, run_id: str) -> tuple[str, DeviceTraits, list[Cell]]:
     device, traits = resolve_device(config.device, report)
+    if device.startswith("cuda"):
+        _check_gpus_per_node(max(config.nproc), report)
     frameworks = resolve_frameworks(config.frameworks)
     workloads = [get_workload(name) for name in config.workload_names]
     policies = resolve_policies(config.policies, traits)
@@ -183,11 +198,22 @@ def expand(config: RunConfig, report, run_id: str) -> tuple[str, DeviceTraits, l
                             batch_scale_16bit=recipe.batch_scale_16bit,
                             reference_batch_size=settings.batch_size,
                             compile=recipe.compile,
+                            nproc=recipe.nproc,
+                            nnodes=config.nnodes,
+                            node_rank=config.node_rank,
+                            rdzv_endpoint=config.rdzv_endpoint,
+                            grad_comm=recipe.grad_comm,
                             intra_op_threads=threads,
                             inter_op_threads=threads,
                         )
                         skip = _skip_reason(policy, traits, framework, missing)
-                        cells.append(Cell(spec, skip))
+                        reference = None
+                        if spec.world_size > 1 and config.nnodes == 1 and 1 in config.nproc:
+                            single = dataclasses.replace(recipe, nproc=1, grad_comm="fp32")
+                            reference = cell_id(
+                                framework, workload.name, policy.name, single, repeat
+                            )
+                        cells.append(Cell(spec, skip, scaling_reference=reference))
     return device, traits, cells
 
 
@@ -199,6 +225,9 @@ class Recipe:
     accumulate: int = 1
     batch_scale_16bit: int = 1
     compile: bool = False
+    nproc: int = 1  # replicas per node
+    nnodes: int = 1
+    grad_comm: str = "fp32"  # torch data-parallel cells only
 
     def suffix(self) -> str:
         """The cell id's mark for every value that is not the default: `@ls1024@acc4`."""
@@ -211,6 +240,12 @@ class Recipe:
             marks.append(f"@bs{self.batch_scale_16bit}")
         if self.compile:
             marks.append("@compiled")
+        if self.nproc != 1:
+            marks.append(f"@np{self.nproc}")
+        if self.nnodes != 1:
+            marks.append(f"@nodes{self.nnodes}")
+        if self.grad_comm != "fp32":
+            marks.append(f"@comm-{self.grad_comm}")
         return "".join(marks)
 
 
@@ -219,13 +254,20 @@ def recipes(config: RunConfig, framework: str, policy: Policy) -> list[Recipe]:
     an axis that does not apply keeps its default instead of repeating an identical cell.
 
     A loss scale applies to mixed_float16 only, the batch factor to the 16-bit policies only
-    (float32 is their reference at 1x), torch.compile to torch only; accumulation to all."""
+    (float32 is their reference at 1x), torch.compile to torch only; accumulation and the
+    world size to all. The gradient-communication precision marks torch cells of more than
+    one replica only. World size is the outer loop: a world-size-1 cell runs before the
+    data-parallel cells that take it as their scaling reference."""
     sixteen = policy.compute_dtype in ("float16", "bfloat16")
     loss_scales = config.loss_scale if policy.name == "mixed_float16" else [None]
     batch_scales = config.batch_scale_16bit if sixteen else [1]
     compiles = config.compile if framework == "torch" else [False]
-    combos = itertools.product(config.accumulate, compiles, batch_scales, loss_scales)
-    found = [Recipe(ls, acc, bs, comp) for acc, comp, bs, ls in combos]
+    combos = itertools.product(config.nproc, config.accumulate, compiles, batch_scales, loss_scales)
+    found = []
+    for nproc, acc, comp, bs, ls in combos:
+        parallel = nproc * config.nnodes > 1
+        comm = config.grad_comm if parallel and framework == "torch" else "fp32"
+        found.append(Recipe(ls, acc, bs, comp, nproc, config.nnodes, comm))
     return list(dict.fromkeys(found))
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import importlib.util
 import json
 import os
 import signal
@@ -76,6 +77,16 @@ def run(spec: CellSpec, events: Events) -> None:
     fault = requested_fault(spec.cell_id)
     if fault:
         inject(fault)
+    if spec.framework == "torch" and spec.world_size > 1:
+        # A torchrun job: this process launches it and relays its ranks' events.
+        from mpbench.runner.launchers.torchrun import run_job
+
+        if importlib.util.find_spec("torch") is None:
+            hint = INSTALL_HINTS["torch"]
+            events.send("failed", status="skipped", reason=f"torch is not installed: {hint}")
+            return
+        run_job(spec, events.send, events.progress)
+        return
     try:
         backend = get_backend(spec.framework)
     except ImportError as exc:
@@ -146,7 +157,14 @@ def main(argv: list[str]) -> int:
     events = Events(fd)
     try:
         run(spec, events)
-    except CellDiverged as exc:  # a divergence signal: what the cell measured comes along
+    except Exception as exc:
+        send_failure(events, exc)
+    return 0
+
+
+def send_failure(events: Events, exc: Exception) -> None:
+    """The final `failed` event for an exception that ended a cell (or a rank of one)."""
+    if isinstance(exc, CellDiverged):  # a divergence signal: what it measured comes along
         events.send(
             "failed",
             status="diverged",
@@ -154,12 +172,11 @@ def main(argv: list[str]) -> int:
             divergence=exc.divergence.to_dict(),
             telemetry=exc.telemetry,
         )
-    except Exception as exc:
-        status, reason = classify(exc)
-        if status == "error":
-            traceback.print_exc()  # into the cell's log file, for the curious
-        events.send("failed", status=status, reason=reason)
-    return 0
+        return
+    status, reason = classify(exc)
+    if status == "error":
+        traceback.print_exc()  # into the cell's log file, for the curious
+    events.send("failed", status=status, reason=reason)
 
 
 if __name__ == "__main__":

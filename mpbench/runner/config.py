@@ -31,6 +31,7 @@ PACKAGE_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 DATA_MODES = ("auto", "real", "synthetic")
 LOOPS = ("fit", "custom")
 ON_DIVERGE = ("stop", "fallback")  # docs/telemetry.md
+GRAD_COMMS = ("fp32", "fp16", "bf16")  # docs/distributed.md: the DDP communication hook
 # numpy's legacy seeding (and so the data order of every cell) takes 0 .. 2**32 - 1; each
 # repeat runs with seed + repeat, which must stay inside that range too.
 SEED_MAX = 2**32 - 1
@@ -120,13 +121,23 @@ WORKLOAD_SETTINGS = {
 }
 TENSORFLOW_SETTINGS = {"loop": Setting(str, "--loop"), "jit": Setting(bool, "--jit")}
 TORCH_SETTINGS = {"compile": Setting(bool, "--compile")}
-TABLES = ("run", "workloads", "tensorflow", "torch")
+# Data-parallel cells (docs/distributed.md). nproc is a matrix axis (`--nproc 1,2`: the same
+# cell at each world size); the rest say where the job's other nodes are.
+DISTRIBUTED_SETTINGS = {
+    "nproc": Setting(int, "--nproc", 1, 1024, why="processes (replicas) per node"),
+    "grad_comm": Setting(str, "--grad-comm"),
+    "nnodes": Setting(int, "--nnodes", 1, 4096),
+    "node_rank": Setting(int, "--node-rank", 0, 4095),
+    "rdzv_endpoint": Setting(str, "--rdzv-endpoint"),
+}
+TABLES = ("run", "workloads", "tensorflow", "torch", "distributed")
 # The recipe settings that are matrix axes: a value or a list of values, each its own cell.
 AXES = {
     "loss_scale": RUN_SETTINGS["loss_scale"],
     "accumulate": RUN_SETTINGS["accumulate"],
     "batch_scale_16bit": RUN_SETTINGS["batch_scale_16bit"],
     "compile": TORCH_SETTINGS["compile"],
+    "nproc": DISTRIBUTED_SETTINGS["nproc"],
 }
 MAX_AXIS_VALUES = 16
 AXIS_DEFAULTS: dict[str, Any] = {
@@ -134,6 +145,7 @@ AXIS_DEFAULTS: dict[str, Any] = {
     "accumulate": 1,
     "batch_scale_16bit": 1,
     "compile": False,
+    "nproc": 1,
 }
 
 
@@ -166,6 +178,11 @@ class RunOptions:
     accumulate: list[str] = field(default_factory=list)
     batch_scale_16bit: list[str] = field(default_factory=list)
     compile: list[bool] = field(default_factory=list)  # [True], [False] or [False, True]
+    nproc: list[str] = field(default_factory=list)  # replicas per node, each its own cell
+    grad_comm: str | None = None
+    nnodes: int | None = None
+    node_rank: int | None = None
+    rdzv_endpoint: str | None = None
     measure_peak: bool = False
     resume: bool = False
     verbose: bool = False
@@ -212,6 +229,14 @@ class RunConfig:
     # A diverged cell: "stop" there, or "fallback": run it again one step down the precision
     # ladder the device supports (runner/fallback.py), as a cell of its own.
     on_diverge: str = "stop"
+    # Data parallelism (docs/distributed.md): replicas per node, each value its own cell, and
+    # the gradient all-reduce's precision. nnodes > 1 needs the rendezvous endpoint; node_rank
+    # and rdzv_endpoint say where this node is, not what is measured (a resume may change them).
+    nproc: list[int] = field(default_factory=lambda: [1])
+    grad_comm: str = "fp32"
+    nnodes: int = 1
+    node_rank: int | None = None
+    rdzv_endpoint: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -304,6 +329,9 @@ def parse_file(path: Path) -> dict[str, Any]:
         _check_table(path, f"workloads.{name}", table, WORKLOAD_SETTINGS)
     tensorflow = _check_table(path, "tensorflow", raw.get("tensorflow", {}), TENSORFLOW_SETTINGS)
     torch = _check_table(path, "torch", raw.get("torch", {}), TORCH_SETTINGS)
+    distributed = _check_table(
+        path, "distributed", raw.get("distributed", {}), DISTRIBUTED_SETTINGS
+    )
     for name in ("loss_scale", "accumulate", "batch_scale_16bit"):
         if name in run:
             run[name] = axis_values(name, f"config {path}: [run] {name} =", run[name])
@@ -311,7 +339,17 @@ def parse_file(path: Path) -> dict[str, Any]:
         torch["compile"] = axis_values(
             "compile", f"config {path}: [torch] compile =", torch["compile"]
         )
-    return {"run": run, "workloads": workloads, "tensorflow": tensorflow, "torch": torch}
+    if "nproc" in distributed:
+        distributed["nproc"] = axis_values(
+            "nproc", f"config {path}: [distributed] nproc =", distributed["nproc"]
+        )
+    return {
+        "run": run,
+        "workloads": workloads,
+        "tensorflow": tensorflow,
+        "torch": torch,
+        "distributed": distributed,
+    }
 
 
 def axis_values(name: str, where: str, value: Any) -> list[Any]:
@@ -375,7 +413,7 @@ def _jit(value: str | bool) -> bool:
 def file_config(path: Path | None) -> RunConfig:
     """The workloads' reference values < the config file (already checked by parse_file)."""
     parsed = parse_file(path) if path else {table: {} for table in TABLES}
-    run, tensorflow = parsed["run"], parsed["tensorflow"]
+    run, tensorflow, distributed = parsed["run"], parsed["tensorflow"], parsed["distributed"]
     workloads: dict[str, WorkloadSettings] = {}
     for name, spec in WORKLOADS.items():
         table = parsed["workloads"].get(name, {})
@@ -410,6 +448,13 @@ def file_config(path: Path | None) -> RunConfig:
         batch_scale_16bit=run.get("batch_scale_16bit", [1]),
         compile=parsed["torch"].get("compile", [False]),
         on_diverge=_choice("on_diverge in [run]", run.get("on_diverge", "stop"), ON_DIVERGE),
+        nproc=distributed.get("nproc", [1]),
+        grad_comm=_choice(
+            "grad_comm in [distributed]", distributed.get("grad_comm", "fp32"), GRAD_COMMS
+        ),
+        nnodes=distributed.get("nnodes", 1),
+        node_rank=distributed.get("node_rank"),
+        rdzv_endpoint=distributed.get("rdzv_endpoint"),
     )
 
 
@@ -459,6 +504,14 @@ def apply_options(config: RunConfig, options: RunOptions) -> RunConfig:
         merged.on_diverge = _choice("--on-diverge", options.on_diverge, ON_DIVERGE)
     if options.jit is not None:
         merged.jit = _jit(options.jit)
+    if options.grad_comm is not None:
+        merged.grad_comm = _choice("--grad-comm", options.grad_comm, GRAD_COMMS)
+    for name in ("nnodes", "node_rank", "rdzv_endpoint"):
+        value = getattr(options, name)
+        if value is not None:
+            setattr(
+                merged, name, DISTRIBUTED_SETTINGS[name].check(f"--{name.replace('_', '-')}", value)
+            )
     for name, setting in AXES.items():
         given = getattr(options, name)
         if given:
@@ -480,6 +533,33 @@ def check_combination(config: RunConfig) -> None:
         if not Path(config.data_dir).exists():
             raise InvalidInput(f"--data-dir {config.data_dir}: no such file or directory")
         config.data_dir = str(Path(config.data_dir).resolve())  # as above
+    check_nodes(config)
+
+
+def check_nodes(config: RunConfig) -> None:
+    """Several nodes need a rendezvous endpoint (HOST:PORT) every node can reach; a node rank
+    must name one of the nodes."""
+    if config.nnodes > 1 and not config.rdzv_endpoint:
+        raise InvalidInput(
+            f"--nnodes {config.nnodes}: the nodes meet at a rendezvous endpoint; pass "
+            "--rdzv-endpoint HOST:PORT (the same on every node, e.g. the first node's name)"
+        )
+    if config.node_rank is not None and config.node_rank >= config.nnodes:
+        raise InvalidInput(
+            f"--node-rank {config.node_rank}: must be below --nnodes ({config.nnodes})"
+        )
+    if config.rdzv_endpoint is not None:
+        endpoint_parts(config.rdzv_endpoint)
+
+
+def endpoint_parts(endpoint: str) -> tuple[str, int]:
+    """HOST:PORT -> (host, port); InvalidInput unless the port is 1-65535."""
+    host, _, port = endpoint.strip().rpartition(":")
+    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise InvalidInput(
+            f"--rdzv-endpoint {endpoint!r}: must be HOST:PORT with a port from 1 to 65535"
+        )
+    return host, int(port)
 
 
 def build_config(options: RunOptions) -> RunConfig:
@@ -503,7 +583,7 @@ def contradictions(stored: RunConfig, options: RunOptions) -> list[str]:
             found.append(
                 f"{option} {getattr(resumed, target)} (the run has {getattr(stored, target)})"
             )
-    for name in ("loop", "jit", "on_diverge"):
+    for name in ("loop", "jit", "on_diverge", "grad_comm", "nnodes"):
         if getattr(resumed, name) != getattr(stored, name):
             option = "--" + name.replace("_", "-")
             found.append(f"{option} {getattr(options, name)} (the run has {getattr(stored, name)})")

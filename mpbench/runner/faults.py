@@ -1,7 +1,9 @@
 """Test hooks that make a cell fail on purpose, to prove a failing cell loses nothing else.
 
 Set MPBENCH_FAULT=<kind>[@<text>] in the environment of `mpbench run`; the fault fires in
-every cell whose id contains <text> (every cell without it). Kinds:
+every cell whose id contains <text> (every cell without it). The ranks of a torchrun job
+match against `<cell id>#rank<R>`, so `hang@#rank1` hangs rank 1 of every job alone (the
+cell process, whose id has no `#`, is spared). Kinds:
   raise    the cell raises an exception                  -> status error
   oom      the cell exhausts memory (MemoryError)        -> status oom
   hang     the cell never finishes                       -> status timeout

@@ -22,6 +22,12 @@ def preflight(config: RunConfig, cells: list[Cell], warn: Callable[[str], None])
     from mpbench.data import check_data  # numpy: only when a run really starts
 
     running = dict.fromkeys(cell.spec.workload for cell in cells if cell.skip_reason is None)
+    parallel = max((cell.spec.nproc for cell in cells if cell.skip_reason is None), default=1)
+    if parallel > 1 and cells[0].spec.device == "cpu":
+        warn(
+            f"--nproc {parallel} on a CPU: the replicas share its cores, so the figures "
+            "measure the data-parallel plumbing, not scaling"
+        )
     for name in running:
         workload = get_workload(name)
         settings = config.workloads[name]
@@ -46,7 +52,7 @@ def preflight(config: RunConfig, cells: list[Cell], warn: Callable[[str], None])
         # 16-bit batch factor and accumulation multiply it), largest first: the same rule
         # each cell applies, said once.
         batches = {
-            cell.spec.effective_batch
+            cell.spec.effective_batch * cell.spec.world_size
             for cell in cells
             if cell.spec.workload == name and cell.skip_reason is None
         }
@@ -69,6 +75,6 @@ def _recipe_hint(batch: int, configured: int) -> str:
     if batch == configured:
         return ""
     return (
-        f" (the batch {configured} grown by --batch-scale-16bit and --accumulate to {batch} "
-        "samples per optimizer step)"
+        f" (the batch {configured} grown by --batch-scale-16bit, --accumulate and the world "
+        f"size of --nproc to {batch} samples per optimizer step)"
     )

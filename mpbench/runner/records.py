@@ -14,6 +14,7 @@ from mpbench.results import (
     CompileStats,
     DataInfo,
     DeviceInfo,
+    DistributedStats,
     DivergenceInfo,
     EndToEndStats,
     EnergyStats,
@@ -23,6 +24,7 @@ from mpbench.results import (
     StepTimeStats,
     TelemetryStats,
 )
+from mpbench.results.scaling import straggler_ratio
 from mpbench.runner.execute import Outcome
 from mpbench.workloads import get_workload
 
@@ -53,8 +55,10 @@ def build_record(
     ("fp32", "bf16", ...), from `detect --measure`'s cache; None when not measured.
     `side_file`: where the runner wrote the cell's telemetry series (run-relative)."""
     workload = get_workload(spec.workload)
-    # A timed step is one optimizer step: `accumulate` micro-batches' worth of work.
+    # A timed step is one optimizer step: `accumulate` micro-batches' worth of work, on each
+    # of the world's replicas.
     flops = workload.flops_per_step(spec.batch_size, spec.units) * spec.accumulate
+    flops *= spec.world_size
     config = spec.config()
     config.update(
         device=spec.device,
@@ -144,3 +148,23 @@ def _fill_measurements(
         record.measured_peak_tflops = measured_peaks.get(resolve(record.policy).peak_key)
         if record.measured_peak_tflops:
             record.mfu_measured = record.achieved_tflops / record.measured_peak_tflops
+    if raw.get("distributed"):
+        record.distributed = _distributed(raw["distributed"], record)
+
+
+def _distributed(raw: dict[str, Any], record: CellRecord) -> DistributedStats:
+    """The backend's figures plus those derived from the job's step time: throughput per
+    replica, the all-reduce's share of a step, the straggler ratio. MFU stays against one
+    device's peak, so it is divided by the world size too."""
+    stats = DistributedStats(**raw)
+    world = stats.world_size
+    if record.throughput_samples_per_s:
+        stats.per_device_samples_per_s = record.throughput_samples_per_s / world
+    median = record.step_time.median_s if record.step_time else None
+    if stats.allreduce_s_per_step is not None and median:
+        stats.allreduce_share = stats.allreduce_s_per_step / median
+    stats.straggler_ratio = straggler_ratio(stats.rank_step_median_s)
+    for name in ("mfu", "mfu_measured"):
+        if getattr(record, name) is not None:
+            setattr(record, name, getattr(record, name) / world)
+    return stats

@@ -91,12 +91,54 @@ def test_unknown_fields_and_missing_files_are_rejected(tmp_path):
         read_records(tmp_path)
     with pytest.raises(SchemaError, match="no such results file"):
         read_records(tmp_path / "missing")
-    assert SCHEMA_VERSION == 4
+    assert SCHEMA_VERSION == 5
+
+
+def test_a_version_4_record_reads_without_the_distributed_field(tmp_path):
+    raw = make_record().to_dict()
+    del raw["distributed"]
+    raw["schema_version"] = 4
+    (tmp_path / "results.jsonl").write_text(json.dumps(raw) + "\n")
+    (record,) = read_records(tmp_path)
+    assert record.distributed is None
+
+
+def test_a_distributed_record_round_trips_and_its_bounds_are_checked(tmp_path):
+    from mpbench.results import DistributedStats
+
+    record = make_record()
+    record.distributed = DistributedStats(
+        world_size=2,
+        nodes=1,
+        nproc_per_node=2,
+        launcher="torchrun",
+        backend="gloo",
+        grad_comm="bf16",
+        devices="shared",
+        rank_step_median_s=[0.01, 0.012],
+        straggler_ratio=1.09,
+        allreduce_s_per_step=0.002,
+        unavailable={"allreduce_overlap_s_per_step": "why"},
+    )
+    path = tmp_path / "results.jsonl"
+    path.write_text(json.dumps(record.to_dict()) + "\n")
+    (back,) = read_records(tmp_path)
+    assert back.distributed == record.distributed
+    for field, value, message in (
+        ("straggler_ratio", 0.5, "distributed.straggler_ratio"),
+        ("world_size", 0, "distributed.world_size"),
+        ("rank_step_median_s", [0.01, 0.0], "distributed.rank_step_median_s"),
+    ):
+        raw = record.to_dict()
+        raw["distributed"][field] = value
+        path.write_text(json.dumps(raw) + "\n")
+        with pytest.raises(SchemaError, match=message):
+            read_records(tmp_path)
 
 
 def test_a_version_3_record_reads_without_the_telemetry_fields(tmp_path):
     raw = make_record().to_dict()
-    for name in ("telemetry", "energy", "divergence", "fallback_of"):
+    for name in ("telemetry", "energy", "divergence", "fallback_of", "distributed"):
         del raw[name]
     raw["schema_version"] = 3
     (tmp_path / "results.jsonl").write_text(json.dumps(raw) + "\n")

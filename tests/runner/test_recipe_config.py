@@ -230,6 +230,9 @@ def test_the_commented_examples_in_full_toml_are_valid(tmp_path):
         "# [torch]",
         "# compile =",
         "# on_diverge =",
+        "# [distributed]",
+        "# nproc =",
+        "# grad_comm =",
     ):
         assert line in text
         text = text.replace(line, line.removeprefix("# "))
@@ -239,3 +242,4 @@ def test_the_commented_examples_in_full_toml_are_valid(tmp_path):
     assert (config.loss_scale, config.accumulate) == ([None, 1024.0], [1, 4])
     assert (config.batch_scale_16bit, config.compile) == ([1, 2], [False, True])
     assert config.on_diverge == "fallback"
+    assert (config.nproc, config.grad_comm) == ([1, 2], "bf16")

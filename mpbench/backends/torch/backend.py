@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,7 @@ from mpbench.backends.base import (
 )
 from mpbench.backends.timing import StepTimer
 from mpbench.backends.torch.compiled import Compiler
+from mpbench.backends.torch.distributed import DataParallel, job_step_times
 from mpbench.backends.torch.models import build_model, build_optimizer
 from mpbench.backends.torch.precision import TorchPrecision, apply_policy, read_tf32
 from mpbench.backends.torch.steps import train_step
@@ -126,7 +128,10 @@ def _nbytes(*tensors: torch.Tensor) -> int:
 def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) -> Measurements:
     workload = get_workload(spec.workload)
     policy = resolve(spec.policy)
-    device = resolve_device(spec.device)
+    # One rank of a torchrun job (docs/distributed.md), or None: a single-process cell.
+    parallel = DataParallel.join(spec)
+    world = parallel.world_size if parallel else 1
+    device = resolve_device(parallel.device(spec.device) if parallel else spec.device)
     threads = pin_threads(spec)
     torch.manual_seed(spec.seed)
 
@@ -144,10 +149,10 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
         model = model.to(memory_format=torch.channels_last)
     optimizer = build_optimizer(workload, model.parameters())
     precision = apply_policy(policy, device, spec.loss_scale)
-    # A step is one optimizer step over `accumulate` micro-batches of spec.batch_size.
-    plan = plan_steps(
-        len(x_train), spec.effective_batch, spec.epochs, spec.max_steps, spec.warmup_steps
-    )
+    # A step is one optimizer step over `accumulate` micro-batches of spec.batch_size, on
+    # every rank: the job's step trains `world` times the samples.
+    global_batch = spec.effective_batch * world
+    plan = plan_steps(len(x_train), global_batch, spec.epochs, spec.max_steps, spec.warmup_steps)
     window = end_to_end_window(plan)
     total = plan.total_steps + window.total_steps
 
@@ -157,11 +162,14 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
     batches = _Batches(
         x_train, y_train, spec.batch_size, plan.steps_per_epoch, generator, spec.accumulate
     )
+    if parallel:
+        batches.rank, batches.world = parallel.rank, world
     model.train()
-    forward: Callable[[torch.Tensor], torch.Tensor] = model
+    trained_module = parallel.wrap(model, device) if parallel else model
+    forward: Callable[[torch.Tensor], torch.Tensor] = trained_module
     compiler = None
     if spec.compile:
-        compiler = Compiler(model)
+        compiler = Compiler(trained_module)
         forward = compiler.module
         first = [(x_train[: spec.batch_size], y_train[: spec.batch_size])] * spec.accumulate
         compiler.compile_step(lambda: train_step(forward, optimizer, precision, first), sync)
@@ -171,18 +179,29 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
     telemetry.start_timed()
     try:
         trained = _train_synced(
-            forward, optimizer, precision, batches, plan, sync, state, progress, total, telemetry
+            forward,
+            optimizer,
+            precision,
+            batches,
+            plan,
+            sync,
+            state,
+            progress,
+            total,
+            telemetry,
+            parallel.after_step if parallel else None,
         )
     finally:
-        telemetry.stop_timed(plan.total_steps * spec.effective_batch)
+        telemetry.stop_timed(plan.total_steps * global_batch)
     training_memory = meter.stop()
     end_to_end = _train_end_to_end(
         forward, optimizer, precision, batches, window, sync, progress, plan.total_steps, total
     )
     if compiler:
         compiler.training_done()
+        # A rank evaluates its module eagerly: a compiled DDP forward is for training.
         test_accuracy, test_loss = _evaluate(
-            forward, model, precision, x_test, y_test, spec.batch_size
+            model if parallel else forward, model, precision, x_test, y_test, spec.batch_size
         )
         compile_stats = compiler.stats()
         if compile_stats.recompiles:
@@ -224,13 +243,21 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
     )
     if loss_scale:
         state["loss_scale_mode"] = loss_scale.mode
+    step_times_s = trained.step_times_s
+    report = telemetry.report()
+    distributed = None
+    if parallel:
+        step_times_s, end_to_end, distributed = _job_figures(
+            parallel, trained.step_times_s, end_to_end, plan, report, device
+        )
+        state["replicas"] = world
     return Measurements(
         framework_version=f"torch {torch.__version__}",
         device=describe_device(device),
         precision=state,
-        step_times_s=trained.step_times_s,
+        step_times_s=step_times_s,
         warmup_steps=plan.warmup_steps,
-        samples_per_step=spec.effective_batch,
+        samples_per_step=global_batch,
         epoch_losses=trained.epoch_losses,
         test_accuracy=test_accuracy,
         test_loss=test_loss,
@@ -244,9 +271,43 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
         status=status,
         reason=reason,
         compile=dataclasses.asdict(compile_stats) if compile_stats else None,
-        telemetry=telemetry.report(),
+        telemetry=report,
         divergence=divergence,
+        distributed=distributed,
     )
+
+
+def _job_figures(
+    parallel: DataParallel,
+    step_times_s: list[float],
+    end_to_end: EndToEndStats,
+    plan: StepPlan,
+    telemetry: dict[str, Any],
+    device: torch.device,
+) -> tuple[list[float], EndToEndStats, dict[str, Any]]:
+    """Every rank's figures gathered (every rank calls this: it is a collective): the
+    job's step times (the slowest rank, step by step), the end-to-end window of the slowest
+    rank at the job's samples, the energy of all ranks, each rank's median step."""
+    energy = telemetry.get("energy") or {}
+    mine = {"steps": step_times_s, "window_s": end_to_end.seconds, "joules": energy.get("joules")}
+    everyone = parallel.gather(mine)
+    job = job_step_times([rank["steps"] for rank in everyone])
+    medians = [statistics.median(rank["steps"][plan.warmup_steps :]) for rank in everyone]
+    seconds = max(rank["window_s"] for rank in everyone)
+    samples = end_to_end.samples_per_s * end_to_end.seconds * parallel.world_size
+    window = dataclasses.replace(end_to_end, samples_per_s=samples / seconds, seconds=seconds)
+    if energy:
+        joules = [rank["joules"] for rank in everyone]
+        if all(j is not None for j in joules):
+            per_joule = energy["joules_per_sample"] / energy["joules"] if energy["joules"] else 0
+            per_sample = per_joule * sum(joules)  # the same samples, every rank's joules
+            energy.update(joules=sum(joules), joules_per_sample=per_sample)
+            energy["source"] = f"{energy['source']}, summed over {len(joules)} ranks"
+        else:
+            energy.update(joules=None, joules_per_sample=None)
+            energy["reason"] = "not every rank could measure its device's energy"
+    devices = "real" if device.type == "cuda" else "shared"
+    return job, window, parallel.report(medians, devices, plan.warmup_steps)
 
 
 def optimizer_parameters(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
@@ -283,13 +344,18 @@ class _Batches:
     steps_per_epoch: int
     generator: torch.Generator
     accumulate: int = 1
+    # Data parallel: every rank draws the same order (same seed) and takes its own slice of
+    # each global step, `world * accumulate` micro-batches.
+    rank: int = 0
+    world: int = 1
 
     def epoch(self, steps: int | None = None) -> Iterator[list[tuple[torch.Tensor, torch.Tensor]]]:
         order = torch.randperm(len(self.x), device=self.x.device, generator=self.generator)
         size = self.batch_size
         for index in range(steps or self.steps_per_epoch):
             step = []
-            for micro in range(index * self.accumulate, (index + 1) * self.accumulate):
+            first = (index * self.world + self.rank) * self.accumulate
+            for micro in range(first, first + self.accumulate):
                 batch = order[micro * size : (micro + 1) * size]
                 step.append((self.x[batch], self.y[batch]))
             yield step
@@ -313,6 +379,7 @@ def _train_synced(
     progress: Progress,
     total: int,
     telemetry: CellTelemetry,
+    after_step: Callable[[], None] | None = None,
 ) -> _Trained:
     """Every step timed on its own, the device synchronised before each clock read. After
     each step's clock read (outside the timed region) its numerics go to `telemetry`: the
@@ -338,6 +405,8 @@ def _train_synced(
             )
             timer.stop()
             step += 1
+            if after_step:
+                after_step()
             loss = result.loss.item()
             grad_norm = nonfinite = None
             if telemetry.wants_gradients():
@@ -385,7 +454,7 @@ def _train_end_to_end(
     seconds = timer.stop()
     assert loss is not None  # plan_steps guarantees at least one step per epoch
     check_finite(loss.item(), done + steps)
-    samples = steps * batches.batch_size * batches.accumulate
+    samples = steps * batches.batch_size * batches.accumulate  # this rank's (see _job_figures)
     return EndToEndStats(samples / seconds, steps, seconds, _TORCH_PIPELINE)
 
 

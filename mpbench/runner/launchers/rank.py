@@ -1,0 +1,111 @@
+"""One rank of a torchrun job (launchers/torchrun.py): `python -m mpbench.runner.launchers.rank`.
+
+torchrun gives each rank RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT; the cell process
+gives the spec and the events directory (MPBENCH_RANK_DIR). The rank trains the cell with
+DistributedDataParallel (backends/torch/distributed.py) and writes the same events a
+single-process cell sends to rank<R>.jsonl. A rank that fails writes why and exits 1, so
+torchrun ends the job at once instead of leaving the others waiting in an all-reduce.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import json
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from mpbench.backends.base import CellSpec
+from mpbench.runner.child import PR_SET_PDEATHSIG, Events, send_failure
+from mpbench.runner.faults import inject, requested_fault
+from mpbench.runner.launchers.torchrun import LAUNCHER_ENV, RANK_DIR_ENV, SPEC_FILE
+
+
+def die_with_launcher() -> None:
+    """No rank outlives its cell. PR_SET_PDEATHSIG: SIGKILL when the torchrun agent (our
+    parent) dies, as the parent's timeout, Ctrl-C or death kills the agent's process group.
+    A thread watching the cell process covers the moment before prctl and an agent that
+    lingers: pidfd_open (Linux 5.3+) wakes it when the cell process exits."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    launcher = int(os.environ[LAUNCHER_ENV])
+    threading.Thread(target=_watch, args=(launcher,), daemon=True).start()
+
+
+def _watch(launcher: int) -> None:
+    try:
+        import select
+
+        fd = os.pidfd_open(launcher)
+        select.select([fd], [], [])  # readable once the process has exited
+    except (AttributeError, OSError):  # no pidfd here, or already gone: poll
+        while _alive(launcher):
+            threading.Event().wait(0.5)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class RankEvents(Events):
+    """Events into this rank's file; progress from rank 0 only (one bar for the job)."""
+
+    def __init__(self, path: Path, rank: int, world: int) -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        super().__init__(fd)
+        self.rank, self.world = rank, world
+        self.announced = False
+
+    def progress(self, step: int, total: int) -> None:
+        if not self.announced:  # into the log: tests and users see training has begun
+            self.announced = True
+            print(f"mpbench: rank {self.rank} of {self.world} training", flush=True)
+        if self.rank == 0:
+            super().progress(step, total)
+
+
+def main() -> int:
+    die_with_launcher()
+    rank_dir = Path(os.environ[RANK_DIR_ENV])
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    spec = CellSpec(**json.loads((rank_dir / SPEC_FILE).read_text(encoding="utf-8")))
+    events = RankEvents(rank_dir / f"rank{rank}.jsonl", rank, world)
+    try:
+        fault = requested_fault(f"{spec.cell_id}#rank{rank}")  # tests: one rank's fault
+        if fault:
+            inject(fault)
+        from mpbench.backends.torch import backend
+
+        measurements = backend.run_cell(
+            spec, events.progress, lambda message: events.send("warning", message=message)
+        )
+    except Exception as exc:
+        send_failure(events, exc)
+        return 1
+    if rank == 0:
+        events.send("done", measurements=dataclasses.asdict(measurements))
+    _finish()
+    return 0
+
+
+def _finish() -> None:
+    import torch.distributed as dist
+
+    with contextlib.suppress(Exception):
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""--nproc, --grad-comm and the node options: one check for TOML and the command line, cell
+ids and config identity, the scaling reference, --resume contradictions, one-line errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mpbench.errors import InvalidInput
+from mpbench.policies import DeviceTraits
+from mpbench.runner.cells import expand
+from mpbench.runner.config import RunOptions, build_config, contradictions
+
+QUICK = Path(__file__).resolve().parents[2] / "configs" / "quick.toml"
+
+
+class _Report:
+    gpus = ()
+
+    def device_traits(self, kind, index):
+        return DeviceTraits(kind="cpu", name="test cpu")
+
+
+def _config(tmp_path: Path, distributed: str = "", **options):
+    path = tmp_path / "c.toml"
+    path.write_text(f"[distributed]\n{distributed}\n")
+    return build_config(RunOptions(config=path, **options))
+
+
+def _cells(**options):
+    defaults = dict(
+        config=QUICK,
+        frameworks=["torch", "tensorflow"],
+        workloads=["mnist_dense"],
+        policies=["fp32", "bf16"],
+        batch_size=64,
+        repeat=1,
+    )
+    config = build_config(RunOptions(**{**defaults, **options}))
+    return expand(config, _Report(), "run")[2]
+
+
+@pytest.mark.parametrize(
+    ("toml", "options", "expected"),
+    [
+        ("", {}, ([1], "fp32", 1)),
+        ("nproc = [1, 2]\ngrad_comm = 'bf16'", {}, ([1, 2], "bf16", 1)),
+        ("nproc = 4", {"nproc": ["1,2"]}, ([1, 2], "fp32", 1)),
+        ("", {"nproc": ["2"], "grad_comm": "FP16"}, ([2], "fp16", 1)),
+        (
+            "nnodes = 2\nrdzv_endpoint = 'head:29500'",
+            {"node_rank": 1},
+            ([1], "fp32", 2),
+        ),
+    ],
+)
+def test_toml_and_options_merge(tmp_path, toml, options, expected):
+    config = _config(tmp_path, toml, **options)
+    assert (config.nproc, config.grad_comm, config.nnodes) == expected
+
+
+@pytest.mark.parametrize(
+    ("toml", "options", "message"),
+    [
+        ("nproc = 0", {}, "[distributed] nproc = 0: must be at least 1"),
+        ("", {"nproc": ["two"]}, "--nproc 'two': must be a whole number"),
+        ("grad_comm = 'int8'", {}, "unknown grad_comm in [distributed] 'int8'"),
+        ("", {"grad_comm": "fp8"}, "unknown --grad-comm 'fp8'; valid choices: fp32, fp16, bf16"),
+        ("", {"nnodes": 2}, "--nnodes 2: the nodes meet at a rendezvous endpoint"),
+        ("nnodes = 2\nrdzv_endpoint = 'head'", {}, "--rdzv-endpoint 'head': must be HOST:PORT"),
+        ("", {"rdzv_endpoint": "h:70000"}, "must be HOST:PORT with a port from 1 to 65535"),
+        ("", {"node_rank": 1}, "--node-rank 1: must be below --nnodes (1)"),
+        ("workers = 2", {}, "unknown key in [distributed]"),
+    ],
+)
+def test_bad_values_are_refused_with_one_line(tmp_path, toml, options, message):
+    with pytest.raises(InvalidInput) as caught:
+        _config(tmp_path, toml, **options)
+    assert message in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_cells_per_world_size_with_their_ids_config_and_reference():
+    cells = _cells(nproc=["1,2"], grad_comm="bf16")
+    by = {c.spec.cell_id: c for c in cells}
+    assert list(by) == [
+        "torch/mnist_dense/float32/r0",
+        "torch/mnist_dense/float32@np2@comm-bf16/r0",
+        "torch/mnist_dense/mixed_bfloat16/r0",
+        "torch/mnist_dense/mixed_bfloat16@np2@comm-bf16/r0",
+        "tensorflow/mnist_dense/float32/r0",
+        "tensorflow/mnist_dense/float32@np2/r0",  # the comm precision is torch's only
+        "tensorflow/mnist_dense/mixed_bfloat16/r0",
+        "tensorflow/mnist_dense/mixed_bfloat16@np2/r0",
+    ]
+    job = by["torch/mnist_dense/mixed_bfloat16@np2@comm-bf16/r0"]
+    assert job.spec.world_size == 2 and job.spec.batch_size == 64  # per replica
+    assert job.scaling_reference == "torch/mnist_dense/mixed_bfloat16/r0"
+    assert job.spec.config()["world_size"] == 2 and job.spec.config()["grad_comm"] == "bf16"
+    single = by["torch/mnist_dense/mixed_bfloat16/r0"]
+    assert single.scaling_reference is None and "world_size" not in single.spec.config()
+    assert "grad_comm" not in by["tensorflow/mnist_dense/float32@np2/r0"].spec.config()
+
+
+def test_without_world_size_one_there_is_no_reference():
+    cells = _cells(nproc=["2"], frameworks=["torch"], policies=["fp32"])
+    assert [c.scaling_reference for c in cells] == [None]
+
+
+def test_resume_refuses_another_world_or_precision_but_not_another_endpoint(tmp_path):
+    stored = _config(tmp_path, "nproc = [1, 2]\nnnodes = 2\nrdzv_endpoint = 'a:1'")
+    assert contradictions(stored, RunOptions(rdzv_endpoint="b:2", node_rank=0)) == []
+    found = contradictions(stored, RunOptions(nproc=["4"], grad_comm="fp16"))
+    assert found == ["--grad-comm fp16 (the run has fp32)", "--nproc 4 (the run has 1,2)"]
+
+
+def test_a_batch_the_world_cannot_fill_is_refused_before_anything_runs(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "mpbench", "run", "-f", "torch", "-w", "mnist_dense",
+         "-p", "fp32", "--data", "synthetic", "--batch-size", "40000", "--nproc", "1,2",
+         "--out", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "batch size 80000 exceeds the training set (60000)" in done.stderr
+    assert "the world size of --nproc" in done.stderr
+    assert not (tmp_path / "run").exists()
