@@ -275,7 +275,13 @@ def compare(
         None,
         "--min-speedup",
         help="POLICY=X: speed-up vs float32 of the same run, e.g. bf16=1.5; one policy per "
-        "option (repeatable).",
+        "option (repeatable); POLICY@N=X gates world size N only, e.g. bf16@2=1.2.",
+    ),
+    min_scaling_efficiency: list[str] | None = typer.Option(
+        None,
+        "--min-scaling-efficiency",
+        help="N=X: weak-scaling efficiency at world size N vs world size 1 of the same run, "
+        "e.g. 2=0.8 or 2=80%; POLICY@N=X for one policy (repeatable).",
     ),
     max_accuracy_delta: str | None = typer.Option(
         None, "--max-accuracy-delta", help="Accuracy vs float32 of the same run, ± points."
@@ -304,6 +310,7 @@ def compare(
     from mpbench.compare import (
         CompareOptions,
         parse_fraction,
+        parse_min_scaling_efficiency,
         parse_min_speedup,
         parse_points,
         run_compare,
@@ -316,6 +323,7 @@ def compare(
         max_memory_increase=parse_fraction("--max-memory-increase", max_memory_increase),
         max_accuracy_drop_pp=parse_points("--max-accuracy-drop", max_accuracy_drop),
         min_speedup=parse_min_speedup(min_speedup),
+        min_scaling_efficiency=parse_min_scaling_efficiency(min_scaling_efficiency),
         max_accuracy_delta_pp=parse_points("--max-accuracy-delta", max_accuracy_delta),
         allow_different_hardware=allow_different_hardware,
         require_conclusive=require_conclusive,

@@ -9,6 +9,7 @@ from mpbench.compare.options import (
     CompareOptions,
     parse_format,
     parse_fraction,
+    parse_min_scaling_efficiency,
     parse_min_speedup,
     parse_points,
 )
@@ -25,6 +26,7 @@ __all__ = [
     "latest_run",
     "parse_format",
     "parse_fraction",
+    "parse_min_scaling_efficiency",
     "parse_min_speedup",
     "parse_points",
     "print_run_summary",

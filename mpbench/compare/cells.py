@@ -36,6 +36,46 @@ WORKLOAD_ORDER = ("mnist_dense", "cifar10_cnn")  # as DESIGN.md introduces them
 # and folder (the data actually used is), the device string (the machine is in the key).
 _NOT_IDENTITY = ("seed", "data", "data_dir", "device")
 _FAILED = (Status.DIVERGED, Status.OOM, Status.TIMEOUT, Status.ERROR)
+# The data-parallel layout (docs/distributed.md): in a data-parallel cell's config only, so a
+# world-size-1 cell has none of them. Each world size is a group of its own (ratios to float32
+# are taken at one world size); the scaling table relates the groups across world sizes.
+PARALLEL_KEYS = ("world_size", "nproc_per_node", "nnodes", "grad_comm")
+
+
+@dataclass(frozen=True, order=True)
+class Layout:
+    """How many replicas a group ran on, and the precision of their gradient all-reduce."""
+
+    world_size: int = 1
+    nnodes: int = 1
+    nproc_per_node: int = 1
+    grad_comm: str = "fp32"
+
+    @classmethod
+    def of(cls, config: dict[str, Any]) -> Layout:
+        def whole(name: str) -> int:
+            value = config.get(name)
+            return value if isinstance(value, int) and not isinstance(value, bool) else 1
+
+        comm = config.get("grad_comm")
+        world = whole("world_size")
+        return cls(world, whole("nnodes"), whole("nproc_per_node"), comm or "fp32")
+
+    @property
+    def parallel(self) -> bool:
+        return self.world_size > 1
+
+    def mark(self) -> str:
+        """`×2`, `×2 [comm bf16]`, `×8 [2 nodes, comm bf16]`; empty at world size 1."""
+        if not self.parallel:
+            return ""
+        extra = [f"{self.nnodes} nodes"] if self.nnodes > 1 else []
+        extra += [f"comm {self.grad_comm}"] if self.grad_comm != "fp32" else []
+        return f"×{self.world_size}" + (f" [{', '.join(extra)}]" if extra else "")
+
+    def order(self) -> tuple[int, int, bool, str]:
+        """World size, nodes, then fp32 all-reduce before the 16-bit ones."""
+        return (self.world_size, self.nnodes, self.grad_comm != "fp32", self.grad_comm)
 
 
 @dataclass(frozen=True, order=True)
@@ -54,6 +94,15 @@ class GroupKey:
     def machine_free(self) -> GroupKey:
         """The same key with the machine blanked, to match across hardware when allowed."""
         return GroupKey("", "", self.workload, self.framework, self.config)
+
+    def layout(self) -> Layout:
+        return Layout.of(self.config_dict())
+
+    def single(self) -> GroupKey:
+        """The same group at world size 1: its config without the data-parallel entries (the
+        world-size-1 cells of a run are recorded without them)."""
+        config = tuple((n, v) for n, v in self.config if n not in PARALLEL_KEYS)
+        return dataclasses.replace(self, config=config)
 
 
 @dataclass(frozen=True, order=True)
@@ -149,6 +198,8 @@ def _adopt_orphans(by_key: dict[CellKey, list[CellRecord]]) -> None:
             if (k.group.fingerprint, k.group.device, k.group.workload, k.group.framework)
             == (key.group.fingerprint, key.group.device, key.group.workload, key.group.framework)
             and all(dict(k.group.config).get(n) == v for n, v in have.items())
+            # A data-parallel layout is never unknown: world size 1 records none of it.
+            and k.group.layout() == key.group.layout()
         ]
         groups = sorted({k.group for k in homes})
         if groups and groups[0] != key.group:
@@ -515,13 +566,16 @@ def _rank(order: tuple[str, ...], name: str) -> tuple[int, str]:
 
 
 def display_order(key: CellKey) -> tuple:
-    """Machine, workload, torch before TensorFlow, config, then the policies' canonical order."""
+    """Machine, workload, torch before TensorFlow, config (each config at world size 1 first,
+    then its data-parallel groups), then the policies' canonical order."""
     group = key.group
     return (
         group.fingerprint,
         group.device,
         _rank(WORKLOAD_ORDER, group.workload),
         _rank(FRAMEWORK_ORDER, group.framework),
+        group.single().config,
+        group.layout().order(),
         group.config,
         policy_rank(key.policy),
     )

@@ -168,3 +168,14 @@ def watts(value: float | None) -> str:
 def millijoules(joules: float | None) -> str:
     """Energy per sample, given in joules, shown in mJ: 0.0123 J -> '12.3'."""
     return DASH if joules is None else _three_digits(joules * 1000)
+
+
+def efficiency_interval(estimate: Estimate | None) -> str:
+    """A scaling efficiency in percent with its interval: `92.0 % (88.1–95.9)†`."""
+    return _with_interval(
+        estimate, fraction_percent, lambda lo, hi: f"{lo * 100:.1f}–{hi * 100:.1f}"
+    )
+
+
+def efficiency_range(low: float, high: float) -> str:
+    return f"{low * 100:.1f}–{high * 100:.1f} %"

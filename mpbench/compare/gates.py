@@ -22,11 +22,14 @@ from mpbench.compare.estimate import (
     two_sample_ratio,
 )
 from mpbench.compare.labels import Labeler
-from mpbench.compare.options import CompareOptions
+from mpbench.compare.options import CompareOptions, split_world
+from mpbench.compare.scaling import ScalingRow, all_scaling_rows
 from mpbench.errors import InvalidInput
 from mpbench.policies import BASELINE
 
 ADD_REPEATS = "inconclusive — add repeats"
+MIN_SCALING = "min-scaling-efficiency"
+_MINIMA = ("min-speedup", MIN_SCALING)  # gates with a lower limit
 
 
 @dataclass
@@ -44,7 +47,7 @@ class GateResult:
         """How close the value came to the limit: 1.0 at the limit, above 1 beyond it."""
         if self.value is None or self.limit is None:
             return None
-        if self.gate == "min-speedup":
+        if self.gate in _MINIMA:
             return self.limit / self.value if self.value > 0 else math.inf
         value = abs(self.value) if self.gate == "max-accuracy-delta" else self.value
         if self.limit == 0:
@@ -80,6 +83,8 @@ def interval_text(gate: str, estimate: Estimate) -> str:
         return "a single value per side, no interval"
     if gate == "min-speedup":
         span = fmt.ratio_range(estimate.low, estimate.high)
+    elif gate == MIN_SCALING:
+        span = fmt.efficiency_range(estimate.low, estimate.high)
     elif gate == "max-accuracy-drop":  # judged as a drop, shown as the change it is
         span = f"{fmt.points(-estimate.high)} to {fmt.points(-estimate.low)}"
     elif gate == "max-accuracy-delta":
@@ -239,9 +244,13 @@ def check_ratios(
     results: list[GateResult] = []
     notes: list[str] = []
     groups = [g for s in sections for g in s.groups]
-    for policy, minimum in options.min_speedup.items():
+    for key, minimum in options.min_speedup.items():
+        policy, world = split_world(key)
+        assert policy is not None
         checked = 0
         for group in groups:
+            if world is not None and group.key.layout().world_size != world:
+                continue
             # Every row of the policy (fp16 and fp16 [loss scale 1024]); the policy itself
             # where the group has none, so the note says what is missing.
             rows = [row for row in group.cells if row_policy(row) == policy] or [policy]
@@ -251,10 +260,15 @@ def check_ratios(
                     checked += 1
                     results.append(result)
         if checked == 0:
+            where = f" at world size {world}" if world is not None else ""
             raise InvalidInput(
-                f"--min-speedup {policy}={minimum:g}: nothing comparable: no framework and "
-                f"workload has both a float32 and a {policy} cell"
+                f"--min-speedup {key}={minimum:g}: nothing comparable: no framework and "
+                f"workload has both a float32 and a {policy} cell{where}"
             )
+    if options.min_scaling_efficiency:
+        found, found_notes = check_scaling(sections, options, labeler)
+        results += found
+        notes += found_notes
     limit = options.max_accuracy_delta_pp
     if limit is not None:
         checked = 0
@@ -352,3 +366,79 @@ def _accuracy_delta(
     return _result(
         "max-accuracy-delta", label, delta, numbers, options, minimum=-limit, maximum=limit
     )
+
+
+# --- across world sizes within one run -----------------------------------------------------
+
+
+def check_scaling(
+    sections: list[Section], options: CompareOptions, labeler: Labeler
+) -> tuple[list[GateResult], list[str]]:
+    """--min-scaling-efficiency: each data-parallel row at the world size named, against the
+    world-size-1 row of the same framework, policy and config (scaling.py)."""
+    results: list[GateResult] = []
+    notes: list[str] = []
+    rows = all_scaling_rows(sections)
+    for key, minimum in options.min_scaling_efficiency.items():
+        policy, world = split_world(key)
+        checked = 0
+        for row in rows:
+            if row.world_size != world or (policy is not None and row_policy(row.row) != policy):
+                continue
+            result = _min_scaling(row, minimum, labeler, notes, options)
+            if result is not None:
+                checked += 1
+                results.append(result)
+        if checked == 0:
+            which = f"{policy} cell" if policy is not None else "cell"
+            raise InvalidInput(
+                f"--min-scaling-efficiency {key}={minimum:g}: nothing comparable: no {which} "
+                f"at world size {world} has a world-size-1 cell of the same framework, "
+                "workload and config"
+            )
+    return results, notes
+
+
+def _min_scaling(
+    row: ScalingRow,
+    minimum: float,
+    labeler: Labeler,
+    notes: list[str],
+    options: CompareOptions,
+) -> GateResult | None:
+    """As --min-speedup: a failed cell or reference fails, a missing or skipped pair is a note."""
+    label = labeler.cell(row.key)
+    cell, ref = row.cell, row.reference
+    limit = f"(minimum {fmt.fraction_percent(minimum)})"
+    if ref is None:
+        notes.append(
+            f"--min-scaling-efficiency not checked for {label}: this run has no world-size-1 "
+            "cell of the same framework, policy and config"
+        )
+        return None
+    if not ref.ok and not ref.failed and not cell.ok and not cell.failed:
+        notes.append(
+            f"--min-scaling-efficiency not checked for {label}: both it and its world-size-1 "
+            f"reference were skipped ({_status(cell)})"
+        )
+        return None
+    if not ref.all_ok:
+        message = f"the world-size-1 reference did not finish: {_status(ref)}"
+        return GateResult(MIN_SCALING, label, False, message, None, minimum)
+    if not cell.all_ok:
+        message = f"did not finish: {_status(cell)}"
+        return GateResult(MIN_SCALING, label, False, message, None, minimum)
+    efficiency = row.efficiency
+    if efficiency is None:
+        notes.append(
+            f"--min-scaling-efficiency not checked for {label}: no repeat pairs with a "
+            "throughput at both world sizes"
+        )
+        return None
+    numbers = (
+        f"weak-scaling efficiency {fmt.fraction_percent(efficiency.value)} at world size "
+        f"{row.world_size} {limit}"
+    )
+    if row.note:
+        numbers += f"; {row.devices} devices: {row.note}"
+    return _result(MIN_SCALING, label, efficiency, numbers, options, minimum=minimum)

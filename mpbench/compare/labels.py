@@ -1,15 +1,19 @@
 """Short names for cells, long enough to be unambiguous in the report at hand.
 
 `torch/mnist_dense/float32` is enough when one config ran on one machine; the config
-entries that differ (and the machine) are added only when the report needs them.
+entries that differ (and the machine) are added only when the report needs them. A
+data-parallel group is always marked with its world size (`torch/mnist_dense/float32 ×2`,
+`×2 [comm bf16]`), a world-size-1 group never: the mark says how the cell ran, not only how
+it differs.
 """
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Iterable
 
-from mpbench.compare.cells import CellKey, GroupKey
+from mpbench.compare.cells import PARALLEL_KEYS, CellKey, GroupKey, Layout
 
 
 class Labeler:
@@ -21,26 +25,19 @@ class Labeler:
             configs[(key.framework, key.workload)].append(dict(key.config))
         self._varying: dict[tuple[str, str], list[str]] = {}
         for where, dicts in configs.items():
-            names = sorted({n for d in dicts for n in d})
-            self._varying[where] = [n for n in names if len({d.get(n) for d in dicts}) > 1]
+            self._varying[where] = varying_entries(dicts)
 
     def group(self, key: GroupKey) -> str:
         label = f"{key.framework}/{key.workload}"
-        varying = self._varying.get((key.framework, key.workload), [])
-        if varying:
-            config = dict(key.config)
-            label += " [" + ", ".join(f"{n}={_value(config, n)}" for n in varying) + "]"
+        label += config_suffix(dict(key.config), self._varying.get((key.framework, key.workload)))
         if self._many_machines:
             label += f" on {key.device} ({short_fingerprint(key.fingerprint)})"
         return label
 
     def framework(self, key: GroupKey) -> str:
         """The framework, plus the config entries that tell its groups apart (table rows)."""
-        varying = self._varying.get((key.framework, key.workload), [])
-        if not varying:
-            return key.framework
-        config = dict(key.config)
-        return f"{key.framework} [" + ", ".join(f"{n}={_value(config, n)}" for n in varying) + "]"
+        varying = self._varying.get((key.framework, key.workload))
+        return key.framework + config_suffix(dict(key.config), varying)
 
     def cell(self, key: CellKey) -> str:
         group = self.group(key.group)
@@ -50,6 +47,23 @@ class Labeler:
 
 # Recipe entries a record leaves out at their default (CellSpec.config): said as the default.
 _ABSENT = {"accumulate": "1", "compile": "false"}
+
+
+def varying_entries(configs: list[dict[str, str]]) -> list[str]:
+    """The config entries that differ between `configs`, the data-parallel layout left out
+    (config_suffix marks it whenever it is there)."""
+    names = sorted({n for d in configs for n in d if n not in PARALLEL_KEYS})
+    return [n for n in names if len({d.get(n) for d in configs}) > 1]
+
+
+def config_suffix(config: dict[str, str], varying: list[str] | None) -> str:
+    """` ×2 [accumulate=4]`: the data-parallel mark (Layout.mark), then the `varying` entries;
+    empty for a world-size-1 group whose config varies in nothing. `config` holds JSON texts."""
+    layout = Layout.of({n: json.loads(config[n]) for n in PARALLEL_KEYS if n in config})
+    text = f" {layout.mark()}" if layout.parallel else ""
+    if varying:
+        text += " [" + ", ".join(f"{n}={_value(config, n)}" for n in varying) + "]"
+    return text
 
 
 def _value(config: dict[str, str], name: str) -> str:

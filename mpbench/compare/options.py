@@ -2,7 +2,8 @@
 
 Thresholds are parsed here (not in the CLI) so that every front end accepts the same forms:
 `10%` or `0.1` for relative limits, `0.5` or `0.5pp` for percentage points, `bf16=1.5` for a
-minimum speed-up.
+minimum speed-up, `bf16@2=1.5` for one at world size 2 only, `2=0.8` for a minimum scaling
+efficiency at world size 2.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mpbench.errors import InvalidInput, unknown_choice
-from mpbench.policies import BASELINE, POLICIES, SELECTORS, resolve
+from mpbench.policies import BASELINE, POLICIES, SELECTORS, resolve, valid_names
 
 FORMATS = ("table", "markdown", "json", "csv", "benchmark-action")
 
@@ -26,7 +27,10 @@ class CompareOptions:
     max_slowdown: float | None = None  # fraction: 0.10 = 10 % slower step time allowed
     max_memory_increase: float | None = None  # fraction
     max_accuracy_drop_pp: float | None = None  # percentage points
-    min_speedup: dict[str, float] = field(default_factory=dict)  # canonical policy -> ratio
+    # canonical policy -> ratio; `policy@N` keys gate the cells at world size N only
+    min_speedup: dict[str, float] = field(default_factory=dict)
+    # "N" (every policy) or "policy@N" -> the lowest weak-scaling efficiency at world size N
+    min_scaling_efficiency: dict[str, float] = field(default_factory=dict)
     max_accuracy_delta_pp: float | None = None  # percentage points, either direction
     allow_different_hardware: bool = False
     require_conclusive: bool = False  # an inconclusive gate (interval straddles it) fails
@@ -43,7 +47,11 @@ class CompareOptions:
 
     @property
     def has_ratio_gates(self) -> bool:
-        return bool(self.min_speedup) or self.max_accuracy_delta_pp is not None
+        return (
+            bool(self.min_speedup)
+            or bool(self.min_scaling_efficiency)
+            or self.max_accuracy_delta_pp is not None
+        )
 
 
 def parse_fraction(option: str, text: str | float | None) -> float | None:
@@ -83,21 +91,84 @@ def parse_points(option: str, text: str | float | None) -> float | None:
 
 
 def parse_min_speedup(specs: list[str] | None) -> dict[str, float]:
-    """`["bf16=1.5", "mixed_float16=1.0x"]` -> `{"mixed_bfloat16": 1.5, "mixed_float16": 1.0}`."""
+    """`["bf16=1.5", "mixed_float16@2=1.0x"]` ->
+    `{"mixed_bfloat16": 1.5, "mixed_float16@2": 1.0}`: `@N` gates world size N only."""
     out: dict[str, float] = {}
     for spec in specs or []:
         name, sep, value = spec.partition("=")
         if not sep or not name.strip() or not value.strip():
             raise InvalidInput(
-                f"--min-speedup {spec!r}: expected POLICY=RATIO, e.g. mixed_bfloat16=1.5"
+                f"--min-speedup {spec!r}: expected POLICY=RATIO or POLICY@WORLD_SIZE=RATIO, "
+                "e.g. mixed_bfloat16=1.5 or bf16@2=1.5"
             )
-        policy = _speedup_policy(spec, name)
+        policy_name, at, world_text = name.partition("@")
+        policy = _speedup_policy(spec, policy_name)
+        key = f"{policy}@{_world_size('--min-speedup', spec, world_text, 1)}" if at else policy
         text = value.strip().rstrip("x×").strip()
         ratio = _number("--min-speedup", text, "a ratio like 1.5 or 1.5x")
         if ratio <= 0:
             raise InvalidInput(f"--min-speedup {spec!r}: the ratio must be positive")
-        out[policy] = ratio
+        out[key] = ratio
     return out
+
+
+def split_world(key: str) -> tuple[str | None, int | None]:
+    """A gate key as (policy, world size): `mixed_bfloat16@2` -> ("mixed_bfloat16", 2),
+    `mixed_bfloat16` -> ("mixed_bfloat16", None), `2` -> (None, 2)."""
+    name, at, world = key.partition("@")
+    if at:
+        return name, int(world)
+    return (None, int(name)) if name.isdigit() else (name, None)
+
+
+def parse_min_scaling_efficiency(specs: list[str] | None) -> dict[str, float]:
+    """`["2=0.8", "bf16@4=70%"]` -> `{"2": 0.8, "mixed_bfloat16@4": 0.7}`: the lowest
+    weak-scaling efficiency at world size N, of every policy or of one."""
+    option = "--min-scaling-efficiency"
+    out: dict[str, float] = {}
+    for spec in specs or []:
+        name, sep, value = spec.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            raise InvalidInput(
+                f"{option} {spec!r}: expected WORLD_SIZE=EFFICIENCY or "
+                "POLICY@WORLD_SIZE=EFFICIENCY, e.g. 2=0.8, 2=80% or bf16@2=0.8"
+            )
+        policy_name, at, world_text = name.partition("@")
+        if not at:
+            policy_name, world_text = "", name
+        world = _world_size(option, spec, world_text, 2)
+        key = str(world)
+        if at:
+            key = f"{_speedup_policy(spec, policy_name, option, gated=False)}@{world}"
+        raw = value.strip()
+        percent = raw.endswith("%")
+        number = _number(option, raw[:-1] if percent else raw, "an efficiency like 0.8 or 80%")
+        efficiency = number / 100 if percent else number
+        if efficiency <= 0:
+            raise InvalidInput(f"{option} {spec!r}: the efficiency must be positive")
+        if not percent and number > 1:
+            raise InvalidInput(
+                f"{option} {spec!r} is ambiguous: an efficiency is a fraction of linear "
+                f"scaling; write {number:g}% or {number / 100:g}"
+            )
+        out[key] = efficiency
+    return out
+
+
+def _world_size(option: str, spec: str, text: str, lowest: int) -> int:
+    """The world size of a gate key: a whole number of replicas, at least `lowest`."""
+    raw = text.strip()
+    if not (raw.isascii() and raw.isdigit()) or int(raw) < lowest:
+        why = (
+            "world size 1 is the reference every efficiency is taken against"
+            if lowest == 2 and raw == "1"
+            else f"expected a whole number of replicas, {lowest} or more"
+        )
+        example = "bf16@2=1.5" if option == "--min-speedup" else "2=0.8"
+        raise InvalidInput(
+            f"{option} {spec!r}: bad world size {raw!r} ({why}), e.g. {option} {example}"
+        )
+    return int(raw)
 
 
 def _gated_names() -> list[str]:
@@ -106,28 +177,29 @@ def _gated_names() -> list[str]:
     return [p.name for p in gated] + [a for p in gated for a in p.aliases]
 
 
-def _speedup_policy(spec: str, name: str) -> str:
-    """The canonical policy a --min-speedup names.
+def _speedup_policy(spec: str, name: str, option: str = "--min-speedup", gated: bool = True) -> str:
+    """The canonical policy a --min-speedup (or --min-scaling-efficiency) names.
 
     `all` (and `auto`) are refused rather than read as "every policy measured": a speed-up that
     one policy must reach rarely suits another on the same machine (on a CPU, bf16 may be 2x
     faster than float32 while emulated fp16 is 5x slower), so each limit is named on its own.
+    `gated=False`: float32 is a valid name too (a scaling efficiency is not against float32).
     """
     key = name.strip().lower()
-    if key in (BASELINE, *POLICIES[BASELINE].aliases):
+    names = _gated_names() if gated else valid_names()
+    if gated and key in (BASELINE, *POLICIES[BASELINE].aliases):
         raise InvalidInput(
-            f"--min-speedup {spec!r}: speed-ups are measured against float32 itself; "
+            f"{option} {spec!r}: speed-ups are measured against float32 itself; "
             f"name another policy: {', '.join(_gated_names())}"
         )
     if key in SELECTORS:
         raise InvalidInput(
-            f"--min-speedup {spec!r}: name one policy per limit (repeat the option for "
-            f"several): {', '.join(_gated_names())}"
+            f"{option} {spec!r}: name one policy per limit (repeat the option for "
+            f"several): {', '.join(names)}"
         )
-    if key not in _gated_names():
+    if key not in names:
         raise InvalidInput(
-            f"--min-speedup {spec!r}: unknown policy {name.strip()!r}; "
-            f"valid choices: {', '.join(_gated_names())}"
+            f"{option} {spec!r}: unknown policy {name.strip()!r}; valid choices: {', '.join(names)}"
         )
     return resolve(key).name
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from mpbench.compare.cells import GroupKey
 from mpbench.compare.estimate import Estimate
-from mpbench.compare.labels import short_fingerprint
+from mpbench.compare.labels import config_suffix, short_fingerprint, varying_entries
 from mpbench.compare.plot_bars import accuracy_panel, memory_panel, speedup_panel
 from mpbench.compare.plot_series import (
     has_loss_scales,
@@ -158,23 +158,18 @@ def build_figure(report: Report):
 
 def _group_namer(keys: list[GroupKey]) -> Callable[[GroupKey], str]:
     """A framework's name, plus the config entries that tell its groups apart anywhere in the
-    report (`tensorflow [loop="fit"]`): one name, one colour, in every workload's panels."""
+    report (`tensorflow [loop="fit"]`) and a data-parallel group's world size (`torch ×2`):
+    one name, one colour, in every workload's panels."""
     by_place: dict[tuple[str, str], list[dict[str, str]]] = defaultdict(list)
     for key in keys:
         by_place[(key.framework, key.workload)].append(dict(key.config))
     varying: dict[str, set[str]] = defaultdict(set)
     for (framework, _), configs in by_place.items():
-        names = {n for c in configs for n in c}
-        varying[framework] |= {n for n in names if len({c.get(n) for c in configs}) > 1}
+        varying[framework] |= set(varying_entries(configs))
 
     def name(key: GroupKey) -> str:
         entries = sorted(varying.get(key.framework, ()))
-        if not entries:
-            return key.framework
-        config = dict(key.config)
-        return (
-            f"{key.framework} [" + ", ".join(f"{n}={config.get(n, 'null')}" for n in entries) + "]"
-        )
+        return key.framework + config_suffix(dict(key.config), entries)
 
     return name
 

@@ -21,6 +21,7 @@ from mpbench.compare.estimate import Estimate
 from mpbench.compare.gates import BaselineMatch
 from mpbench.compare.report import Report
 from mpbench.compare.rows import config_text
+from mpbench.compare.scaling import ScalingRow, all_scaling_rows
 from mpbench.policies import BASELINE
 
 COMPARE_SCHEMA = "mpbench-compare/2"
@@ -152,6 +153,47 @@ def _baseline_json(match: BaselineMatch) -> dict[str, Any]:
     }
 
 
+def _scaling_json(report: Report, row: ScalingRow) -> dict[str, Any]:
+    """A row of the scaling table (scaling.py); throughputs are global (every replica)."""
+    key, layout, cell = row.group.key, row.layout, row.cell
+    ms = 1000.0
+    return {
+        "cell": report.labeler.cell(row.key),
+        "framework": key.framework,
+        "workload": key.workload,
+        "policy": row_policy(row.row),
+        "variant": row_variant(row.row),
+        "device": key.device,
+        "hardware_fingerprint": key.fingerprint,
+        "config": key.single().config_dict(),  # without the data-parallel entries below
+        "world_size": layout.world_size,
+        "nnodes": layout.nnodes,
+        "nproc_per_node": layout.nproc_per_node,
+        "grad_comm": layout.grad_comm if layout.parallel else None,
+        "devices": row.devices,
+        "launcher": row.launcher,
+        "backend": row.backend,
+        "status": cell.status,
+        "reason": cell.reason,
+        "repeats": cell.repeats,
+        "throughput_samples_per_s": row.throughput,
+        "per_device_samples_per_s": row.per_device,
+        "scaling_efficiency": estimate_json(row.efficiency),
+        "scaling_reference": (
+            report.labeler.cell(row.reference_key) if row.reference_key is not None else None
+        ),
+        "unpaired_repeats": [{"run_id": run, "repeat": repeat} for run, repeat in row.unpaired],
+        "allreduce_ms_per_step": row.allreduce_s * ms if row.allreduce_s is not None else None,
+        "allreduce_overlap_ms_per_step": (
+            row.allreduce_overlap_s * ms if row.allreduce_overlap_s is not None else None
+        ),
+        "allreduce_share": row.allreduce_share,
+        "straggler_ratio": row.straggler_ratio,
+        "unavailable": dict(row.unavailable),
+        "note": row.note,
+    }
+
+
 def render_json(report: Report) -> str:
     options = report.options
     data = {
@@ -165,11 +207,13 @@ def render_json(report: Report) -> str:
             "max_memory_increase": options.max_memory_increase,
             "max_accuracy_drop_pp": options.max_accuracy_drop_pp,
             "min_speedup": options.min_speedup,
+            "min_scaling_efficiency": options.min_scaling_efficiency,
             "max_accuracy_delta_pp": options.max_accuracy_delta_pp,
             "require_conclusive": options.require_conclusive,
         },
         "cells": [_cell_json(report, g, p, c) for g, p, c in _cells(report)],
         "baseline": [_baseline_json(m) for m in report.matches],
+        "scaling": [_scaling_json(report, row) for row in all_scaling_rows(report.sections)],
         "gates": [
             {
                 "gate": r.gate,
@@ -265,6 +309,17 @@ _CSV_COLUMNS = [
     "failed_gates",
     "inconclusive_gates",
 ]
+# With data-parallel cells (the scaling table); empty for a cell of a config that never ran
+# data-parallel.
+_CSV_SCALING_COLUMNS = [
+    "world_size",
+    "grad_comm",
+    "devices",
+    "per_device_samples_per_s",
+    *_flat_columns("scaling_efficiency"),
+    "allreduce_share",
+    "straggler_ratio",
+]
 _CSV_BASELINE_COLUMNS = [
     "baseline_status",
     "baseline_step_time_median_ms",
@@ -282,8 +337,11 @@ def _percent(ratio: Estimate | None) -> dict[str, Any] | None:
 
 
 def render_csv(report: Report) -> str:
-    """One row per cell; baseline columns when a baseline was given. Empty = not measured."""
-    columns = _CSV_COLUMNS + (_CSV_BASELINE_COLUMNS if report.baseline_runs else [])
+    """One row per cell; scaling columns when a cell ran data-parallel, baseline columns when
+    a baseline was given. Empty = not measured."""
+    scaling = {row.key: row for row in all_scaling_rows(report.sections)}
+    columns = _CSV_COLUMNS + (_CSV_SCALING_COLUMNS if scaling else [])
+    columns += _CSV_BASELINE_COLUMNS if report.baseline_runs else []
     matches = {m.label: m for m in report.matches}
     failed: dict[str, list[str]] = {}
     for result in report.failures:
@@ -328,6 +386,16 @@ def render_csv(report: Report) -> str:
             "failed_gates": ";".join(failed.get(data["cell"], [])),
             "inconclusive_gates": ";".join(unsure.get(data["cell"], [])),
         }
+        row_scaling = scaling.get(CellKey(group.key, policy))
+        if row_scaling is not None:
+            scaled = _scaling_json(report, row_scaling)
+            row.update(
+                {name: scaled[name] for name in ("world_size", "grad_comm", "devices")},
+                per_device_samples_per_s=scaled["per_device_samples_per_s"],
+                **_flat("scaling_efficiency", scaled["scaling_efficiency"]),
+                allreduce_share=scaled["allreduce_share"],
+                straggler_ratio=scaled["straggler_ratio"],
+            )
         match = matches.get(data["cell"])
         if match is not None:
             base = match.baseline

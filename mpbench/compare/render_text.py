@@ -14,6 +14,7 @@ from mpbench.compare.rows import (
     TextTable,
     baseline_table,
     gates_table,
+    scaling_table,
     section_table,
 )
 
@@ -32,13 +33,26 @@ _TEXT_COLUMNS = {
     "result",
     "gate",
     "numbers",
+    "devices",
+    "grad comm",
 }
 # Prose columns (gate messages, statuses) may wrap between words; numbers and names never do.
 _WRAPPING = {"status: baseline → now", "numbers", "gate"}
 
 
+def _section_tables(report: Report) -> list[TextTable]:
+    """Per workload and machine: its table, then its scaling table (data-parallel cells)."""
+    tables = []
+    for section in report.sections:
+        tables.append(section_table(section, report.labeler))
+        scaling = scaling_table(section)
+        if scaling is not None:
+            tables.append(scaling)
+    return tables
+
+
 def _tables(report: Report) -> list[TextTable]:
-    tables = [section_table(s, report.labeler) for s in report.sections]
+    tables = _section_tables(report)
     if report.matches:
         tables.append(baseline_table(report))
     if report.results:
@@ -73,7 +87,7 @@ def print_run_summary(records: list[CellRecord], console: Console) -> None:
     if records:
         report = build_report(records, CompareOptions())
         with safe_console(console):
-            _print_tables([section_table(s, report.labeler) for s in report.sections], console)
+            _print_tables(_section_tables(report), console)
 
 
 def _print_tables(tables: list[TextTable], console: Console) -> None:

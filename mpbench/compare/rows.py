@@ -12,6 +12,7 @@ from mpbench.compare.estimate import REPEATS, WITHIN_RUN, Estimate
 from mpbench.compare.gates import GateResult
 from mpbench.compare.labels import Labeler, short_fingerprint
 from mpbench.compare.report import Report
+from mpbench.compare.scaling import NOT_SCALING, ScalingRow, scaling_rows
 from mpbench.policies import BASELINE
 
 REF = "ref"
@@ -279,15 +280,173 @@ def section_table(section: Section, labeler: Labeler) -> TextTable:
     return table
 
 
+# The scaling table's columns (header, priority), data-parallel cells only (scaling.py).
+WORLD, DEVICES, PER_DEVICE, EFFICIENCY = "world", "devices", "per device", "efficiency"
+ALLREDUCE, STRAGGLER, GRAD_COMM = "all-reduce", "straggler", "grad comm"
+_SCALING_COLUMNS = {  # in display order; 0 is always shown, higher numbers go first
+    CELL: 0,
+    WORLD: 0,
+    DEVICES: 2,
+    SAMPLES: 1,
+    PER_DEVICE: 3,
+    EFFICIENCY: 0,
+    ALLREDUCE: 4,
+    STRAGGLER: 5,
+    GRAD_COMM: 6,
+    STATUS: 0,
+}
+
+
+def scaling_table(section: Section) -> TextTable | None:
+    """Per framework, policy and config, a row per world size: global and per-device
+    throughput, weak-scaling efficiency against world size 1, all-reduce share, stragglers.
+    None when the section holds no data-parallel cell."""
+    from mpbench.compare.verdict import short
+
+    rows = scaling_rows(section)
+    if not rows:
+        return None
+    columns = list(_SCALING_COLUMNS)
+    title = (
+        f"Scaling: {section.workload} on {section.device} "
+        f"[{short_fingerprint(section.fingerprint)}]"
+    )
+    table = TextTable(title, columns, priorities=list(_SCALING_COLUMNS.values()))
+    notes = Footnotes()
+    names = config_names(section)
+    for index, row in enumerate(rows):
+        cell, layout = row.cell, row.layout
+        if layout.parallel:
+            efficiency = fmt.efficiency_interval(row.efficiency)
+            if row.efficiency is None and cell.ok:
+                efficiency += " " + notes.mark(_no_efficiency(row))
+        else:
+            efficiency = REF if cell.ok else fmt.DASH
+        world = str(layout.world_size)
+        if layout.nnodes > 1:
+            world += f" ({layout.nnodes} nodes)"
+        values = {
+            CELL: f"{names[row.group.key.single()]} {short(row.row)}",
+            WORLD: world,
+            DEVICES: row.devices or fmt.DASH,
+            SAMPLES: fmt.throughput(row.throughput),
+            PER_DEVICE: fmt.throughput(row.per_device),
+            EFFICIENCY: efficiency,
+            ALLREDUCE: _missing(
+                fmt.fraction_percent(row.allreduce_share),
+                row,
+                ("allreduce_share", "allreduce_s_per_step"),
+                notes,
+            ),
+            STRAGGLER: _missing(
+                fmt.ratio(row.straggler_ratio),
+                row,
+                ("straggler_ratio", "rank_step_median_s"),
+                notes,
+            ),
+            GRAD_COMM: layout.grad_comm if layout.parallel else fmt.DASH,
+            STATUS: _status_cell(cell, notes),
+        }
+        table.rows.append([values[c] for c in columns])
+        table.styles.append(_style(cell))
+        following = rows[index + 1] if index + 1 < len(rows) else None
+        if following is not None and _scaling_block(following) != _scaling_block(row):
+            table.group_ends.add(len(table.rows) - 1)
+    table.footnotes = [
+        "world: replicas (data-parallel ranks); samples/s: the job's, every replica together; "
+        "per device: samples/s / world; efficiency: weak scaling, samples/s / (world × "
+        "samples/s at world size 1), against the ref row of the same framework, policy and "
+        "config; all-reduce: the gradient all-reduce's share of the job's median step; "
+        "straggler: the slowest rank's median step / the median rank's (1.00× keeps pace)"
+    ]
+    table.footnotes += _efficiency_interval_notes([r.efficiency for r in rows])
+    for kind, text in _not_scaling(rows).items():
+        table.footnotes.append(f"devices {kind}: {text}")
+    for row in rows:
+        if row.unpaired:
+            left_out = ", ".join(f"r{repeat} of {run_id}" for run_id, repeat in row.unpaired)
+            table.footnotes.append(
+                f"efficiency of {names[row.group.key.single()]} {short(row.row)} at world "
+                f"{row.world_size} leaves out {left_out}: no world-size-1 repeat of the same "
+                "run and repeat to pair with"
+            )
+    table.footnotes += notes.lines()
+    return table
+
+
+def _scaling_block(row: ScalingRow) -> tuple:
+    """Rows of one framework, config and policy are one block of the scaling table."""
+    return (row.group.key.single(), row.row)
+
+
+def _no_efficiency(row: ScalingRow) -> str:
+    if row.reference is None:
+        return "no world-size-1 cell of the same framework, policy and config to scale from"
+    if not row.reference.ok:
+        return f"the world-size-1 reference did not finish ({row.reference.status})"
+    if row.unpaired and len(row.unpaired) == len(row.cell.ok_records):
+        return "no world-size-1 repeat of the same run and repeat to pair with"
+    return "no throughput to scale from"
+
+
+def _missing(text: str, row: ScalingRow, fields: tuple[str, ...], notes: Footnotes) -> str:
+    """A value, or "—" with the reason the record gives for its absence as a footnote."""
+    if text != fmt.DASH or not row.layout.parallel:
+        return text
+    reason = next((row.unavailable[n] for n in fields if n in row.unavailable), None)
+    return f"{text} {notes.mark(f'{fields[0]}: {reason}')}" if reason else text
+
+
+def _efficiency_interval_notes(estimates: list[Estimate | None]) -> list[str]:
+    repeats, within_run = interval_kinds(estimates)
+    lines = []
+    if repeats is not None:
+        lines.append(
+            f"efficiency (a–b): 95 % interval over {repeats} repeat pairs (world N repeat i with "
+            "world size 1 repeat i of the same run; geometric mean and t-interval of the "
+            "per-pair efficiencies)"
+        )
+    if within_run:
+        lines.append(
+            f"{fmt.WITHIN_RUN_MARK} within-run only: one repeat pair, so the efficiency's 95 % "
+            "interval is the block bootstrap of the two cells' median step times; it ignores "
+            "process-to-process variance and is optimistic — run with --repeat 3 or more"
+        )
+    return lines
+
+
+def _not_scaling(rows: list[ScalingRow]) -> dict[str, str]:
+    kinds = {}
+    for row in rows:
+        for kind in (row.devices or "").split("; "):
+            if kind in NOT_SCALING:
+                kinds[kind] = NOT_SCALING[kind]
+    return kinds
+
+
 def group_names(section: Section, labeler: Labeler) -> dict:
     """Short row names: the framework ("torch", "tf"), with a letter when one framework has
-    several configs in the table ("tf a", "tf b"); the legend says what each stands for."""
+    several configs in the table ("tf a", "tf b"), and a data-parallel group's world size
+    ("torch ×2", "torch a ×2 [comm bf16]"); the legend says what each stands for. Groups
+    that differ only in their data-parallel layout share the letter of their config."""
+    names = config_names(section)
+    out = {}
+    for group in section.groups:
+        name, mark = names[group.key.single()], group.key.layout().mark()
+        out[group.key] = f"{name} {mark}" if mark else name
+    return out
+
+
+def config_names(section: Section) -> dict:
+    """The name of each config at world size 1 (GroupKey.single): "torch", or "torch a",
+    "torch b" when one framework ran several configs in the section."""
     names = {}
     for framework in dict.fromkeys(g.key.framework for g in section.groups):
         groups = [g for g in section.groups if g.key.framework == framework]
         label = _SHORT_FRAMEWORKS.get(framework, framework)
-        for index, group in enumerate(groups):
-            names[group.key] = label if len(groups) == 1 else f"{label} {chr(ord('a') + index)}"
+        identities = list(dict.fromkeys(g.key.single() for g in groups))
+        for index, key in enumerate(identities):
+            names[key] = label if len(identities) == 1 else f"{label} {chr(ord('a') + index)}"
     return names
 
 
@@ -368,6 +527,10 @@ _CONFIG_EXTRA = (
     "accumulate",
     "loss_scale",
     "compile",
+    "world_size",
+    "nproc_per_node",
+    "nnodes",
+    "grad_comm",
 )
 _CONFIG_NAMES = {
     "batch_size": "batch",
@@ -375,6 +538,10 @@ _CONFIG_NAMES = {
     "reference_batch_size": "batch",
     "batch_scale_16bit": "16-bit batch ×",
     "loss_scale": "loss scale",
+    "world_size": "world size",
+    "nproc_per_node": "per node",
+    "nnodes": "nodes",
+    "grad_comm": "grad comm",
 }
 
 

@@ -6,6 +6,7 @@ that importing this module stays cheap and quiet.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import math
 import os
@@ -13,6 +14,7 @@ from collections.abc import Callable
 
 from mpbench.backends import base
 from mpbench.backends.base import CellSpec, Measurements, Progress
+from mpbench.backends.tensorflow import distributed
 from mpbench.backends.tensorflow.device import Placement
 from mpbench.results.schema import MemoryStats
 from mpbench.telemetry.cell import CellTelemetry
@@ -34,6 +36,12 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
         raise base.Unsupported(
             "TensorFlow has no 'mps' device (Apple GPUs need the tensorflow-metal plugin)"
         )
+    refused = distributed.refusal(spec)
+    if refused:
+        raise base.Unsupported(refused)
+    world = spec.world_size  # replicas in sync: MirroredStrategy over this node's devices
+    if world > 1 and spec.grad_comm != "fp32":
+        warn(distributed.GRAD_COMM_NOTE.format(asked=spec.grad_comm))
     from mpbench.backends.tensorflow.runtime import import_tensorflow
 
     tf = import_tensorflow(spec.verbose)
@@ -45,33 +53,50 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
         *device.pin_threads(tf, spec.intra_op_threads, spec.inter_op_threads)
     )
     workload = get_workload(spec.workload)
-    placement = device.resolve(tf, spec.device)
+    mirrored = None
+    if world > 1:
+        # Before the runtime starts (the strategy starts it): logical CPUs / visible GPUs.
+        replicas = device.resolve_replicas(tf, spec.device, world)
+        placement = replicas.placement
+        mirrored = distributed.mirrored(tf, replicas, world)
+    else:
+        placement = device.resolve(tf, spec.device)
     precision.apply_policy(spec.policy, placement)
     data = base.load_dataset(spec, workload, warn)
-    # A step is one optimizer step over `accumulate` micro-batches of spec.batch_size.
+    # A step is one optimizer step over `accumulate` micro-batches of spec.batch_size, on
+    # each of the `world` replicas: `batch` samples per micro-batch step in all.
     micro = spec.accumulate
+    batch = spec.batch_size * world
     plan = base.plan_steps(
-        len(data.x_train), spec.effective_batch, spec.epochs, spec.max_steps, spec.warmup_steps
-    )
+        len(data.x_train), spec.effective_batch * world, spec.epochs, spec.max_steps,
+        spec.warmup_steps,
+    )  # fmt: skip
     window = base.end_to_end_window(plan)
     total = plan.total_steps + window.total_steps
 
-    with tf.device(placement.tf_device):
-        keras.utils.set_random_seed(spec.seed)
-        model = models.compiled_model(
-            workload,
-            spec.units,
-            spec.policy,
-            spec.loop,
-            spec.jit,
-            spec.loss_scale if spec.policy == "mixed_float16" else None,
-            micro,
-        )
-        models.check_optimizer(model.optimizer, workload.optimizer)
-        jit_compile = bool(model.jit_compile)  # Keras may refuse XLA for a model
-        if spec.jit and not jit_compile:
-            warn("XLA (jit_compile) was requested but Keras disabled it for this model")
-        state = precision.read_back(model, data.x_test[:1], spec.loop, jit_compile)
+    # One device: everything under it. Replicas: the model and its optimizer are built in
+    # the strategy's scope (mirrored variables); fit, predict and the custom step use the
+    # strategy themselves, and the test loss is computed outside it (inside, a Keras loss
+    # divides by the replica count).
+    where = tf.device(placement.tf_device) if mirrored is None else contextlib.nullcontext()
+    building = mirrored.strategy.scope() if mirrored else contextlib.nullcontext()
+    with where:
+        with building:
+            keras.utils.set_random_seed(spec.seed)
+            model = models.compiled_model(
+                workload,
+                spec.units,
+                spec.policy,
+                spec.loop,
+                spec.jit,
+                spec.loss_scale if spec.policy == "mixed_float16" else None,
+                micro,
+            )
+            models.check_optimizer(model.optimizer, workload.optimizer)
+            jit_compile = bool(model.jit_compile)  # Keras may refuse XLA for a model
+            if spec.jit and not jit_compile:
+                warn("XLA (jit_compile) was requested but Keras disabled it for this model")
+            state = precision.read_back(model, data.x_test[:1], spec.loop, jit_compile)
         if state["loss_scaling"] != (spec.policy == "mixed_float16"):
             raise RuntimeError(
                 f"loss scaling is {'on' if state['loss_scaling'] else 'off'} "
@@ -79,14 +104,24 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
             )
         # TensorFlow autotunes cuDNN convolutions unless this is set to false.
         state["cudnn_autotune"] = os.environ.get("TF_CUDNN_USE_AUTOTUNE", "1") not in ("0", "false")
+        if mirrored:
+            state["replicas"] = mirrored.count
+            state["replica_devices"] = list(mirrored.replicas.devices)
 
         batches = loops.training_batches(
-            data.x_train, data.y_train, plan, spec.batch_size, placement, micro
+            data.x_train, data.y_train, plan, batch, placement, micro, replicated=bool(mirrored)
         )
         if spec.loop == "custom":
-            train_step = loops.custom_train_step(model, jit_compile)  # traced on first call
-            iterator = iter(batches)
-        meter = device.memory_meter(tf, placement)
+            if mirrored:
+                train_step = loops.custom_train_step(
+                    model, jit_compile, mirrored.strategy, global_batch=batch
+                )
+                iterator = iter(mirrored.strategy.experimental_distribute_dataset(batches))
+            else:
+                train_step = loops.custom_train_step(model, jit_compile)  # traced on first call
+                iterator = iter(batches)
+        replica_devices = mirrored.replicas.devices if mirrored else ()
+        meter = device.memory_meter(tf, placement, replica_devices)
         # A dynamic loss scale moves, so its floor is a divergence signal; a static one not.
         dynamic = state["loss_scaling"] and spec.loss_scale is None
         telemetry = CellTelemetry(telemetry_device(placement), dynamic_scale=dynamic)
@@ -110,7 +145,10 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
         except BaseException:
             telemetry.close()  # a diverged cell (CellDiverged) stopped it already
             raise
-        telemetry.stop_timed(plan.total_steps * spec.effective_batch)
+        # Joules per sample: a GPU's energy over the samples that GPU trained (the sampler
+        # reads replica 0's GPU); a CPU's package over every replica's samples.
+        sampled = 1 if placement.is_gpu else world
+        telemetry.stop_timed(plan.total_steps * spec.effective_batch * sampled)
         training_memory = meter.stop()
         # The allocator's peak over training (None on a CPU, where TF keeps no stats).
         device_peak = training_memory.peak_bytes if placement.is_gpu else None
@@ -122,7 +160,7 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
                 model,
                 data.x_train,
                 data.y_train,
-                spec.batch_size,
+                batch,
                 window,
                 progress,
                 plan.total_steps,
@@ -134,7 +172,7 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
                 train_step,
                 iterator,
                 window.total_steps,
-                spec.batch_size,
+                batch,
                 progress,
                 plan.total_steps,
                 total,
@@ -142,7 +180,7 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
             )
         micro_batches_trained = trained.micro_batches_run + e2e_trained
 
-        accuracy, test_loss = loops.evaluate(model, data.x_test, data.y_test, spec.batch_size)
+        accuracy, test_loss = loops.evaluate(model, data.x_test, data.y_test, batch)
         if not math.isfinite(test_loss):
             raise base.Diverged(
                 f"test loss is {test_loss} after {micro_batches_trained} micro-batches"
@@ -175,7 +213,7 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
         precision=state,
         step_times_s=trained.step_times_s,
         warmup_steps=plan.warmup_steps,
-        samples_per_step=spec.effective_batch,
+        samples_per_step=spec.effective_batch * world,
         epoch_losses=trained.epoch_losses,
         test_accuracy=accuracy,
         test_loss=test_loss,
@@ -186,6 +224,9 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
         extra_config={
             "jit_compile": jit_compile,
             "loop": spec.loop,
+            # The same words at every world size: compare matches a data-parallel cell's
+            # config to its world-size-1 twin's (the strategy's input path is in the record's
+            # precision.replica_devices and distributed fields).
             "input_pipeline": "pre-batched tf.data, prefetched"
             + (" to the device" if placement.is_gpu else ""),
         },
@@ -196,6 +237,7 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
         reason=reason,
         telemetry=telemetry.report(),
         divergence=divergence,
+        distributed=mirrored.stats(spec) if mirrored else None,
     )
 
 

@@ -71,14 +71,7 @@ def resolve(tf: Any, device: str) -> Placement:
     if index >= len(gpus):
         raise Unsupported(f"TensorFlow sees {len(gpus)} GPU(s); {device!r} is not one of them")
     gpu = gpus[index]
-    details = tf.config.experimental.get_device_details(gpu)
-    capability = details.get("compute_capability")  # absent on ROCm builds
-    info = DeviceInfo(
-        kind="cuda",
-        name=details.get("device_name", gpu.name),
-        capability=f"{capability[0]}.{capability[1]}" if capability else None,
-        index=index,
-    )
+    info, capability = _gpu_info(tf, gpu, index)
     tf.config.set_visible_devices([gpu], "GPU")
     tf.config.experimental.set_memory_growth(gpu, True)
     logical = tf.config.list_logical_devices("GPU")
@@ -87,6 +80,84 @@ def resolve(tf: Any, device: str) -> Placement:
     # "/device:GPU:0" -> "/GPU:0"
     name = "/" + logical[0].name.rsplit("/device:", 1)[-1]
     return Placement(name, info, tuple(capability) if capability else None)
+
+
+def _gpu_info(tf: Any, gpu: Any, index: int) -> tuple[DeviceInfo, Any]:
+    """The record's DeviceInfo of a physical GPU, and its compute capability (None on ROCm)."""
+    details = tf.config.experimental.get_device_details(gpu)
+    capability = details.get("compute_capability")  # absent on ROCm builds
+    info = DeviceInfo(
+        kind="cuda",
+        name=details.get("device_name", gpu.name),
+        capability=f"{capability[0]}.{capability[1]}" if capability else None,
+        index=index,
+    )
+    return info, capability
+
+
+@dataclass(frozen=True)
+class Replicas:
+    """Where a MirroredStrategy's replicas run: `placement` is replica 0's device (the
+    record's device, telemetry and memory), `devices` every replica's, in replica order."""
+
+    placement: Placement
+    devices: tuple[str, ...]
+    kind: str  # "logical": TensorFlow logical CPUs splitting one CPU; "real": a GPU each
+
+
+def resolve_replicas(tf: Any, device: str, replicas: int) -> Replicas:
+    """The devices of `replicas` data-parallel replicas in this one process. Like `resolve`,
+    this must run before TensorFlow initialises its runtime: logical devices and visible
+    GPUs cannot be changed afterwards (RuntimeError).
+
+    - cpu: the one physical CPU split into `replicas` logical CPUs
+      (tf.config.set_logical_device_configuration). They share the CPU's cores and one
+      thread pool, so they exercise the strategy's plumbing, not scaling.
+    - cuda / cuda:N: GPUs 0 .. replicas-1, as torchrun puts rank r on cuda:r (the index of
+      --device is not an offset); each made visible with memory growth on. Fewer GPUs than
+      replicas: Unsupported."""
+    kind = device.split(":", 1)[0].lower()
+    if kind == "cpu":
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        configured = tf.config.get_logical_device_configuration(cpu)
+        if configured is None or len(configured) != replicas:
+            try:
+                tf.config.set_logical_device_configuration(
+                    cpu, [tf.config.LogicalDeviceConfiguration()] * replicas
+                )
+            except RuntimeError as exc:
+                raise RuntimeError(
+                    f"cannot split the CPU into {replicas} logical devices: TensorFlow's "
+                    f"runtime was initialised before the cell configured it ({exc})"
+                ) from exc
+        names = tuple(
+            "/" + d.name.rsplit("/device:", 1)[-1] for d in tf.config.list_logical_devices("CPU")
+        )
+        if len(names) != replicas:
+            raise RuntimeError(f"expected {replicas} logical CPUs, TensorFlow has {names}")
+        return Replicas(Placement(names[0], cpu_device_info()), names, "logical")
+    if kind != "cuda":
+        raise Unsupported(f"the TensorFlow backend runs on cpu or cuda, not {device!r}")
+    _gpu_index(device)  # a malformed index is refused as for one replica
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        raise Unsupported(NO_GPU)
+    if len(gpus) < replicas:
+        raise Unsupported(
+            f"--nproc {replicas}: MirroredStrategy needs a GPU per replica and TensorFlow "
+            f"sees {len(gpus)} GPU(s)"
+        )
+    chosen = gpus[:replicas]
+    info, capability = _gpu_info(tf, chosen[0], 0)
+    tf.config.set_visible_devices(chosen, "GPU")
+    for gpu in chosen:
+        tf.config.experimental.set_memory_growth(gpu, True)
+    logical = tf.config.list_logical_devices("GPU")
+    if len(logical) != replicas:
+        raise RuntimeError(f"expected {replicas} visible GPUs, TensorFlow has {logical}")
+    names = tuple("/" + d.name.rsplit("/device:", 1)[-1] for d in logical)
+    placement = Placement(names[0], info, tuple(capability) if capability else None)
+    return Replicas(placement, names, "real")
 
 
 class TensorFlowAllocatorMeter:
@@ -104,8 +175,28 @@ class TensorFlowAllocatorMeter:
         return TrainingMemory(self.start_bytes, peak, "tensorflow allocator")
 
 
-def memory_meter(tf: Any, placement: Placement) -> Any:
-    """Starts measuring training memory now; `.stop()` returns a TrainingMemory."""
+class ReplicaAllocatorMeter:
+    """The allocator counters of every replica's GPU: the replica whose peak is highest is
+    the one reported (a per-device figure, as for one GPU)."""
+
+    def __init__(self, tf: Any, devices: tuple[str, ...]) -> None:
+        self._meters = [TensorFlowAllocatorMeter(tf, Placement(name, _NO_INFO)) for name in devices]
+
+    def stop(self) -> TrainingMemory:
+        measured = [meter.stop() for meter in self._meters]
+        highest = max(measured, key=lambda m: m.peak_bytes)
+        source = f"tensorflow allocator, the highest of {len(measured)} replicas' GPUs"
+        return TrainingMemory(highest.start_bytes, highest.peak_bytes, source)
+
+
+_NO_INFO = DeviceInfo(kind="cuda", name="replica")  # only the device name is read
+
+
+def memory_meter(tf: Any, placement: Placement, devices: tuple[str, ...] = ()) -> Any:
+    """Starts measuring training memory now; `.stop()` returns a TrainingMemory. `devices`:
+    a MirroredStrategy's replica devices (GPUs: each one's allocator; a CPU: the RSS)."""
+    if placement.is_gpu and len(devices) > 1:
+        return ReplicaAllocatorMeter(tf, devices)
     if placement.is_gpu:
         return TensorFlowAllocatorMeter(tf, placement)
     return rss_sampler().start()

@@ -44,17 +44,22 @@ def training_batches(
     batch_size: int,
     placement: Placement,
     micro: int = 1,
+    replicated: bool = False,
 ) -> tf.data.Dataset:
     """An endless dataset of whole (micro-)batches, cut once before training so that a step
     only takes the next ready batch (no per-sample slicing or batching inside the timed step);
     prefetched, and on a GPU prefetched onto the device so the host-to-device copy overlaps
-    the previous step. `micro` micro-batches make one optimizer step (plan's steps)."""
+    the previous step. `micro` micro-batches make one optimizer step (plan's steps).
+
+    `replicated` (a MirroredStrategy): `batch_size` is the global batch; the strategy splits
+    each one between its replicas and prefetches the pieces onto their devices itself
+    (experimental_distribute_dataset, which `fit` also calls), so no prefetch_to_device."""
     count = plan.steps_per_epoch * micro
     used = count * batch_size
     xb = x[:used].reshape(count, batch_size, *x.shape[1:])
     yb = y[:used].reshape(count, batch_size)
     batches = tf.data.Dataset.from_tensor_slices((xb, yb)).repeat()
-    if placement.is_gpu:
+    if placement.is_gpu and not replicated:
         return batches.apply(tf.data.experimental.prefetch_to_device(placement.tf_device, 2))
     return batches.prefetch(2)
 
@@ -211,7 +216,12 @@ class CustomStep:
         return self.run(iterator)
 
 
-def custom_train_step(model: keras.Model, jit_compile: bool) -> CustomStep:
+def custom_train_step(
+    model: keras.Model,
+    jit_compile: bool,
+    strategy: tf.distribute.Strategy | None = None,
+    global_batch: int | None = None,
+) -> CustomStep:
     """A hand-written step with the Keras 3 loss-scaling API: `scale_loss` inside the tape,
     then `apply`, which (for a LossScaleOptimizer) unscales and skips non-finite steps. For
     other optimizers `scale_loss` is the identity, so one step serves every policy.
@@ -224,7 +234,14 @@ def custom_train_step(model: keras.Model, jit_compile: bool) -> CustomStep:
     in GRADIENT_EVERY only); and, for a LossScaleOptimizer, the scale after the step and
     whether the micro-batch was applied (1) or skipped (0), from the inner optimizer's
     `_iterations` read before and after `apply`. Without a LossScaleOptimizer the last two
-    are 0 and 1."""
+    are 0 and 1.
+
+    `strategy` (a MirroredStrategy, `global_batch` samples per step): see
+    _replicated_train_step."""
+    if strategy is not None:
+        if global_batch is None:
+            raise ValueError("a replicated step needs the global batch size")
+        return _replicated_train_step(model, strategy, global_batch)
     optimizer, loss_fn = model.optimizer, model.loss
     variables = model.trainable_variables
     optimizer.build(variables)  # create slots eagerly, not inside the traced step
@@ -265,6 +282,83 @@ def custom_train_step(model: keras.Model, jit_compile: bool) -> CustomStep:
         # The iterator is read outside the XLA cluster (iterator ops do not compile).
         x, y = next(iterator)
         return train_on_batch(x, y)
+
+    return CustomStep(train_step, check_gradients)
+
+
+def _replicated_train_step(
+    model: keras.Model, strategy: tf.distribute.Strategy, global_batch: int
+) -> CustomStep:
+    """The custom step under a MirroredStrategy, as the tf.distribute custom-loop guide
+    writes it: the iterator is a distributed one (experimental_distribute_dataset), each
+    replica runs the step on its part of the global batch (`strategy.run`), with the loss
+    averaged over the global batch (`tf.nn.compute_average_loss`: each replica's per-sample
+    losses summed and divided by `global_batch`); `optimizer.apply` in the replica context
+    sums the replicas' gradients (Keras' TFOptimizer all-reduce) and, for a
+    LossScaleOptimizer, checks them in a merge_call.
+
+    The returned vector is the single-device one: the loss is the replicas' shares summed
+    (the global batch's mean); the non-finite gradient elements are summed over the
+    replicas' own gradients (before the all-reduce: a replica cannot see the sum, which
+    Keras forms inside `apply`), and so the gradient norm is not reported (NaN: the norm of
+    one replica's share is not the step's gradient norm); the loss scale and whether the
+    step was applied are replica 0's (every replica reads the same variables)."""
+    optimizer, loss_fn = model.optimizer, model.loss
+    variables = model.trainable_variables
+    with strategy.scope():
+        optimizer.build(variables)  # mirrored slots, created eagerly
+        check_gradients = tf.Variable(False, trainable=False, name="mpbench_check_gradients")
+    scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+    if scaled:
+        inner = optimizer.inner_optimizer
+        counter = getattr(inner, "_iterations", inner.iterations)
+
+    def read(variable: keras.Variable) -> tf.Tensor:
+        return tf.cast(variable.value, tf.float64)
+
+    def replica_step(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+        with tf.GradientTape() as tape:
+            probabilities = model(x, training=True)
+            # Per-sample losses (the compiled loss without its reduction, which would
+            # also divide by the replica count), averaged over the global batch.
+            per_sample = loss_fn.call(tf.cast(y, loss_fn.dtype), probabilities)
+            loss = tf.nn.compute_average_loss(per_sample, global_batch_size=global_batch)
+            scaled_loss = optimizer.scale_loss(loss)
+        gradients = tape.gradient(scaled_loss, variables)
+        _, nonfinite = tf.cond(
+            check_gradients,
+            lambda: gradient_health(gradients),
+            lambda: (tf.constant(math.nan, tf.float64), tf.constant(-1.0, tf.float64)),
+        )
+        if scaled:
+            before = read(counter)
+        optimizer.apply(gradients, variables)
+        if scaled:
+            scale, applied = read(optimizer.dynamic_scale), read(counter) - before
+        else:
+            scale, applied = tf.constant(0.0, tf.float64), tf.constant(1.0, tf.float64)
+        nan = tf.constant(math.nan, tf.float64)
+        return tf.stack([tf.cast(loss, tf.float64), nan, nonfinite, scale, applied])
+
+    @tf.function
+    def train_step(iterator: Iterator) -> tf.Tensor:
+        x, y = next(iterator)
+        per_replica = strategy.run(replica_step, args=(x, y))
+        local = tf.stack(strategy.experimental_local_results(per_replica))
+        nonfinite = tf.where(
+            local[0, NONFINITE_GRADS] < 0,
+            tf.constant(-1.0, tf.float64),
+            tf.reduce_sum(local[:, NONFINITE_GRADS]),
+        )
+        return tf.stack(
+            [
+                tf.reduce_sum(local[:, LOSS]),
+                local[0, GRAD_NORM],
+                nonfinite,
+                local[0, LOSS_SCALE],
+                local[0, APPLIED],
+            ]
+        )
 
     return CustomStep(train_step, check_gradients)
 
