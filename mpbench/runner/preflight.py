@@ -23,6 +23,17 @@ def preflight(config: RunConfig, cells: list[Cell], warn: Callable[[str], None])
 
     running = dict.fromkeys(cell.spec.workload for cell in cells if cell.skip_reason is None)
     parallel = max((cell.spec.nproc for cell in cells if cell.skip_reason is None), default=1)
+    tensorflow_parallel = any(
+        c.spec.framework == "tensorflow" and c.spec.world_size > 1 and c.skip_reason is None
+        for c in cells
+    )
+    if config.grad_comm != "fp32" and tensorflow_parallel:
+        # recipes() gives TensorFlow cells fp32: said once here, where the user sees it.
+        warn(
+            f"--grad-comm {config.grad_comm} applies to torch DDP only: TensorFlow's "
+            "MirroredStrategy all-reduces the gradients in their own dtype, float32 (the "
+            "variables' dtype under every Keras policy); its records say grad_comm fp32"
+        )
     if parallel > 1 and cells[0].spec.device == "cpu":
         warn(
             f"--nproc {parallel} on a CPU: the replicas share its cores, so the figures "

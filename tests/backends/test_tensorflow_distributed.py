@@ -151,7 +151,7 @@ def test_two_replicas_train_as_one_device_with_the_global_batch():
     fit and in the custom loop (strategy.run + compute_average_loss)."""
     requests = [
         spec(nproc=2, loop="fit"),
-        spec(nproc=2, loop="custom", grad_comm="bf16"),
+        spec(nproc=2, loop="custom"),
         spec(batch_size=128, loop="fit"),
         spec(batch_size=128, loop="custom"),
     ]
@@ -173,10 +173,7 @@ def test_two_replicas_train_as_one_device_with_the_global_batch():
         assert two["epoch_losses"] == pytest.approx(one["epoch_losses"], rel=1e-5)
         assert two["test_loss"] == pytest.approx(one["test_loss"], rel=1e-4)
         assert two["test_accuracy"] == pytest.approx(one["test_accuracy"], abs=1 / 256)
-    # A torch-only option, said once; the all-reduce stays float32.
-    assert fit2["warnings"] == []
-    (warning,) = custom2["warnings"]
-    assert "--grad-comm bf16 applies to torch DDP only" in warning
+    assert fit2["warnings"] == custom2["warnings"] == []
     assert custom2["distributed"]["grad_comm"] == "fp32"
     # The custom loop under the strategy cannot see the step's gradient norm (Keras sums the
     # replicas' gradients inside apply): none recorded, though one device records it.

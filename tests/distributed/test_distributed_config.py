@@ -128,3 +128,28 @@ def test_a_batch_the_world_cannot_fill_is_refused_before_anything_runs(tmp_path)
     assert "batch size 80000 exceeds the training set (60000)" in done.stderr
     assert "the world size of --nproc" in done.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_grad_comm_with_tensorflow_cells_is_said_once_before_the_run(tmp_path):
+    from mpbench.runner.preflight import preflight
+
+    config = build_config(
+        RunOptions(
+            config=QUICK,
+            frameworks=["tensorflow"],
+            workloads=["mnist_dense"],
+            policies=["fp32"],
+            nproc=["1,2"],
+            grad_comm="bf16",
+            data="synthetic",
+        )
+    )
+    cells = expand(config, _Report(), "run")[2]
+    said: list[str] = []
+    preflight(config, cells, said.append)
+    (note,) = [m for m in said if "--grad-comm" in m]
+    assert note.startswith("--grad-comm bf16 applies to torch DDP only")
+    said.clear()
+    config.grad_comm = "fp32"
+    preflight(config, cells, said.append)
+    assert not [m for m in said if "--grad-comm" in m]

@@ -40,8 +40,6 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
     if refused:
         raise base.Unsupported(refused)
     world = spec.world_size  # replicas in sync: MirroredStrategy over this node's devices
-    if world > 1 and spec.grad_comm != "fp32":
-        warn(distributed.GRAD_COMM_NOTE.format(asked=spec.grad_comm))
     from mpbench.backends.tensorflow.runtime import import_tensorflow
 
     tf = import_tensorflow(spec.verbose)

@@ -35,11 +35,6 @@ ACCUMULATE_REFUSAL = (
     "that branch is a merge_call the strategy refuses ('merge_call called while defining a "
     "new graph or a tf.function'); run TensorFlow data-parallel cells with --accumulate 1"
 )
-GRAD_COMM_NOTE = (
-    "--grad-comm {asked} applies to torch DDP only: TensorFlow's MirroredStrategy all-reduced "
-    "the gradients in their own dtype, float32 (the variables' dtype under every Keras "
-    "policy); recorded as grad_comm fp32"
-)
 UNAVAILABLE = {
     "rank_step_median_s": (
         "MirroredStrategy runs every replica in this one process and one step call: there "
