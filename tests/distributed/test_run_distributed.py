@@ -172,13 +172,13 @@ def test_a_hanging_rank_times_the_job_out_and_no_rank_is_left(tmp_path):
     out = tmp_path / "run"
     done = subprocess.run(
         arguments(config(tmp_path), out, "-w", "mnist_dense", "-p", "fp32", "--nproc", "2",
-                  "--timeout", "25"),
+                  "--timeout", "18"),
         capture_output=True, text=True, timeout=120,
         env={**os.environ, "MPBENCH_FAULT": "hang@#rank1", "MPBENCH_MARK": str(out)},
     )  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr
     record = records(out)["torch/mnist_dense/float32@np2/r0"]
-    assert record["status"] == "timeout" and "25 s timeout" in record["reason"]
+    assert record["status"] == "timeout" and "18 s timeout" in record["reason"]
     log = (out / "logs" / "torch__mnist_dense__float32@np2__r0.log").read_text()
     assert "injecting the hang fault" in log  # rank 1 did hang (the launcher did not)
     time.sleep(1)

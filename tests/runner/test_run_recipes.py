@@ -85,6 +85,23 @@ def test_accumulation_with_a_static_loss_scale_trains_ok_and_compares_in_both_fr
             units[record["framework"]] = record["loss_scale"]["skip_unit"]
     assert units == {"torch": "optimizer step (all 2 micro-batches)", "tensorflow": "micro-batch"}
 
+    # Both frameworks in one run: the same model, one summary with their rows side by side.
+    by_cell = {(r["framework"], r["policy"]): r for r in records}
+    assert by_cell["torch", "float32"]["params"] == by_cell["tensorflow", "float32"]["params"]
+    tf_fp16 = by_cell["tensorflow", "mixed_float16"]["precision"]
+    assert tf_fp16["dtype_policy"] == "mixed_float16" and tf_fp16["tf32_enabled"] is False
+    assert by_cell["tensorflow", "float32"]["precision"]["compute_dtype"] == "float32"
+    assert all(r["end_to_end"]["samples_per_s"] > 0 for r in records)
+    assert all(r["memory"]["training_source"] == "process RSS sampled" for r in records)
+    summary = result.stdout[result.stdout.index("mnist_dense on cpu") :]
+    table = summary[: summary.index("Results:")]
+    rows = [  # table rows: "torch fp32 ...", "tf fp16 ..." (verdict lines say "tf fp16: ...")
+        line.split()[0]
+        for line in table.splitlines()
+        if line.lstrip().startswith(("torch ", "tf ")) and ": " not in line
+    ]
+    assert sorted(rows) == ["tf", "tf", "torch", "torch"], table
+
     compared = subprocess.run(
         [sys.executable, "-m", "mpbench", "compare", str(tmp_path / "run"), "--format", "json"],
         capture_output=True,

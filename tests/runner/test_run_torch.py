@@ -25,12 +25,12 @@ warmup_steps = 3
 timeout = 120
 
 [workloads.mnist_dense]
-batch_size = 256
+batch_size = 128
 epochs = 4
 max_steps = 40
 units = 64
-synthetic_train_size = 4096
-synthetic_test_size = 1024
+synthetic_train_size = 2048
+synthetic_test_size = 512
 
 [workloads.cifar10_cnn]
 batch_size = 64
@@ -99,7 +99,7 @@ def test_each_policy_trains_and_records_its_effective_precision(tmp_path, tiny_c
         assert record["data"]["name"] == "synthetic-mnist"
         assert record["params"] == 784 * 64 + 64 + 64 * 64 + 64 + 64 * 10 + 10
         assert record["throughput_samples_per_s"] == pytest.approx(
-            256 / record["step_time"]["median_s"]
+            128 / record["step_time"]["median_s"]
         )
         assert record["memory"]["host_peak_rss_bytes"] > 0
         assert record["mfu"] is None  # no datasheet peak for a CPU
