@@ -31,6 +31,20 @@ class TrainResult:
     micro_batches_run: int = 0
 
 
+def _as_float64(variable: keras.Variable) -> tf.Tensor:
+    """A variable's value as float64, the dtype of the step's result vector."""
+    return tf.cast(variable.value, tf.float64)
+
+
+def _applied_step_counter(optimizer: keras.optimizers.Optimizer) -> keras.Variable | None:
+    """The inner optimizer's raw step counter under a LossScaleOptimizer (it advances only
+    on applied steps), or None for an optimizer without loss scaling."""
+    if not isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        return None
+    inner = optimizer.inner_optimizer
+    return getattr(inner, "_iterations", inner.iterations)
+
+
 def per_optimizer_step(micro_times_s: list[float], micro: int) -> list[float]:
     """Micro-batch times summed over each accumulation window (`micro` of them): the time of
     one optimizer step, as torch times it."""
@@ -245,13 +259,8 @@ def custom_train_step(
     optimizer, loss_fn = model.optimizer, model.loss
     variables = model.trainable_variables
     optimizer.build(variables)  # create slots eagerly, not inside the traced step
-    scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
-    if scaled:
-        inner = optimizer.inner_optimizer
-        counter = getattr(inner, "_iterations", inner.iterations)
-
-    def read(variable: keras.Variable) -> tf.Tensor:
-        return tf.cast(variable.value, tf.float64)
+    counter = _applied_step_counter(optimizer)
+    scaled = counter is not None
 
     check_gradients = tf.Variable(False, trainable=False, name="mpbench_check_gradients")
     unchecked = (tf.constant(math.nan, tf.float64), tf.constant(-1.0, tf.float64))
@@ -268,11 +277,11 @@ def custom_train_step(
         )
         if scaled:
             # Reads are ordered with `apply`'s updates (automatic control dependencies).
-            norm = norm / read(optimizer.dynamic_scale)  # the scale these gradients carry
-            before = read(counter)
+            norm = norm / _as_float64(optimizer.dynamic_scale)  # the scale these gradients carry
+            before = _as_float64(counter)
         optimizer.apply(gradients, variables)
         if scaled:
-            scale, applied = read(optimizer.dynamic_scale), read(counter) - before
+            scale, applied = _as_float64(optimizer.dynamic_scale), _as_float64(counter) - before
         else:
             scale, applied = tf.constant(0.0, tf.float64), tf.constant(1.0, tf.float64)
         return tf.stack([tf.cast(loss, tf.float64), norm, nonfinite, scale, applied])
@@ -308,13 +317,8 @@ def _replicated_train_step(
     with strategy.scope():
         optimizer.build(variables)  # mirrored slots, created eagerly
         check_gradients = tf.Variable(False, trainable=False, name="mpbench_check_gradients")
-    scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
-    if scaled:
-        inner = optimizer.inner_optimizer
-        counter = getattr(inner, "_iterations", inner.iterations)
-
-    def read(variable: keras.Variable) -> tf.Tensor:
-        return tf.cast(variable.value, tf.float64)
+    counter = _applied_step_counter(optimizer)
+    scaled = counter is not None
 
     def replica_step(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
         with tf.GradientTape() as tape:
@@ -331,10 +335,10 @@ def _replicated_train_step(
             lambda: (tf.constant(math.nan, tf.float64), tf.constant(-1.0, tf.float64)),
         )
         if scaled:
-            before = read(counter)
+            before = _as_float64(counter)
         optimizer.apply(gradients, variables)
         if scaled:
-            scale, applied = read(optimizer.dynamic_scale), read(counter) - before
+            scale, applied = _as_float64(optimizer.dynamic_scale), _as_float64(counter) - before
         else:
             scale, applied = tf.constant(0.0, tf.float64), tf.constant(1.0, tf.float64)
         nan = tf.constant(math.nan, tf.float64)
