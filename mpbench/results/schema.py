@@ -15,14 +15,14 @@ from typing import Any
 
 from mpbench.errors import InvalidInput
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # Versions this reader understands. Version 1 records lack the fields added in 2 (training
 # memory, end-to-end throughput, drift, threads, measured-peak MFU), 2 those added in 3
 # (the training recipes: loss-scale mode and counts, accumulation, torch.compile), 3
 # those added in 4 (telemetry, energy, divergence, fallback_of), and 4 the one added in 5
 # (distributed); they read as None. A reader of version 4 refuses version 5 records by their
-# version, not by a field.
-READABLE_VERSIONS = (1, 2, 3, 4, 5)
+# version, not by a field. Version 6 adds contention and implausible.
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
 
 
 class Status(str, Enum):
@@ -248,6 +248,34 @@ class DistributedStats:
 
 
 @dataclass
+class ContentionStats:
+    """What else used the machine during the cell's timed steps (v6, docs/measurement.md;
+    measured by mpbench.telemetry.contention, which also holds the rule that sets
+    `contended` and `why`). None where this machine cannot tell; `unavailable` says why."""
+
+    wall_s: float
+    cpus: int
+    busy_cores: float  # the whole machine's busy CPU time / wall time
+    own_cores: float  # the cell's process tree
+    other_cores: float  # busy - own: everything else
+    steal_pct: float | None = None
+    psi_some_pct: float | None = None  # system-wide: includes the cell's own threads
+    throttled_s: float | None = None  # the cgroup's CPU quota
+    load_1min_start: float | None = None
+    load_1min_end: float | None = None
+    runnable_end: int | None = None  # runnable threads at the end (procs_running)
+    cpu_mhz: float | None = None
+    gpu_other_processes: int | None = None
+    gpu_clock_event_reasons: list[str] | None = None  # the slowing ones seen in the window
+    unavailable: dict[str, str] = field(default_factory=dict)
+    contended: bool = False
+    why: list[str] = field(default_factory=list)  # which rules fired, in words
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
 class CellRecord:
     run_id: str
     cell_id: str
@@ -283,6 +311,10 @@ class CellRecord:
     divergence: DivergenceInfo | None = None
     fallback_of: str | None = None  # --on-diverge fallback: the cell_id of the diverged cell
     distributed: DistributedStats | None = None  # --nproc N > 1 (or several nodes)
+    contention: ContentionStats | None = None  # v6: what else ran during the timed steps
+    # v6: figures computed but not believable, each with the reason (e.g. "mfu_measured":
+    # "above 105 % of the measured peak: the peak was measured on a busy machine").
+    implausible: dict[str, str] = field(default_factory=dict)
     hardware_fingerprint: str = ""
     wall_s: float | None = None
     schema_version: int = SCHEMA_VERSION

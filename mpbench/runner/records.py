@@ -12,6 +12,7 @@ from mpbench.results import (
     AccuracyStats,
     CellRecord,
     CompileStats,
+    ContentionStats,
     DataInfo,
     DeviceInfo,
     DistributedStats,
@@ -112,6 +113,8 @@ def _fill_telemetry(
     record.telemetry = TelemetryStats(side_file=side_file, **summary)
     if telemetry.get("energy") is not None:
         record.energy = EnergyStats(**telemetry["energy"])
+    if telemetry.get("contention") is not None:
+        record.contention = ContentionStats(**telemetry["contention"])
 
 
 _TELEMETRY_FIELDS = {f.name for f in dataclasses.fields(TelemetryStats)} - {"side_file"}
@@ -150,6 +153,24 @@ def _fill_measurements(
             record.mfu_measured = record.achieved_tflops / record.measured_peak_tflops
     if raw.get("distributed"):
         record.distributed = _distributed(raw["distributed"], record)
+    _check_measured_peak(record)  # after the world size divided it
+
+
+# A cell cannot beat the device's measured matmul peak by more than the measurement's own
+# noise: above this, the peak was measured low (on a busy machine), not the cell fast.
+MFU_MEASURED_LIMIT = 1.05
+
+
+def _check_measured_peak(record: CellRecord) -> None:
+    """An impossible MFU against the measured peak voids that figure, with the reason."""
+    if record.mfu_measured is None or record.mfu_measured <= MFU_MEASURED_LIMIT:
+        return
+    record.implausible["mfu_measured"] = (
+        f"{record.mfu_measured:.0%} of the peak `detect --measure` cached "
+        f"({record.measured_peak_tflops:.3g} TFLOP/s): that peak was measured low, likely on "
+        "a busy machine; it is dropped from the cache, re-run `mpbench detect --measure`"
+    )
+    record.mfu_measured = None
 
 
 def _distributed(raw: dict[str, Any], record: CellRecord) -> DistributedStats:

@@ -10,10 +10,17 @@ device a few times a second; the energy meter reads a counter at each end of the
 
 from __future__ import annotations
 
+import os
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from mpbench.telemetry.contention import (
+    ContentionReading,
+    ContentionWindow,
+    judge,
+    slowing_reasons,
+)
 from mpbench.telemetry.divergence import Divergence, DivergenceDetector, DivergenceRules
 from mpbench.telemetry.energy import EnergyMeter, EnergyReading
 from mpbench.telemetry.numerics import NumericsLog
@@ -44,16 +51,23 @@ class CellTelemetry:
         self._meter: EnergyMeter | None = None
         self._device: DeviceTelemetry | None = None
         self._energy: EnergyReading | None = None
+        self._window: ContentionWindow | None = None
+        self._contention: ContentionReading | None = None
         self._samples = 0
 
     # --- the timed phase -----------------------------------------------------------------
 
     def start_timed(self) -> None:
-        self._sampler = TelemetrySampler(self.device, SAMPLE_INTERVAL_S).start()
+        if os.environ.get("MPBENCH_TELEMETRY") != "0":  # 0: no sampler (slow-process experiment)
+            self._sampler = TelemetrySampler(self.device, SAMPLE_INTERVAL_S).start()
         self._meter = EnergyMeter.for_device(self.device).start()
+        self._window = ContentionWindow().start()  # last: the sampler's start is not timed
 
     def stop_timed(self, samples: int) -> None:
         """`samples`: training samples the timed steps processed (for joules per sample)."""
+        if self._window is not None:
+            self._contention = self._window.stop()
+            self._window = None
         if self._sampler is not None:
             self._device = self._sampler.stop()
             self._sampler = None
@@ -94,8 +108,26 @@ class CellTelemetry:
 
     def close(self) -> None:
         """Stop whatever still runs (an exception left the timed phase open)."""
-        if self._sampler is not None or self._meter is not None:
+        if self._sampler is not None or self._meter is not None or self._window is not None:
             self.stop_timed(self._samples)
+
+    def contention(self) -> ContentionReading | None:
+        """The window's CPU reading with the GPU's part from the sampler, judged."""
+        reading = self._contention
+        if reading is None:
+            return None
+        device = self._device
+        if device is not None and device.device.startswith("cuda"):
+            if device.gpu_processes_max is not None:
+                # NVML lists host PIDs, which a container cannot match against its own
+                # (research note §1.2): count processes, this one being one of them.
+                reading.gpu_other_processes = max(0, device.gpu_processes_max - 1)
+            if device.clock_event_mask is not None:
+                reading.gpu_clock_event_reasons = slowing_reasons(device.clock_event_mask)
+            for name in ("gpu_processes", "clock_event_reasons"):
+                if name in device.unavailable:
+                    reading.unavailable[f"gpu_{name}"] = device.unavailable[name]
+        return judge(reading)
 
     # --- what the cell reports -----------------------------------------------------------
 
@@ -132,4 +164,11 @@ class CellTelemetry:
                 "reason": reading.reason,
                 "window_s": reading.window_s,
             }
-        return {"summary": summary, "numerics": numerics, "device": device, "energy": energy}
+        contention = self.contention()
+        return {
+            "summary": summary,
+            "numerics": numerics,
+            "device": device,
+            "energy": energy,
+            "contention": contention.to_dict() if contention is not None else None,
+        }

@@ -52,6 +52,28 @@ _NVML_READS: dict[str, tuple[str, Callable[[Any, Any], float]]] = {
 }
 
 
+def clock_event_reader(nv: Any) -> Callable[[Any], int] | None:
+    """nvmlDeviceGetCurrentClocksEventReasons (R535+), else the older, deprecated
+    nvmlDeviceGetCurrentClocksThrottleReasons (same bit values; NVML API reference,
+    "Deprecation and/or Removal Notices"): a driver older than 535 answers FunctionNotFound
+    to the new name, and an older nvidia-ml-py lacks it."""
+    new = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
+    old = getattr(nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
+    if new is None:
+        return old
+    if old is None:
+        return new
+    not_found = getattr(nv, "NVMLError_FunctionNotFound", ())
+
+    def read(handle: Any) -> int:
+        try:
+            return new(handle)
+        except not_found:
+            return old(handle)
+
+    return read
+
+
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
@@ -83,6 +105,11 @@ class DeviceTelemetry:
     unavailable: dict[str, str] = field(default_factory=dict)  # column -> why it is missing
     error: str | None = None  # why sampling ended early, if it did
     device: str = "cpu"
+    # Contention on the GPU (telemetry/contention.py): the OR of the NVML clock-event reasons
+    # over every tick, and the most compute processes seen on the GPU; None on CPUs or where
+    # NVML cannot tell (then `unavailable` says why).
+    clock_event_mask: int | None = None
+    gpu_processes_max: int | None = None
 
     @property
     def samples(self) -> int:
@@ -132,6 +159,9 @@ class TelemetrySampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._t0 = 0.0
+        self._contention_reads: dict[str, Callable[[], int]] = {}
+        self._clock_event_mask: int | None = None
+        self._gpu_processes_max: int | None = None
 
     def __enter__(self) -> TelemetrySampler:
         return self.start()
@@ -170,6 +200,8 @@ class TelemetrySampler:
             unavailable=dict(self._unavailable),
             error=self._error,
             device=self.device,
+            clock_event_mask=self._clock_event_mask,
+            gpu_processes_max=self._gpu_processes_max,
         )
         return self.telemetry
 
@@ -183,6 +215,18 @@ class TelemetrySampler:
         for column, (_name, read) in _NVML_READS.items():
             self._series[column] = []
             self._reads[column] = lambda read=read: read(nv, handle)
+        reasons = clock_event_reader(nv)
+        if reasons is None:
+            self._unavailable["clock_event_reasons"] = (
+                "this nvidia-ml-py has neither nvmlDeviceGetCurrentClocksEventReasons nor "
+                "nvmlDeviceGetCurrentClocksThrottleReasons"
+            )
+        else:
+            self._contention_reads["clock_event_reasons"] = lambda: reasons(handle)
+        self._contention_reads["gpu_processes"] = lambda: len(
+            nv.nvmlDeviceGetComputeRunningProcesses(handle)
+        )
+        self._read_contention()  # the processes already there when the window opens
 
     def _loop(self) -> None:
         # Event.wait, not sleep: stop() ends the wait at once. interval_s is read every time
@@ -212,6 +256,22 @@ class TelemetrySampler:
             except self._nvml_error as error:
                 self._drop(column, error)
         self._append(row)
+        self._read_contention()
+
+    def _read_contention(self) -> None:
+        """OR the clock-event reasons, keep the most GPU compute processes seen. A call that
+        fails (Not Supported on vGPU, MIG) is dropped with its reason, like a column."""
+        for name, read in list(self._contention_reads.items()):
+            try:
+                value = int(read())
+            except self._nvml_error as error:
+                del self._contention_reads[name]
+                self._unavailable[name] = f"NVML: {error}"
+                continue
+            if name == "clock_event_reasons":
+                self._clock_event_mask = (self._clock_event_mask or 0) | value
+            else:
+                self._gpu_processes_max = max(self._gpu_processes_max or 0, value)
 
     @property
     def _nvml_error(self) -> type[Exception] | tuple[()]:

@@ -540,6 +540,13 @@ TELEMETRY_DEFAULTS = {
     "memory_util": 41,
     "sm_clock_mhz": 1410,
     "temperature_c": 61,
+    # Contention (issue 22): compute processes on the GPU (the cell's own counts: 1 is alone),
+    # the clock-event reasons mask, and whether the driver predates R535's *Event* name
+    # (then nvmlDeviceGetCurrentClocksEventReasons raises FunctionNotFound, as the real
+    # module's _nvmlGetFunctionPointer does).
+    "compute_processes": 1,
+    "clocks_event_reasons": 0,
+    "driver_before_535": False,
 }
 
 
@@ -597,3 +604,53 @@ def nvmlDeviceGetTemperature(handle, sensor):
     if sensor != NVML_TEMPERATURE_GPU:
         raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
     return int(_sensors(handle._index)["temperature_c"])
+
+
+# --- contention: other processes and clock-event reasons (as nvidia-ml-py 13.x) ---
+nvmlClocksEventReasonGpuIdle = 0x0000000000000001
+nvmlClocksEventReasonApplicationsClocksSetting = 0x0000000000000002
+nvmlClocksEventReasonSwPowerCap = 0x0000000000000004
+nvmlClocksThrottleReasonHwSlowdown = 0x0000000000000008
+nvmlClocksEventReasonSwThermalSlowdown = 0x0000000000000020
+nvmlClocksThrottleReasonSwPowerCap = nvmlClocksEventReasonSwPowerCap
+
+
+class c_nvmlProcessInfo_v2_t(_PrintableStructure):
+    _fields_ = [
+        ("pid", c_uint),
+        ("usedGpuMemory", c_ulonglong),
+        ("gpuInstanceId", c_uint),
+        ("computeInstanceId", c_uint),
+    ]
+
+
+c_nvmlProcessInfo_v3_t = c_nvmlProcessInfo_v2_t
+
+
+def nvmlDeviceGetComputeRunningProcesses(handle):
+    """A list of process infos (host PIDs: the driver ignores PID namespaces)."""
+    _called("nvmlDeviceGetComputeRunningProcesses")
+    _device(handle, "nvmlDeviceGetComputeRunningProcesses")
+    count = int(_sensors(handle._index)["compute_processes"])
+    return [
+        c_nvmlProcessInfo_v3_t(
+            pid=40000 + i, usedGpuMemory=256 * 2**20, gpuInstanceId=0, computeInstanceId=0
+        )
+        for i in range(count)
+    ]
+
+
+def nvmlDeviceGetCurrentClocksEventReasons(handle):
+    _called("nvmlDeviceGetCurrentClocksEventReasons")
+    _device(handle, "nvmlDeviceGetCurrentClocksEventReasons")
+    sensors = _sensors(handle._index)
+    if sensors["driver_before_535"]:
+        raise NVMLError(NVML_ERROR_FUNCTION_NOT_FOUND)
+    return int(sensors["clocks_event_reasons"])
+
+
+def nvmlDeviceGetCurrentClocksThrottleReasons(handle):
+    """Deprecated name of the same call (same bits), the only one before R535."""
+    _called("nvmlDeviceGetCurrentClocksThrottleReasons")
+    _device(handle, "nvmlDeviceGetCurrentClocksThrottleReasons")
+    return int(_sensors(handle._index)["clocks_event_reasons"])

@@ -91,7 +91,46 @@ def test_unknown_fields_and_missing_files_are_rejected(tmp_path):
         read_records(tmp_path)
     with pytest.raises(SchemaError, match="no such results file"):
         read_records(tmp_path / "missing")
-    assert SCHEMA_VERSION == 5
+    assert SCHEMA_VERSION == 6
+
+
+def test_records_of_versions_1_to_5_read_without_the_contention_fields(tmp_path):
+    for version in (1, 2, 3, 4, 5):
+        raw = make_record().to_dict()
+        del raw["contention"], raw["implausible"]
+        if version < 5:
+            del raw["distributed"]
+        raw["schema_version"] = version
+        (tmp_path / "results.jsonl").write_text(json.dumps(raw) + "\n")
+        (record,) = read_records(tmp_path)
+        assert record.schema_version == version
+        assert record.contention is None and record.implausible == {}
+
+
+def test_a_version_6_record_round_trips_its_contention(tmp_path):
+    from mpbench.results import ContentionStats
+
+    original = make_record()
+    original.contention = ContentionStats(
+        wall_s=2.0,
+        cpus=2,
+        busy_cores=2.0,
+        own_cores=1.0,
+        other_cores=1.0,
+        steal_pct=0.0,
+        contended=True,
+        why=["other processes used 1.00 of 2 cores"],
+    )
+    original.implausible = {"mfu_measured": "above the measured peak"}
+    (tmp_path / "results.jsonl").write_text(json.dumps(original.to_dict()) + "\n")
+    (record,) = read_records(tmp_path)
+    assert record.contention == original.contention
+    assert record.implausible == original.implausible
+    raw = original.to_dict()
+    raw["contention"]["other_cores"] = -1
+    (tmp_path / "results.jsonl").write_text(json.dumps(raw) + "\n")
+    with pytest.raises(SchemaError, match="contention.other_cores"):
+        read_records(tmp_path)
 
 
 def test_a_version_4_record_reads_without_the_distributed_field(tmp_path):

@@ -1,0 +1,188 @@
+"""What else used the machine (issue 22): the rule, the counters on this machine for real
+(a busy process the test starts and stops), the /proc and cgroup formats, and the GPU part
+through the pynvml fake."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from mpbench.results import ContentionStats
+from mpbench.telemetry import contention
+from mpbench.telemetry.cell import CellTelemetry
+from mpbench.telemetry.sampler import TelemetrySampler
+
+
+def reading(**values: object) -> ContentionStats:
+    base = dict(wall_s=2.0, cpus=2, busy_cores=1.0, own_cores=1.0, other_cores=0.0)
+    return ContentionStats(**{**base, **values})
+
+
+def test_a_quiet_window_is_not_contended() -> None:
+    quiet = contention.judge(reading(busy_cores=1.98, own_cores=1.95, other_cores=0.03))
+    assert not quiet.contended and quiet.why == []
+
+
+def test_another_process_on_a_full_machine_is_contention() -> None:
+    busy = contention.judge(reading(busy_cores=2.0, own_cores=1.0, other_cores=1.0))
+    assert busy.contended
+    assert busy.why == ["other processes used 1.00 of 2 cores"]
+
+
+def test_another_process_on_an_idle_core_is_not() -> None:
+    # A one-thread cell on a 2-core machine beside a one-thread neighbour: nobody waited.
+    spare = contention.judge(reading(busy_cores=1.3, own_cores=1.0, other_cores=0.3))
+    assert not spare.contended
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ({"steal_pct": 5.0}, "5.0 % of CPU time stolen by the hypervisor"),
+        ({"throttled_s": 0.4}, "the cgroup's CPU quota throttled it for 0.40 s"),
+        ({"gpu_other_processes": 2}, "2 other compute process(es) on the GPU"),
+        (
+            {"gpu_clock_event_reasons": ["SwPowerCap", "HwThermalSlowdown"]},
+            "GPU clocks slowed: SwPowerCap, HwThermalSlowdown",
+        ),
+    ],
+)
+def test_each_other_signal_marks_the_window(values: dict, expected: str) -> None:
+    judged = contention.judge(reading(**values))
+    assert judged.contended and judged.why == [expected]
+
+
+def test_only_slowing_clock_reasons_count() -> None:
+    # idle 0x1, application clocks 0x2, sync boost 0x10, display 0x100: not a slowdown
+    assert contention.slowing_reasons(0x1 | 0x2 | 0x10 | 0x100) == []
+    assert contention.slowing_reasons(0x4 | 0x40) == ["SwPowerCap", "HwThermalSlowdown"]
+
+
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_a_real_busy_process_beside_a_busy_cell_is_seen() -> None:
+    """This process spins (the cell); one busy process per remaining core spins beside it."""
+    cores = psutil.cpu_count() or 1
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores)]
+    try:
+        time.sleep(0.3)  # let them start
+        window = contention.ContentionWindow(psutil.Process(), descendants=False).start()
+        _spin(1.0)
+        seen = window.stop()
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert seen.wall_s >= 1.0
+    assert seen.other_cores > 0.5, seen
+    assert seen.contended and "other processes used" in seen.why[0]
+    assert seen.own_cores <= 1.1
+
+
+def test_the_cell_tree_counts_its_own_children_as_its_own() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        window = contention.ContentionWindow(psutil.Process()).start()
+        time.sleep(1.0)
+        seen = window.stop()
+    finally:
+        child.kill()
+        child.wait()
+    assert seen.own_cores > 0.5, seen  # the child's spinning is the cell's own work
+
+
+def test_psi_and_cgroup_formats(tmp_path: Path) -> None:
+    psi = tmp_path / "cpu"
+    psi.write_text(
+        "some avg10=4.18 avg60=4.86 avg300=10.56 total=1055753500\n"
+        "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+    )
+    assert contention._psi_total_us(psi) == 1055753500
+    assert contention._psi_total_us(tmp_path / "absent") is None
+    v2 = tmp_path / "v2.stat"
+    v2.write_text(
+        "usage_usec 2000\nuser_usec 1500\nsystem_usec 500\nnr_periods 10\n"
+        "nr_throttled 3\nthrottled_usec 250000\n"
+    )
+    assert contention._throttled_s(v2) == pytest.approx(0.25)
+    v1 = tmp_path / "v1.stat"
+    v1.write_text("nr_periods 10\nnr_throttled 3\nthrottled_time 1500000000\n")
+    assert contention._throttled_s(v1) == pytest.approx(1.5)
+    assert contention._throttled_s(None) is None
+    freq = tmp_path / "scaling_cur_freq"
+    freq.write_text("2596000\n")
+    assert contention._cpu_mhz(freq) == 2596.0
+    assert contention._cpu_mhz(tmp_path / "none") is None
+
+
+def test_a_window_says_why_a_counter_is_missing(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(contention, "PSI_CPU", tmp_path / "no-psi")
+    monkeypatch.setattr(contention, "_psi_total_us", lambda path=None: None)
+    seen = contention.ContentionWindow(psutil.Process()).start().stop()
+    assert seen.psi_some_pct is None
+    assert "not readable" in seen.unavailable["psi_some_pct"]
+
+
+def test_busy_warning_before_a_run() -> None:
+    assert contention.busy_warning(reading(other_cores=0.1)) is None
+    line = contention.busy_warning(reading(other_cores=1.3, load_1min_end=2.5))
+    assert line is not None and "1.30 of 2 cores" in line and "load average 2.50" in line
+
+
+# --- the GPU part, through the pynvml fake ------------------------------------------------
+
+
+def test_other_gpu_processes_and_slowing_clocks_are_read(fake_nvml) -> None:
+    fake = fake_nvml("A100")
+    fake.configure_telemetry(0, compute_processes=3, clocks_event_reasons=0x1 | 0x4)
+    with TelemetrySampler("cuda:0", interval_s=0.01) as sampler:
+        time.sleep(0.05)
+    device = sampler.telemetry
+    assert device.gpu_processes_max == 3
+    assert device.clock_event_mask == 0x5
+    assert "nvmlDeviceGetCurrentClocksEventReasons" in fake.calls()
+    assert "nvmlDeviceGetCurrentClocksThrottleReasons" not in fake.calls()
+
+
+def test_a_driver_before_535_falls_back_to_the_throttle_name(fake_nvml) -> None:
+    fake = fake_nvml("T4")
+    fake.configure_telemetry(0, driver_before_535=True, clocks_event_reasons=0x20)
+    with TelemetrySampler("cuda:0", interval_s=0.01) as sampler:
+        time.sleep(0.05)
+    assert sampler.telemetry.clock_event_mask == 0x20
+    assert "nvmlDeviceGetCurrentClocksThrottleReasons" in fake.calls()
+    assert "clock_event_reasons" not in sampler.telemetry.unavailable
+
+
+def test_a_gpu_call_that_is_not_supported_is_dropped_with_its_reason(fake_nvml) -> None:
+    fake_nvml("A100", call_errors={(0, "nvmlDeviceGetComputeRunningProcesses"): 3})
+    with TelemetrySampler("cuda:0", interval_s=0.01) as sampler:
+        time.sleep(0.05)
+    device = sampler.telemetry
+    assert device.gpu_processes_max is None
+    assert device.unavailable["gpu_processes"] == "NVML: Not Supported"
+    assert device.error is None and device.samples >= 1
+
+
+def test_the_cell_reading_marks_a_shared_throttled_gpu(fake_nvml) -> None:
+    fake = fake_nvml("A100")
+    fake.configure_telemetry(0, compute_processes=2, clocks_event_reasons=0x40)
+    telemetry = CellTelemetry("cuda:0", dynamic_scale=False)
+    telemetry.start_timed()
+    time.sleep(0.05)
+    telemetry.stop_timed(samples=10)
+    report = telemetry.report()["contention"]
+    assert report["gpu_other_processes"] == 1
+    assert report["gpu_clock_event_reasons"] == ["HwThermalSlowdown"]
+    assert report["contended"]
+    assert "1 other compute process(es) on the GPU" in report["why"]
