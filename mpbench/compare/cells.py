@@ -275,6 +275,13 @@ class CellSummary:
     energy_per_sample_j: float | None = None
     energy_source: str | None = None  # what measured it ("NVML total energy counter", ...)
     energy_reason: str | None = None  # why there is no energy, where the records say
+    # What else ran (v6, docs/measurement.md): the finished repeats marked contended, and the
+    # distinct reasons; step-time figures no device can produce (the verdict distrusts
+    # them); figures the run voided (a measured peak that was too low), with why.
+    contended_repeats: int = 0
+    contended_why: list[str] = field(default_factory=list)
+    implausible: list[str] = field(default_factory=list)
+    voided: list[str] = field(default_factory=list)
 
     @property
     def policy(self) -> str:
@@ -324,6 +331,19 @@ class CellSummary:
     @property
     def repeats(self) -> int:
         return len(self.records)
+
+    @property
+    def contended(self) -> bool:
+        return self.contended_repeats > 0
+
+    def busy_text(self) -> str | None:
+        """`machine busy in 2 of 3 repeats (worst: other processes used 1.02 of 2 cores)`,
+        or None."""
+        if not self.contended:
+            return None
+        of = len(self.ok_records)
+        worst = "; ".join(self.contended_why)
+        return f"machine busy in {self.contended_repeats} of {of} repeats (worst: {worst})"
 
     # Per-repeat values, keyed for pairing with another policy's repeats.
 
@@ -395,6 +415,7 @@ def summarize(key: CellKey, records: list[CellRecord]) -> CellSummary:
         cell.end_to_end = of_repeats([rate for rate, _ in rates.values()])
         cell.end_to_end_pipeline = "; ".join(dict.fromkeys(p for _, p in rates.values()))
     _summarize_telemetry(cell, ok)
+    _summarize_trust(cell, ok)
     cell.drift = [
         Drift(r.run_id, r.repeat, r.step_time.first_half_median_s, r.step_time.second_half_median_s)
         for r in timed
@@ -422,6 +443,24 @@ def _summarize_telemetry(cell: CellSummary, ok: list[CellRecord]) -> None:
         tried = energy or [r.energy for r in cell.records if r.energy is not None]
         reasons = dict.fromkeys(e.reason for e in tried if e.reason)
         cell.energy_reason = "; ".join(reasons) if reasons else None
+
+
+# MFU against a datasheet peak above this is no measurement but a wrong step time or peak.
+MFU_LIMIT = 1.0
+
+
+def _summarize_trust(cell: CellSummary, ok: list[CellRecord]) -> None:
+    """Contended repeats and implausible figures (v6), each said once."""
+    busy = [r.contention for r in ok if r.contention is not None and r.contention.contended]
+    cell.contended_repeats = len(busy)
+    if busy:  # the busiest repeat's reasons speak for the others
+        cell.contended_why = max(busy, key=lambda c: c.other_cores).why
+    voided = [f"{name} dropped: {why}" for r in ok for name, why in r.implausible.items()]
+    cell.voided = list(dict.fromkeys(voided))
+    if cell.mfu is not None and cell.mfu > MFU_LIMIT:
+        cell.implausible = [
+            f"MFU {cell.mfu * 100:.0f} % of the datasheet peak: no device runs above its peak"
+        ]
 
 
 def _median(values: Iterable[float | None]) -> float | None:
@@ -457,6 +496,13 @@ def _percentile(ordered: list[float], pct: float) -> float:
 
 
 V = TypeVar("V")
+
+
+# Speed-up ceilings (PolicyGroup.speedup_ceiling). A policy also saves memory traffic, so it
+# may beat the ratio of peaks a little; without peaks, 32×: twice the largest 16-bit/float32
+# ratio of a device in the peak table (H100: 989 / 67 TFLOP/s, about 15×).
+SPEEDUP_ROOM = 1.5
+ANY_DEVICE_SPEEDUP = 32.0
 
 
 @dataclass
@@ -517,6 +563,49 @@ class PolicyGroup:
                 return None
             pairs = [(per_sample(a, ref_batch), per_sample(b, batch)) for a, b in pairs]
         return step_ratio(pairs) if pairs else None
+
+    def speedup_ceiling(self, policy: str) -> tuple[float, str]:
+        """The largest speed-up over float32 the device could deliver, and where it comes
+        from: the ratio of the policy's peak to float32's (datasheet, else measured), with
+        room for what a policy saves besides arithmetic; else a bound for any device."""
+        ref, cell = self.reference, self.cells.get(policy)
+        for name, source in (("peak_tflops", "datasheet"), ("measured_peak_tflops", "measured")):
+            low = _median(getattr(r, name) for r in ref.ok_records) if ref else None
+            high = _median(getattr(r, name) for r in cell.ok_records) if cell else None
+            if low and high:
+                ratio = high / low
+                return SPEEDUP_ROOM * ratio, f"{ratio:.3g}× the float32 peak ({source})"
+        return ANY_DEVICE_SPEEDUP, "no device's 16-bit peak is 16× its float32 peak or more"
+
+    def implausible_speedup(self, policy: str) -> str | None:
+        """Why the speed-up cannot be real, or None."""
+        speedup = self.speedup(policy)
+        if speedup is None:
+            return None
+        ceiling, why = self.speedup_ceiling(policy)
+        if speedup.value <= ceiling:
+            return None
+        return (
+            f"a {speedup.value:.3g}× speed-up is beyond what the device allows "
+            f"(at most {ceiling:.3g}×: {why})"
+        )
+
+    def distrust(self, policy: str) -> str | None:
+        """Why the evidence for `policy` against float32 cannot be trusted, or None: a repeat
+        of either cell ran on a busy machine, or a figure is beyond what the device can do.
+        Then no verdict recommends or warns, and a timing gate is inconclusive."""
+        reasons = []
+        for cell in (self.cells.get(BASELINE), self.cells.get(policy)):
+            if cell is None:
+                continue
+            busy = cell.busy_text()
+            if busy:
+                reasons.append(f"{cell.policy}: {busy}")
+            reasons += [f"{cell.policy}: {note}" for note in cell.implausible]
+        impossible = self.implausible_speedup(policy)
+        if impossible:
+            reasons.append(impossible)
+        return "; ".join(dict.fromkeys(reasons)) if reasons else None
 
     def memory_ratio(self, policy: str) -> Estimate | None:
         """This policy's memory / float32's, only between the same kind of memory."""

@@ -3,8 +3,10 @@
 One place for each rule (docs/compare.md, "Intervals"):
 - a cell's value over repeats: geometric mean (positive quantities) or mean, with a 95 %
   t-interval over the repeats;
-- a ratio or difference to float32 inside one run: per-repeat pairs (same run, same repeat),
-  geometric mean of the ratios / mean of the differences with a 95 % t-interval;
+- a ratio to float32 inside one run: per-repeat pairs (same run, same repeat), the median of
+  the per-pair ratios with the hull of the t-interval on their logs and the order-statistic
+  interval (one slow process cannot move it far; the interval keeps the t-interval's
+  coverage); a difference (accuracy): mean of the differences with a 95 % t-interval;
 - one pair of step-time series only: a block-bootstrap interval of the ratio of medians,
   labelled *within-run only* (it ignores process-to-process variance: optimistic);
 - a change against a baseline: Welch's two-sample t-interval over the two sets of repeats
@@ -104,7 +106,9 @@ def _ratio_of_means(numerators: Sequence[float], denominators: Sequence[float]) 
 
 
 def paired_ratio(pairs: Sequence[tuple[float, float]]) -> Estimate | None:
-    """numerator / denominator per repeat pair: geometric mean and t-interval on the logs."""
+    """numerator / denominator per repeat pair: the median of the per-pair ratios, with the
+    hull of the t-interval on the logs and the order-statistic interval
+    (stats.robust_log_interval): one slow process cannot move the value far."""
     if any(a <= 0 or b <= 0 for a, b in pairs):
         return _ratio_of_means([a for a, _ in pairs], [b for _, b in pairs])
     if len(pairs) == 1:
@@ -112,7 +116,7 @@ def paired_ratio(pairs: Sequence[tuple[float, float]]) -> Estimate | None:
     # Log differences, not logs of a / b: a quotient of extreme values would overflow to inf
     # or underflow to 0 before its logarithm is taken.
     logs = [math.log(a) - math.log(b) for a, b in pairs]
-    return _over_repeats(st.exp_interval(logs), len(pairs))
+    return _over_repeats(st.robust_log_interval(logs), len(pairs))
 
 
 def paired_difference(pairs: Sequence[tuple[float, float]]) -> Estimate:

@@ -28,6 +28,7 @@ from mpbench.errors import InvalidInput
 from mpbench.policies import BASELINE
 
 ADD_REPEATS = "inconclusive — add repeats"
+REMEASURE = "inconclusive — re-measure on a quiet machine"
 MIN_SCALING = "min-scaling-efficiency"
 _MINIMA = ("min-speedup", MIN_SCALING)  # gates with a lower limit
 
@@ -63,16 +64,22 @@ def _result(
     options: CompareOptions,
     minimum: float | None = None,
     maximum: float | None = None,
+    distrust: str | None = None,
 ) -> GateResult:
-    """Judge `estimate` against its limit and say why, with the interval, in one message."""
+    """Judge `estimate` against its limit and say why, with the interval, in one message.
+    `distrust`: why the timing cannot be trusted (a busy machine, an impossible figure):
+    then the gate is inconclusive whatever the interval says."""
     verdict = judge(estimate, minimum, maximum)
     limit = maximum if maximum is not None else minimum  # ± limits report the + side
     message = f"{numbers}; {interval_text(gate, estimate)}"
-    inconclusive = verdict is Verdict.INCONCLUSIVE
-    if inconclusive:
+    if distrust is not None:
+        verdict = Verdict.INCONCLUSIVE
+        message += f": {REMEASURE} ({distrust})"
+    elif verdict is Verdict.INCONCLUSIVE:
         message += f": {ADD_REPEATS}"
-        if options.require_conclusive:
-            message += " (--require-conclusive)"
+    inconclusive = verdict is Verdict.INCONCLUSIVE
+    if inconclusive and options.require_conclusive:
+        message += " (--require-conclusive)"
     passed = verdict is Verdict.PASS or (inconclusive and not options.require_conclusive)
     return GateResult(gate, label, passed, message, estimate.value, limit, inconclusive, estimate)
 
@@ -202,7 +209,15 @@ def _slowdown(match: BaselineMatch, options: CompareOptions) -> GateResult | Non
         f"median step {fmt.ms(cand.value)} ms vs baseline {fmt.ms(base.value)} ms: "
         f"{fmt.percent_change(change.value)} (limit +{fmt.limit_percent(limit)})"
     )
-    return _result("max-slowdown", match.label, change, numbers, options, maximum=limit)
+    busy = [
+        f"{side}: {text}"
+        for side, cell in (("baseline", match.baseline), ("now", match.candidate))
+        if (text := cell.busy_text())
+    ]
+    distrust = "; ".join(busy) if busy else None
+    return _result(
+        "max-slowdown", match.label, change, numbers, options, maximum=limit, distrust=distrust
+    )
 
 
 def _memory_increase(match: BaselineMatch, options: CompareOptions) -> GateResult | None:
@@ -326,7 +341,10 @@ def _min_speedup(
         notes.append(f"--min-speedup not checked for {label}: no step times")
         return None
     numbers = f"speed-up vs float32 {fmt.ratio(speedup.value)} (minimum {minimum:g}×)"
-    return _result("min-speedup", label, speedup, numbers, options, minimum=minimum)
+    distrust = group.distrust(policy)
+    return _result(
+        "min-speedup", label, speedup, numbers, options, minimum=minimum, distrust=distrust
+    )
 
 
 def _accuracy_delta(
@@ -441,4 +459,6 @@ def _min_scaling(
     )
     if row.note:
         numbers += f"; {row.devices} devices: {row.note}"
-    return _result(MIN_SCALING, label, efficiency, numbers, options, minimum=minimum)
+    return _result(
+        MIN_SCALING, label, efficiency, numbers, options, minimum=minimum, distrust=row.distrust()
+    )

@@ -50,6 +50,23 @@ DRIFT = "drift"
 
 
 def status_text(cell: CellSummary) -> str:
+    text = _plain_status_text(cell)
+    for note in trust_notes(cell):
+        text += f"; {note}"
+    return text
+
+
+def trust_notes(cell: CellSummary) -> list[str]:
+    """What the status column says beside the status: a busy machine, impossible figures."""
+    busy = cell.busy_text()
+    notes = [f"{CONTENDED}: {busy}"] if busy else []
+    return notes + [f"implausible: {note}" for note in cell.implausible + cell.voided]
+
+
+CONTENDED = "contended"
+
+
+def _plain_status_text(cell: CellSummary) -> str:
     if cell.all_ok:
         text = "ok" if cell.repeats == 1 else f"ok ×{cell.repeats}"
         if cell.drift:
@@ -360,6 +377,11 @@ def scaling_table(section: Section) -> TextTable | None:
         "straggler: the slowest rank's median step / the median rank's (1.00× keeps pace)"
     ]
     table.footnotes += _efficiency_interval_notes([r.efficiency for r in rows])
+    for row in rows:
+        doubt = row.distrust()
+        if doubt:
+            name = f"{names[row.group.key.single()]} {short(row.row)} at world {row.world_size}"
+            table.footnotes.append(f"{name}: re-measure on a quiet machine: {doubt}")
     for kind, text in _not_scaling(rows).items():
         table.footnotes.append(f"devices {kind}: {text}")
     for row in rows:
@@ -496,7 +518,19 @@ def _telemetry_notes(cells: list[CellSummary], columns: list[str]) -> list[str]:
 
 
 def _status_cell(cell: CellSummary, notes: Footnotes) -> str:
-    """`ok`, `ok ×3`, or the status with its reason as a numbered footnote."""
+    """`ok`, `ok ×3`, or the status with its reason as a numbered footnote; `contended`
+    and `implausible` marks with theirs."""
+    text = _plain_status_cell(cell, notes)
+    busy = cell.busy_text()
+    if busy:
+        text += f", {CONTENDED} " + notes.mark(f"{busy}: re-measure on a quiet machine")
+    doubts = cell.implausible + cell.voided
+    if doubts:
+        text += ", implausible " + notes.mark("; ".join(doubts))
+    return text
+
+
+def _plain_status_cell(cell: CellSummary, notes: Footnotes) -> str:
     if cell.all_ok:
         text = "ok" if cell.repeats == 1 else f"ok ×{cell.repeats}"
         if cell.drift:

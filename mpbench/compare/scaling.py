@@ -43,6 +43,9 @@ NOT_SCALING = {
 }
 
 
+EFFICIENCY_LIMIT = 1.10  # weak scaling above this is a measurement error, not a result
+
+
 @dataclass
 class ScalingRow:
     """One framework × policy × config at one world size, and its world-size-1 reference."""
@@ -67,6 +70,22 @@ class ScalingRow:
     @property
     def key(self) -> CellKey:
         return CellKey(self.group.key, self.row)
+
+    def distrust(self) -> str | None:
+        """Why this row's efficiency cannot be trusted: a busy machine in either cell, or an
+        efficiency no set of replicas can reach (N replicas do at most N times the work of
+        one, plus what a smaller per-replica share of memory can save)."""
+        reasons = []
+        for name, cell in (("world size 1", self.reference), (f"×{self.world_size}", self.cell)):
+            busy = cell.busy_text() if cell is not None else None
+            if busy:
+                reasons.append(f"{name}: {busy}")
+        if self.efficiency is not None and self.efficiency.value > EFFICIENCY_LIMIT:
+            reasons.append(
+                f"efficiency {self.efficiency.value:.0%} is above {EFFICIENCY_LIMIT:.0%}: "
+                "no data-parallel job scales better than linearly by that much"
+            )
+        return "; ".join(reasons) if reasons else None
 
     @property
     def world_size(self) -> int:

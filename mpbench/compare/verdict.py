@@ -24,6 +24,7 @@ CAREFUL = "use with care"
 UNDECIDED = "inconclusive"
 NOT_MEASURED = "not measured"
 FELL_BACK = "fell back"  # diverged, and --on-diverge fallback ran it one step down
+REMEASURE = "re-measure on a quiet machine"  # contended or implausible evidence decides nothing
 
 SHORT_NAMES = {
     "float32": "fp32",
@@ -106,6 +107,10 @@ def policy_verdict(group: PolicyGroup, policy: str) -> PolicyVerdict:
         why = "the 95 % interval includes 1×: more repeats would decide"
     elif advice == CAREFUL:
         why = f"accuracy drops more than {ACCURACY_COST_PP:g} pp"
+    distrust = group.distrust(policy)
+    if distrust is not None:
+        # A busy machine or an impossible figure: neither a recommendation nor a warning.
+        return PolicyVerdict(policy, ", ".join(parts), REMEASURE, distrust)
     if speedup.kind == WITHIN_RUN and advice != UNDECIDED:
         # One process's steps say little about the next process (DESIGN §5): say so.
         caution = "one repeat: within-run interval only, confirm with --repeat 3"
@@ -134,10 +139,13 @@ def fallback_story(group: PolicyGroup, policy: str) -> str | None:
 
 def _speed(speedup: Estimate) -> str:
     value = speedup.value
-    text = f"{value:.2f}× faster" if value >= 1 else f"{1 / value:.1f}× slower ({value:.2f}×)"
+    if value >= 1:
+        text = f"{fmt.ratio(value)} faster"
+    else:  # 1 / 0.0031 = 323× slower (0.0031×), never (0.00×)
+        text = f"{fmt.significant(1 / value, decimals=1)}× slower ({fmt.ratio(value)})"
     if speedup.has_interval:
         mark = fmt.WITHIN_RUN_MARK if speedup.kind == WITHIN_RUN else ""
-        text += f", 95 % {speedup.low:.2f}–{speedup.high:.2f}×{mark}"
+        text += f", 95 % {fmt.ratio_range(speedup.low, speedup.high)}{mark}"
     else:
         text += ", no interval"
     return text
