@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from mpbench.compare.estimate import REPEATS, WITHIN_RUN, Estimate
 
 DASH = "—"
@@ -28,8 +30,8 @@ def _with_interval(estimate: Estimate | None, one, span) -> str:
 
 
 def ratio_interval(estimate: Estimate | None) -> str:
-    """`2.45× (2.41–2.49)`, `†` after a within-run-only interval."""
-    return _with_interval(estimate, ratio, lambda lo, hi: f"{lo:.2f}–{hi:.2f}")
+    """`2.45× (2.41–2.49)`, `0.0031× (0.0012–3.95)`; `†` after a within-run-only interval."""
+    return _with_interval(estimate, ratio, lambda lo, hi: "–".join(significant_pair(lo, hi)))
 
 
 def points_interval(estimate: Estimate | None) -> str:
@@ -52,17 +54,11 @@ def ms_interval(estimate: Estimate | None) -> str:
 
 
 def ms(seconds: float | None) -> str:
-    """Milliseconds with three significant digits: 0.412, 4.12, 41.2, 412."""
+    """Milliseconds with three significant digits: 0.0412, 0.412, 4.12, 41.2, 412 (never
+    `0.000` for a step of a few microseconds: `significant`)."""
     if seconds is None:
         return DASH
-    value = seconds * 1000
-    if value >= 100:
-        return f"{value:.0f}"
-    if value >= 10:
-        return f"{value:.1f}"
-    if value >= 1:
-        return f"{value:.2f}"
-    return f"{value:.3f}"
+    return significant(seconds * 1000, decimals=3, least=3)
 
 
 def ms_range(low: float | None, high: float | None) -> str:
@@ -83,11 +79,63 @@ def size(num_bytes: float | None) -> str:
 
 
 def ratio(value: float | None) -> str:
-    return DASH if value is None else f"{value:.2f}×"
+    """2.45 -> '2.45×', 0.0031 -> '0.0031×', 307.6 -> '308×' (see `significant`)."""
+    return DASH if value is None else f"{significant(value)}×"
 
 
 def ratio_range(low: float, high: float) -> str:
-    return f"{low:.2f}–{high:.2f}×"
+    """A ratio's interval alone: `0.0031–3.95×`, never `0.00–3.95×`."""
+    return "–".join(significant_pair(low, high)) + "×"
+
+
+# --- significant figures --------------------------------------------------------------------
+#
+# THE rule for ratios (speed-ups, memory ratios, changes vs the baseline) and their intervals
+# in every text format: two decimals, but never fewer than 2 significant figures nor more than
+# 3 (0.0031, 0.18, 3.95, 70.1, 308). So a tiny positive bound never reads "0.00", and a
+# huge one carries no noise digits. JSON and CSV keep the full floats.
+
+
+def _decimals(value: float, decimals: int, least: int, most: int) -> int:
+    """How many decimals `value` gets: `decimals`, clamped so that it shows between `least`
+    and `most` significant figures (least=0: no lower limit)."""
+    if value == 0 or not math.isfinite(value):
+        return decimals
+    exponent = math.floor(math.log10(abs(value)))  # 3.95 -> 0, 0.0031 -> -3, 307.6 -> 2
+    fewest = most - 1 - exponent  # decimals that still show `most` figures: the cap
+    out = min(decimals, fewest)
+    if least:
+        out = max(out, least - 1 - exponent)
+    return max(out, 0)
+
+
+def significant(value: float, digits: int = 3, decimals: int = 2, least: int = 2) -> str:
+    """`value` with `decimals` decimals, but at least `least` and at most `digits` significant
+    figures: 0.0031 -> '0.0031', 0.18 -> '0.18', 3.95 -> '3.95', 70.11 -> '70.1',
+    307.64 -> '308'. Zero is '0.00' (with decimals=2); a non-finite value is spelled out."""
+    if not math.isfinite(value):
+        return f"{value}"
+    places = _decimals(value, decimals, least, digits)
+    text = f"{value:.{places}f}"
+    rounded = float(text)
+    if rounded != 0 and _decimals(rounded, decimals, least, digits) < places:
+        text = f"{value:.{_decimals(rounded, decimals, least, digits)}f}"  # 9.996 -> '10.0'
+    return text
+
+
+def significant_pair(low: float, high: float, **rule: int) -> tuple[str, str]:
+    """Both bounds of one interval by `significant`, each with its own figures
+    (`0.0031`–`3.95`, `70.1`–`355`); bounds that differ but would read alike get more
+    decimals, both the same number, until they read apart (`2.451`–`2.454`, at most 3 more)."""
+    lo, hi = significant(low, **rule), significant(high, **rule)
+    if lo != hi or low == high or not (math.isfinite(low) and math.isfinite(high)):
+        return lo, hi
+    places = max(len(t.partition(".")[2]) for t in (lo, hi))
+    for extra in range(1, 4):
+        lo, hi = f"{low:.{places + extra}f}", f"{high:.{places + extra}f}"
+        if lo != hi:
+            break
+    return lo, hi
 
 
 def percent_change(fraction: float | None) -> str:
@@ -98,7 +146,9 @@ def percent_change(fraction: float | None) -> str:
 
 
 def _pct(fraction: float) -> str:
-    return f"{0.0 if abs(fraction) < 0.0005 else fraction * 100:+.1f}"  # no "-0.0"
+    """+0.213 -> '+21.3', +3.549 -> '+355' (`significant`: one decimal, at most 3 figures)."""
+    value = 0.0 if abs(fraction) < 0.0005 else fraction * 100  # no "-0.0"
+    return ("-" if value < 0 else "+") + significant(abs(value), decimals=1, least=0)
 
 
 def limit_percent(fraction: float) -> str:
@@ -172,10 +222,14 @@ def millijoules(joules: float | None) -> str:
 
 def efficiency_interval(estimate: Estimate | None) -> str:
     """A scaling efficiency in percent with its interval: `92.0 % (88.1–95.9)†`."""
-    return _with_interval(
-        estimate, fraction_percent, lambda lo, hi: f"{lo * 100:.1f}–{hi * 100:.1f}"
-    )
+    return _with_interval(estimate, fraction_percent, lambda lo, hi: _percent_span(lo, hi))
 
 
 def efficiency_range(low: float, high: float) -> str:
-    return f"{low * 100:.1f}–{high * 100:.1f} %"
+    return f"{_percent_span(low, high)} %"
+
+
+def _percent_span(low: float, high: float) -> str:
+    """A fraction's interval in percent, one decimal as before, never `0.0` for a positive
+    bound (`significant`, 2 to 3 figures): `88.1–95.9`, `0.041–12.5`."""
+    return "–".join(significant_pair(low * 100, high * 100, decimals=1))

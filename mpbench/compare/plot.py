@@ -11,8 +11,10 @@ Per workload (and machine), two rows:
   (fp16; log2 axis, skipped steps marked). A diverged cell's curve ends where it stopped.
   Without side files (older runs) the figure has the two rows only.
 A value that does not exist (a skipped or failed cell, no float32 to divide by, a ratio that
-overflowed) is named where it would be drawn, never drawn as a zero. Drawn with Agg: files
-only, no display needed.
+overflowed) is named where it would be drawn, never drawn as a zero. Each value axis spans the
+values, not the longest whisker: one past it is cut at the edge and marked with an arrow and
+its true end (plot_style.sane_range, mark_beyond). Drawn with Agg: files only, no display
+needed.
 """
 
 from __future__ import annotations
@@ -87,7 +89,8 @@ def _caption(report: Report, side_files: dict | None = None) -> str:
         )
     return (
         f"bars and points: values · whiskers: 95 % intervals, {whiskers} · boxes: quartiles "
-        "of every timed step (warm-up excluded), whiskers to 1.5 × IQR, dots beyond · loss: "
+        "of every timed step (warm-up excluded), whiskers to 1.5 × IQR, dots beyond · ▲/▼ at "
+        "an axis edge: a whisker or step beyond the axis range, its true value beside · loss: "
         "mean over repeats in bold, each repeat thin · skipped or failed cells are named where "
         "their value would be" + per_step
     )

@@ -3,7 +3,8 @@
 Policies on the x axis, one bar (or point) per framework, a whisker for each value's 95 %
 interval (the same Estimate the tables print), its value written at the tip. A cell without
 a value (skipped, failed, no float32 to divide by, a ratio that overflowed) is named where
-its bar would be, so a missing bar is never read as a zero.
+its bar would be, so a missing bar is never read as a zero. The axis is set by the values; a
+whisker reaching past it is cut at the edge and marked with an arrow and its true end.
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ from mpbench.compare.plot_style import (
     empty_panel,
     finite,
     log_axis,
+    mark_beyond,
     missing_text,
     offsets,
     policies,
+    sane_range,
     style_axes,
     tick_label,
 )
@@ -98,7 +101,9 @@ def _labels(ax, labels: list[Label]) -> None:
 
     placed: list[tuple[float, float]] = []  # (x, axes height) of the labels drawn so far
     for label in sorted(labels, key=lambda item: item.x):
-        far = abs(height(label.tip) - height(label.value)) > _FAR
+        tip = height(label.tip)
+        # A whisker cut at the axis edge (plot_style.mark_beyond) has its tip outside.
+        far = abs(tip - height(label.value)) > _FAR or not 0.0 <= tip <= 1.0
         anchor = label.value if far else label.tip
         # Side by side at one policy and about one height, two labels would overprint: the
         # second moves one line further out.
@@ -125,6 +130,8 @@ def _labels(ax, labels: list[Label]) -> None:
 
 
 def _whisker(ax, x: float, estimate: Estimate) -> None:
+    """The 95 % interval, drawn to its true ends: the axes cut one that leaves them, and
+    `_clipped` marks it at the edge."""
     if estimate.high <= estimate.low:
         return  # a single value: nothing to show
     value = estimate.value
@@ -138,6 +145,19 @@ def _whisker(ax, x: float, estimate: Estimate) -> None:
         linewidth=1,
         zorder=3,
     )
+
+
+def _clipped(ax, entries_: list[Entry], text: Callable[[float], str]) -> None:
+    """After the limits are set: an arrow and the true bound where a whisker leaves the axis."""
+    for entry in entries_:
+        if entry.estimate is not None:
+            mark_beyond(ax, entry.x, (entry.estimate.low, entry.estimate.high), text)
+
+
+def _limits(values: list[Estimate], **rule) -> tuple[float, float]:
+    """plot_style.sane_range of the values (points) and their whiskers' ends."""
+    ends = [v for e in values for v in (e.low, e.high)]
+    return sane_range([e.value for e in values], ends, **rule)
 
 
 def _missing(ax, entries_: list[Entry], y: float) -> None:
@@ -172,7 +192,8 @@ def _speedup(group: PolicyGroup, policy: str) -> Estimate | None:
 
 
 def _ratio_text(value: float) -> str:
-    return f"{value:.2f}×" if value >= 0.095 else f"{value:.3f}×"
+    """As the tables write it (fmt.significant): `2.45×`, `0.0031×`, `308×`."""
+    return fmt.ratio(value)
 
 
 def _open_panel(
@@ -190,11 +211,6 @@ def _open_panel(
     return drawn, values
 
 
-def _span(values: list[Estimate]) -> tuple[float, float]:
-    """The lowest and highest point any value or whisker reaches."""
-    return min(min(e.low, e.value) for e in values), max(max(e.high, e.value) for e in values)
-
-
 def speedup_panel(ax, section: Section, palette: Palette) -> None:
     title, empty = (
         "speed-up vs fp32 (synced step)",
@@ -203,8 +219,10 @@ def speedup_panel(ax, section: Section, palette: Palette) -> None:
     drawn, values = _open_panel(ax, section, title, _speedup, empty, needs_reference=True)
     if not values:
         return
-    low, high = _span(values)
-    log = low > 0 and high / low > LOG_SPREAD
+    # The points decide the scale; a whisker past the sane range is cut and marked (_clipped).
+    points = [e.value for e in values]
+    log = min(points) > 0 and max(points) / min(points) > LOG_SPREAD
+    low, high = _limits(values, origin=1.0 if log else 0.0, log=log)
     _, width = offsets(len(section.groups))
     labels = []
     for entry in drawn:
@@ -242,6 +260,7 @@ def speedup_panel(ax, section: Section, palette: Palette) -> None:
         ax.set_ylim(0, max(high, 1.0) * 1.2)
         ax.set_ylabel("× vs fp32 (higher = faster)", fontsize=LABEL_SIZE)
     _labels(ax, labels)
+    _clipped(ax, drawn, _ratio_text)
     _missing(ax, drawn, ax.get_ylim()[0])
 
 
@@ -278,7 +297,7 @@ def memory_panel(ax, section: Section, palette: Palette) -> None:
         "{:.2f}" if unit == "GiB" else "{:.0f}" if max(e.value for e in values) >= 10 else "{:.1f}"
     )
     _, width = offsets(len(section.groups))
-    tallest = _span(values)[1]
+    tallest = _limits(values, origin=0.0)[1]
     labels = []
     for entry in drawn:
         estimate = entry.estimate
@@ -292,6 +311,7 @@ def memory_panel(ax, section: Section, palette: Palette) -> None:
         labels.append(Label(entry.x, estimate.value, top, text))
     ax.set_ylim(0, tallest * 1.2 if tallest > 0 else 1.0)
     _labels(ax, labels)
+    _clipped(ax, drawn, label.format)
     ax.set_ylabel(f"{unit} (lower = better)", fontsize=LABEL_SIZE)
     _missing(ax, drawn, 0.0)
 
@@ -314,7 +334,7 @@ def accuracy_panel(ax, section: Section, palette: Palette) -> None:
     )
     if not values:
         return
-    low, high = _span(values)
+    low, high = _limits(values, least=2.0)
     span = max(high - low, 2.0)  # a few tenths of a point must not fill the axis
     bottom, top = max(low - 0.45 * span, 0.0), min(high + 0.35 * span, 100.0)
     ax.set_ylim(bottom, top)
@@ -332,4 +352,5 @@ def accuracy_panel(ax, section: Section, palette: Palette) -> None:
         )
     ax.set_ylabel("% (higher = better; axis zoomed)", fontsize=LABEL_SIZE)
     _labels(ax, labels)
+    _clipped(ax, drawn, lambda v: f"{v:.2f}")
     _missing(ax, drawn, bottom)

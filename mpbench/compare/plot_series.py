@@ -8,6 +8,7 @@ import math
 import statistics
 import textwrap
 
+from mpbench.compare import fmt
 from mpbench.compare.cells import FALLBACK_MARK, CellSummary, PolicyGroup, Section
 from mpbench.compare.plot_style import (
     LABEL_SIZE,
@@ -18,11 +19,13 @@ from mpbench.compare.plot_style import (
     Palette,
     empty_panel,
     log_axis,
+    mark_beyond,
     missing_text,
     offsets,
     policies,
     policy_colour,
     policy_label,
+    sane_range,
     style_axes,
     tick_label,
 )
@@ -119,13 +122,23 @@ def step_time_panel(ax, section: Section, palette: Palette) -> None:
         patch.set_alpha(0.75)
         flier.set_markerfacecolor(colour)
     log = _wide(data)
+    # The boxes (quartiles) set the scale (plot_style.sane_range); a box whisker or outlier
+    # step past it (a GC pause of 2 s among 2 ms steps) is cut at the edge and marked.
+    quartiles = [y for line in boxes["whiskers"] for y in line.get_ydata()[:1]]
+    ends = [y for line in boxes["whiskers"] for y in line.get_ydata()[1:]]
+    ends += [y for flier in boxes["fliers"] for y in flier.get_ydata()]
+    low, high = sane_range(quartiles, ends, origin=None if log else 0.0, log=log)
     if log:
         ax.set_yscale("log")
+        ax.set_ylim(low / 1.25, high * 1.25)
         log_axis(ax)
         ax.set_ylabel("ms per synced step (log scale)", fontsize=LABEL_SIZE)
     else:
-        ax.set_ylim(0, max(max(d) for d in data) * 1.08)
+        ax.set_ylim(0, high * 1.08)
         ax.set_ylabel("ms per synced step", fontsize=LABEL_SIZE)
+    for index, x in enumerate(positions):
+        own = [*boxes["whiskers"][2 * index : 2 * index + 2], boxes["fliers"][index]]
+        mark_beyond(ax, x, [y for line in own for y in line.get_ydata()], _ms_text)
     bottom = ax.get_ylim()[0]
     for x, text in missing:
         ax.text(
@@ -138,6 +151,11 @@ def step_time_panel(ax, section: Section, palette: Palette) -> None:
             fontsize=VALUE_SIZE,
             color=NOTE_COLOUR,
         )
+
+
+def _ms_text(value: float) -> str:
+    """A step cut at the axis edge, in ms as the tables write it: `2000`, `41.2`."""
+    return fmt.ms(value / 1000)
 
 
 # --- training loss -------------------------------------------------------------------------

@@ -119,6 +119,89 @@ def missing_text(cell: CellSummary, group: PolicyGroup, needs_reference: bool = 
     return "n/a"
 
 
+# --- clipping: one huge whisker must not flatten every bar ------------------------------------
+#
+# An axis shows every point value (a bar's height, an accuracy, a box's quartiles) and every
+# whisker end that lies within REACH times the points' own extent beyond them: from 0 for
+# bars, so up to 1.5 x the tallest bar; on a log axis the extent is measured in decades. A
+# whisker (box whisker, outlier) that reaches further is cut at the axis edge and marked there
+# with an arrow and its true value (mark_beyond).
+REACH = 0.5
+CLIP_COLOUR = "#222222"
+CLIPPED = "clipped"  # the gid of mark_beyond's arrowheads and texts
+
+
+def sane_range(
+    points: Iterable[float],
+    ends: Iterable[float] = (),
+    *,
+    origin: float | None = None,
+    log: bool = False,
+    least: float = 0.0,
+) -> tuple[float, float]:
+    """The lowest and highest value the axis must show (before the panel's own margins):
+    the points, `origin` (where bars start: 0, or 1 for ratios on a log axis), and each whisker
+    end in `ends` that lies within REACH x the points' extent of them. `least`: the smallest
+    extent the window is measured from (a zoomed axis: noise must not set the scale). On a log
+    axis, values <= 0 are left out."""
+    keep = [v for v in points if math.isfinite(v) and (v > 0 or not log)]
+    if origin is not None:
+        keep.append(origin)
+    if not keep:
+        return (1.0, 10.0) if log else (0.0, 1.0)
+    to = (lambda v: math.log10(v)) if log else (lambda v: v)
+    low, high = to(min(keep)), to(max(keep))
+    reach = REACH * max(high - low, least)
+    inside = [
+        v
+        for v in ends
+        if math.isfinite(v) and (v > 0 or not log) and low - reach <= to(v) <= high + reach
+    ]
+    return min(keep + inside), max(keep + inside)
+
+
+def mark_beyond(ax, x: float, ends: Iterable[float], text: Callable[[float], str]) -> list:
+    """After the axis limits are set: for the whisker ends of `x` past them, an arrowhead at
+    the edge they pass (the whisker, drawn to its true end, is cut there by the axes) and the
+    true value, `text(value)`, just inside the edge. The farthest end per side is marked once.
+    Returns the artists drawn (markers and texts), for tests."""
+    bottom, top = sorted(ax.get_ylim())
+    values = [v for v in ends if math.isfinite(v)]
+    drawn = []
+    for beyond, edge, marker, up in (
+        ([v for v in values if v > top], top, "^", True),
+        ([v for v in values if v < bottom], bottom, "v", False),
+    ):
+        if not beyond:
+            continue
+        value = max(beyond) if up else min(beyond)
+        (arrow,) = ax.plot(
+            [x],
+            [edge],
+            marker=marker,
+            color=CLIP_COLOUR,
+            markersize=6,
+            clip_on=False,
+            zorder=5,
+            gid=CLIPPED,
+        )
+        label = ax.annotate(
+            text(value),
+            (x, edge),
+            xytext=(0, -6 if up else 6),
+            textcoords="offset points",
+            ha="center",
+            va="top" if up else "bottom",
+            fontsize=VALUE_SIZE - 1,
+            color=CLIP_COLOUR,
+            zorder=5,
+            bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.3, "alpha": 0.85},
+            gid=CLIPPED,
+        )
+        drawn += [arrow, label]
+    return drawn
+
+
 def style_axes(ax, grid_axis: str = "y") -> None:
     ax.spines[["top", "right"]].set_visible(False)
     ax.grid(axis=grid_axis, alpha=0.3)
