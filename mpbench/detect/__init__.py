@@ -35,8 +35,11 @@ def collect(
     sys_root: str | os.PathLike[str] = "/sys",
     environ: Mapping[str, str] | None = None,
     probe_timeout: float = DEFAULT_PROBE_TIMEOUT_S,
+    tuning: bool = False,
 ) -> DetectReport:
-    """Probe the machine. `probe=True` also imports each installed framework in a child."""
+    """Probe the machine. `probe=True` also imports each installed framework in a child;
+    `tuning=True` also reads the machine's tuning state (mpbench.detect.system: 0.5 s, most
+    of it a reading of how busy the machine is)."""
     env = os.environ if environ is None else environ
     dev = dev_root or env.get("MPBENCH_DEV_ROOT") or "/dev"
     cpu = read_cpu(cpuinfo_path or env.get("MPBENCH_CPUINFO") or None)
@@ -76,6 +79,10 @@ def collect(
         nvml_unreadable=nvidia.unreadable,
         cuda_environment=cuda_environment,
     )
+    if tuning:
+        from mpbench.detect.system import read_tuning
+
+        report.tuning = read_tuning()
     mapping = report.cuda_mapping()
     if nvidia.gpus and mapping.note:
         notes.append(mapping.note)

@@ -12,6 +12,12 @@ depends on no other mpbench package, so the three lines are repeated here). Writ
 (a temporary file in the same directory, then os.replace), so a reader never sees half a file.
 A CPU peak is "this machine, this many threads, at that moment": it is never compared with a
 GPU datasheet.
+
+Cache rules (docs/detect.md): a measurement during which other processes took CPU time
+(mpbench.telemetry.contention's rule) is shown but never cached. A cached peak is used only
+with the torch it was measured with and, on a CPU, the same thread count (`cache_key`); a
+file without that key (an older mpbench) is stale. `forget_measured` drops a peak that a
+training cell beat (a peak measured low), so the next measurement replaces it.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import re
 import sys
 import tempfile
 from datetime import datetime, timezone
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +38,7 @@ from mpbench.cache import cache_dir
 from mpbench.detect.child import MEASURE_MARKER, run_child
 from mpbench.detect.cuda_order import in_pci_order
 
-CACHE_SCHEMA_VERSION = 1
+CACHE_SCHEMA_VERSION = 2  # 2: "cache_key" (torch version, CPU threads), contention, forgotten
 DEFAULT_MEASURE_TIMEOUT_S = 900.0
 # Policy peak keys (mpbench.policies.Policy.peak_key) and the dtype names they may be given as.
 DTYPE_KEYS = ("fp32", "tf32", "fp16", "bf16")
@@ -51,8 +58,56 @@ def cache_path(fingerprint: str) -> Path:
     return peaks_dir() / f"{fingerprint}.json"
 
 
-def read_cached(fingerprint: str) -> dict | None:
-    """The cached measurement of this hardware, or None (none yet, unreadable, other schema)."""
+def default_threads() -> int:
+    """The intra-op threads a CPU measurement uses unless told: OMP_NUM_THREADS when it is a
+    positive number, else the cores this process may run on (`mpbench run`'s default)."""
+    try:
+        threads = int(os.environ.get("OMP_NUM_THREADS", ""))
+    except ValueError:
+        threads = 0
+    if threads > 0:
+        return threads
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        return os.cpu_count() or 1
+
+
+def installed_torch_version() -> str | None:
+    """The installed torch, from package metadata (no import)."""
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def cache_key(device: str, torch_version: str | None = None, threads: int | None = None) -> dict:
+    """What a measured peak depends on besides the hardware: the torch build (its BLAS and
+    kernels) and, on a CPU, the number of threads. None: the installed torch and
+    default_threads(). The thread count does not matter on a GPU and is None there."""
+    cpu = device.partition(":")[0] == "cpu"
+    return {
+        "torch_version": torch_version or installed_torch_version(),
+        "threads": (threads or default_threads()) if cpu else None,
+    }
+
+
+def stale_reason(
+    data: dict, torch_version: str | None = None, threads: int | None = None
+) -> str | None:
+    """Why a cached measurement does not apply to this torch / thread count; None if it does."""
+    key = data.get("cache_key")
+    if not isinstance(key, dict):
+        return "written by an older mpbench, without the torch version and thread count"
+    wanted = cache_key(str(data.get("device") or "cpu"), torch_version, threads)
+    if key.get("torch_version") != wanted["torch_version"]:
+        return f"measured with torch {key.get('torch_version')}, this is {wanted['torch_version']}"
+    if key.get("threads") != wanted["threads"]:
+        return f"measured with {key.get('threads')} threads, not {wanted['threads']}"
+    return None
+
+
+def _read_file(fingerprint: str) -> dict | None:
     try:
         data = json.loads(cache_path(fingerprint).read_text())
     except (OSError, ValueError):
@@ -62,21 +117,64 @@ def read_cached(fingerprint: str) -> dict | None:
     return data
 
 
-def cached_peaks(fingerprint: str) -> dict[str, float]:
+def read_cached(
+    fingerprint: str, *, torch_version: str | None = None, threads: int | None = None
+) -> dict | None:
+    """The cached measurement of this hardware, or None: none yet, unreadable, another
+    schema, or stale (another torch, or on a CPU another thread count: see cache_key)."""
+    data = _read_file(fingerprint)
+    if data is None or stale_reason(data, torch_version, threads) is not None:
+        return None
+    return data
+
+
+def cached_peaks(
+    fingerprint: str, *, torch_version: str | None = None, threads: int | None = None
+) -> dict[str, float]:
     """The best measured matmul TFLOP/s of this hardware per policy peak key ("fp32", "tf32",
-    "fp16", "bf16"), read from the cache once; keys with nothing measured are left out."""
-    dtypes = (read_cached(fingerprint) or {}).get("dtypes", {})
+    "fp16", "bf16"), read from the cache once; keys with nothing measured, or forgotten, are
+    left out. `torch_version` / `threads`: what the peaks will be set against (default:
+    the installed torch, default_threads()); a cache measured with others gives {}."""
+    data = read_cached(fingerprint, torch_version=torch_version, threads=threads) or {}
+    dtypes = data.get("dtypes", {})
     peaks = {}
     for key, entry in dtypes.items() if isinstance(dtypes, dict) else ():
-        best = entry.get("best_tflops") if isinstance(entry, dict) and entry.get("ok") else None
+        usable = isinstance(entry, dict) and entry.get("ok") and not entry.get("forgotten")
+        best = entry.get("best_tflops") if usable else None
         if isinstance(best, int | float) and best > 0:
             peaks[key] = float(best)
     return peaks
 
 
-def cached_peak(fingerprint: str, dtype_key: str) -> float | None:
+def cached_peak(
+    fingerprint: str,
+    dtype_key: str,
+    *,
+    torch_version: str | None = None,
+    threads: int | None = None,
+) -> float | None:
     """One key of cached_peaks; dtype names such as "bfloat16" are accepted too."""
-    return cached_peaks(fingerprint).get(_ALIASES.get(dtype_key, dtype_key))
+    peaks = cached_peaks(fingerprint, torch_version=torch_version, threads=threads)
+    return peaks.get(_ALIASES.get(dtype_key, dtype_key))
+
+
+def forget_measured(fingerprint: str, peak_key: str, reason: str) -> bool:
+    """Drop one cached peak (e.g. a training cell reached more than it: it was measured on a
+    busy machine), so cached_peaks leaves it out and `detect --measure` measures it again.
+    The figures stay in the file, marked "forgotten" with the reason. True when a peak was
+    dropped; never raises (no cache, a bad fingerprint, a read-only disk: False)."""
+    key = _ALIASES.get(peak_key, peak_key)
+    try:
+        data = _read_file(fingerprint)
+        entry = ((data or {}).get("dtypes") or {}).get(key)
+        if not isinstance(entry, dict) or not entry.get("ok") or entry.get("forgotten"):
+            return False
+        entry["forgotten"] = reason
+        entry["forgotten_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        write_cache(fingerprint, data)
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def write_cache(fingerprint: str, result: dict) -> Path:
@@ -106,10 +204,12 @@ def run_measure_child(
     max_iters: int | None = None,
     min_iters: int | None = None,
     warmup: int | None = None,
+    threads: int | None = None,
     timeout: float = DEFAULT_MEASURE_TIMEOUT_S,
 ) -> dict[str, Any]:
     """Measure in a child process and return its answer; failures come back as
-    {"ok": False, "error": ...}, never raised."""
+    {"ok": False, "error": ...}, never raised. On a CPU the child runs `threads` intra-op
+    threads (default_threads() when None); on a GPU torch's default."""
     # Quick runs (tests, a first look): MPBENCH_MEASURE_SIZES="256,512", MPBENCH_MEASURE_BUDGET.
     if sizes is None and os.environ.get("MPBENCH_MEASURE_SIZES"):
         sizes = [int(n) for n in os.environ["MPBENCH_MEASURE_SIZES"].split(",") if n.strip()]
@@ -128,6 +228,10 @@ def run_measure_child(
         if value is not None:
             command += [option, str(value)]
     env = in_pci_order(os.environ)
+    if device.partition(":")[0] == "cpu":
+        threads = threads or default_threads()
+        command += ["--threads", str(threads)]
+        env.setdefault("OMP_NUM_THREADS", str(threads))
     answer = run_child(command, MEASURE_MARKER, timeout, env)
     if answer.result is None:
         return {"ok": False, "device": device, "error": f"measurement {answer.error}"}
@@ -139,9 +243,11 @@ def run_measure_child(
 
 def measure_and_cache(device: str, fingerprint: str, **options: Any) -> dict:
     """Measure `device` ("cpu", "cuda", "cuda:N", "mps") in a child process and cache the
-    result under `fingerprint` when anything was measured. Returns the result (see
-    docs/detect.md); a failure is returned with "ok": false and "error", not raised.
-    `options` go to run_measure_child (sizes, dtypes, budget_s, max_iters, timeout, ...)."""
+    result under `fingerprint` when anything was measured and the machine was quiet
+    meanwhile. Returns the result (see docs/detect.md); a failure is returned with "ok":
+    false and "error", not raised; a contended measurement with "contended": true and
+    "not_cached" saying why. `options` go to run_measure_child (sizes, dtypes, budget_s,
+    max_iters, threads, timeout, ...)."""
     cache_path(fingerprint)  # a bad fingerprint is the caller's bug: say so before measuring
     result = run_measure_child(device, **options)
     result.update(
@@ -149,10 +255,23 @@ def measure_and_cache(device: str, fingerprint: str, **options: Any) -> dict:
         mpbench_version=__version__,
         measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
+    result["cache_key"] = cache_key(
+        device, installed_torch_version() or result.get("torch_version"), result.get("threads")
+    )
+    contention = result.get("contention")
+    why = contention.get("why") if isinstance(contention, dict) else None
+    result["contended"] = bool(isinstance(contention, dict) and contention.get("contended"))
+    result["not_cached"] = None
     measured = any(
         isinstance(d, dict) and d.get("ok") for d in (result.get("dtypes") or {}).values()
     )
-    if result.get("ok") and measured:
+    if result.get("ok") and measured and result["contended"]:
+        result["not_cached"] = (
+            f"not cached: the machine was busy ({'; '.join(why or ['contended'])}); "
+            "re-run on a quiet machine"
+        )
+        result["cache_file"] = None
+    elif result.get("ok") and measured:
         result["cache_file"] = str(write_cache(fingerprint, result))
     else:
         result.setdefault("cache_file", None)
@@ -227,5 +346,7 @@ def attach_measurement(report, device: str, **options: Any) -> dict:
             measured["datasheet_tflops"] = peaks.get(key)
     if not result.get("ok"):
         report.notes.append(f"--measure on {device} failed: {result.get('error')}")
+    elif result.get("not_cached"):
+        report.notes.append(f"--measure on {device}: {result['not_cached']}")
     report.measured = result
     return result

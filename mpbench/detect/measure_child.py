@@ -5,7 +5,7 @@ the TF32 switch is process-global. Usage:
 
     python -m mpbench.detect.measure_child --device cpu|mps|cuda[:N] [--sizes 512,1024]
         [--dtypes fp32,tf32,fp16,bf16] [--budget SECONDS] [--max-iters N] [--min-iters N]
-        [--warmup N]
+        [--warmup N] [--threads N]
 
 The last stdout line is `MPBENCH_MEASURE <json>`; the JSON always has "ok", and "error" when
 not ok. Method (the MAMF-finder recipe, reduced): randn inputs, a warm-up, then many timed
@@ -15,11 +15,16 @@ skipped, and so are the larger ones. FLOPs per multiply = 2 n^3. CPU and MPS tim
 perf_counter (MPS synchronised); CUDA with CUDA events around each multiply
 (torch.cuda.Event(enable_timing=True); elapsed_time is in milliseconds, torch docs) and the
 L2 cache flushed between multiplies, so no iteration reuses the previous one's cached inputs.
+
+The timed part runs inside a contention window (mpbench.telemetry.contention) whose root is
+this process: the answer's "contention" says how much CPU other processes took meanwhile,
+and the parent never caches a contended measurement.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -161,15 +166,44 @@ def _measure_dtype(torch, device, key: str, sizes: list[int], timer: _Timer, lim
     return entry
 
 
-def measure(device_text: str, sizes: list[int] | None, keys: list[str], limits: dict) -> dict:
+def _other_gpu_processes(torch, device) -> int | None:
+    """Compute processes on this GPU besides this one, from NVML (None when it cannot tell).
+    NVML lists host PIDs, which a container cannot match: count them instead."""
+    try:
+        import pynvml
+
+        uuid = str(torch.cuda.get_device_properties(device).uuid)
+        pynvml.nvmlInit()
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
+            return max(0, len(pynvml.nvmlDeviceGetComputeRunningProcesses(handle)) - 1)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no NVML, a MIG slice, an old driver: unknown, not an error
+        return None
+
+
+def measure(
+    device_text: str,
+    sizes: list[int] | None,
+    keys: list[str],
+    limits: dict,
+    threads: int | None = None,
+) -> dict:
+    import psutil
     import torch
 
+    from mpbench.telemetry.contention import ContentionWindow, judge
+
+    if threads:
+        torch.set_num_threads(threads)
     device = torch.device(device_text)
     info: dict[str, Any] = {
         "ok": True,
         "device": device_text,
         "torch_version": torch.__version__,
         "threads": torch.get_num_threads(),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
     }
     if device.type == "cuda":
         if not torch.cuda.is_available():
@@ -211,9 +245,15 @@ def measure(device_text: str, sizes: list[int] | None, keys: list[str], limits: 
     info["limits"] = dict(limits)
     torch.manual_seed(0)
     timer = _Timer(torch, device)
+    window = ContentionWindow(psutil.Process()).start()
     started = time.perf_counter()
     info["dtypes"] = {key: _measure_dtype(torch, device, key, sizes, timer, limits) for key in keys}
     info["seconds"] = round(time.perf_counter() - started, 2)
+    reading = window.stop()
+    if device.type == "cuda":
+        reading.gpu_other_processes = _other_gpu_processes(torch, device)
+        judge(reading)
+    info["contention"] = reading.to_dict()
     return info
 
 
@@ -226,6 +266,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-iters", type=int, default=None)
     parser.add_argument("--min-iters", type=int, default=None)
     parser.add_argument("--warmup", type=int, default=None)
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     return parser
 
 
@@ -245,6 +286,8 @@ def main(argv: list[str]) -> int:
         unknown = [k for k in keys if k not in DTYPES]
         if unknown or not keys or (sizes is not None and any(n <= 0 for n in sizes)):
             raise ValueError(f"--dtypes {args.dtypes!r} or --sizes {args.sizes!r}")
+        if args.threads is not None and args.threads <= 0:
+            raise ValueError(f"--threads {args.threads}")
     except ValueError as error:
         parser.print_usage(sys.stderr)
         print(f"usage error: {error}", file=sys.stderr)
@@ -253,7 +296,7 @@ def main(argv: list[str]) -> int:
     for name in ("budget", "max_iters", "min_iters", "warmup"):
         if getattr(args, name) is not None:
             limits[name] = getattr(args, name)
-    return answer(MEASURE_MARKER, lambda: measure(args.device, sizes, keys, limits))
+    return answer(MEASURE_MARKER, lambda: measure(args.device, sizes, keys, limits, args.threads))
 
 
 if __name__ == "__main__":

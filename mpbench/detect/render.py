@@ -144,7 +144,10 @@ def _measured_table(report: DetectReport) -> Table | Text:
     )
     if not measured.get("ok"):
         return Text(f"{title}: failed: {measured.get('error')}")
-    table = Table(title=Text(title), title_justify="left")
+    if measured.get("contended"):
+        title += " - CONTENDED: figures low"
+    table = Table(title=Text(title), title_justify="left", caption=_contention_caption(measured))
+    table.caption_justify = "left"
     for column in ("dtype", "best", "median", "at n", "datasheet", "best / datasheet", "note"):
         justify = "left" if column in ("dtype", "note") else "right"
         table.add_column(column, justify=justify)
@@ -167,6 +170,36 @@ def _measured_table(report: DetectReport) -> Table | Text:
             Text(ratio),
             Text(note),
         )
+    return table
+
+
+def _contention_caption(measured: dict) -> Text | None:
+    """How busy the machine was while it measured, and whether the figures were cached."""
+    reading = measured.get("contention")
+    if not isinstance(reading, dict):
+        return None
+    if measured.get("not_cached"):
+        return Text(measured["not_cached"], style="yellow")
+    text = (
+        f"quiet while measuring: other processes used {reading.get('other_cores', 0):.2f} of "
+        f"{reading.get('cpus')} cores"
+    )
+    if measured.get("cache_file"):
+        text += f"; cached in {measured['cache_file']}"
+    return Text(text)
+
+
+def _tuning_table(report: DetectReport) -> Table:
+    table = Table(
+        title=Text("Machine tuning (the checks of pyperf system show, and the load now)"),
+        title_justify="left",
+    )
+    table.add_column("setting")
+    table.add_column("state")
+    table.add_column("advice")
+    for item in report.tuning.items:
+        style = {True: "green", False: "yellow"}.get(item.tuned, "")
+        table.add_row(Text(item.name), Text(item.state, style=style), Text(item.advice or ""))
     return table
 
 
@@ -269,6 +302,8 @@ def print_report(report: DetectReport, console: Console | None = None) -> None:
     if report.tpu:
         tpu = report.tpu
         console.print(Text(f"TPU: {tpu.name}, {tpu.chips} chip(s) ({'; '.join(tpu.evidence)})"))
+    if report.tuning is not None:
+        console.print(_tuning_table(report))
     console.print(_framework_table(report))
     console.print(_policy_table(report))
     console.print(_recommendation_table(report))

@@ -7,6 +7,7 @@ import json
 import platform
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from mpbench.detect.cpu import CpuInfo
 from mpbench.detect.cuda_order import CudaMapping, cuda_mapping
@@ -122,6 +123,7 @@ class DetectReport:
     # CUDA_DEVICE_ORDER / CUDA_VISIBLE_DEVICES as detect saw them (the default for look-ups).
     cuda_environment: dict[str, str] = field(default_factory=dict)
     measured: dict | None = None  # `detect --measure`: mpbench.detect.measure's result
+    tuning: Any = None  # mpbench.detect.system.TuningState, when collect(tuning=True)
 
     # --- NVIDIA: what CUDA index N means ---
 
@@ -283,5 +285,6 @@ class DetectReport:
             "frameworks": [f.to_dict() for f in self.frameworks],
             "devices": self._devices_dict(mapping),
             "measured": self.measured,
+            "tuning": self.tuning.to_dict() if self.tuning is not None else None,
             "notes": list(self.notes),
         }

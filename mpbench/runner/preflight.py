@@ -11,14 +11,17 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from mpbench.backends.base import plan_steps
+from mpbench.detect.system import busy_at_start
 from mpbench.errors import InvalidInput
 from mpbench.runner.cells import Cell
 from mpbench.runner.config import RunConfig
+from mpbench.telemetry.contention import busy_warning
 from mpbench.workloads import get_workload
 
 
 def preflight(config: RunConfig, cells: list[Cell], warn: Callable[[str], None]) -> None:
-    """InvalidInput if a cell that would run cannot; `warn` gets data fall-back notes."""
+    """InvalidInput if a cell that would run cannot; `warn` gets data fall-back notes and,
+    when other processes already keep the machine busy, one line saying so."""
     from mpbench.data import check_data  # numpy: only when a run really starts
 
     running = dict.fromkeys(cell.spec.workload for cell in cells if cell.skip_reason is None)
@@ -80,6 +83,11 @@ def preflight(config: RunConfig, cells: list[Cell], warn: Callable[[str], None])
                 where = data.origin or f"{data.source} {data.dataset}"
                 hint = _recipe_hint(batch, settings.batch_size)
                 raise InvalidInput(f"{name} on {where}: {exc}{hint}") from None
+    if running:
+        # Last, once the run is certain to start: 0.5 s of other processes' CPU use.
+        busy = busy_warning(busy_at_start())
+        if busy:
+            warn(busy)
 
 
 def _recipe_hint(batch: int, configured: int) -> str:

@@ -15,13 +15,18 @@ from importlib import metadata
 
 import pytest
 
-from mpbench.detect import collect
+from mpbench.detect import collect, measure
 from mpbench.detect.measure import (
     CACHE_SCHEMA_VERSION,
+    cache_key,
     cache_path,
     cached_peak,
+    cached_peaks,
+    default_threads,
+    forget_measured,
     measure_and_cache,
     read_cached,
+    stale_reason,
     write_cache,
 )
 
@@ -52,8 +57,14 @@ def test_measure_on_this_cpu_and_cache(cache, no_gpu):
     fingerprint = report.hardware_fingerprint("cpu")
     result = measure_and_cache("cpu", fingerprint, **TINY)
     assert result["ok"], result
-    assert result["device"] == "cpu" and result["threads"] >= 1
+    assert result["device"] == "cpu" and result["threads"] == default_threads()
     assert result["torch_version"] == metadata.version("torch")
+    assert result["cache_key"] == {
+        "torch_version": metadata.version("torch"),
+        "threads": default_threads(),
+    }
+    contention = result["contention"]
+    assert contention["own_cores"] > 0 and contention["cpus"] >= 1
     assert set(result["dtypes"]) == {"fp32", "tf32", "fp16", "bf16"}
     fp32 = result["dtypes"]["fp32"]
     assert fp32["ok"] and fp32["dtype"] == "float32"
@@ -70,6 +81,11 @@ def test_measure_on_this_cpu_and_cache(cache, no_gpu):
         assert entry["ok"] or entry.get("error") or entry.get("skipped"), entry
 
     path = cache / "peaks" / f"{fingerprint}.json"
+    if result["contended"]:  # a shared test machine: nothing cached, and the output says why
+        assert result["cache_file"] is None and not path.exists()
+        assert result["not_cached"].startswith("not cached: the machine was busy (")
+        pytest.skip(f"the machine was busy: {result['not_cached']}")
+    assert result["not_cached"] is None
     assert result["cache_file"] == str(path) and path.exists()
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary left
     stored = json.loads(path.read_text())
@@ -107,11 +123,12 @@ def test_cache_ignores_damaged_and_foreign_files(cache):
 
 def test_write_cache_replaces_atomically(cache):
     fingerprint = "feedfacecafe0001"
+    key = {"device": "cpu", "cache_key": cache_key("cpu")}
     first = write_cache(
-        fingerprint, {"ok": True, "dtypes": {"fp32": {"ok": True, "best_tflops": 1.5}}}
+        fingerprint, {"ok": True, **key, "dtypes": {"fp32": {"ok": True, "best_tflops": 1.5}}}
     )
     second = write_cache(
-        fingerprint, {"ok": True, "dtypes": {"fp32": {"ok": True, "best_tflops": 2.5}}}
+        fingerprint, {"ok": True, **key, "dtypes": {"fp32": {"ok": True, "best_tflops": 2.5}}}
     )
     assert first == second
     assert cached_peak(fingerprint, "fp32") == 2.5
@@ -196,7 +213,12 @@ def test_cli_measure_json(cache, run_mpbench):
     assert measured["device_name"] == data["cpu"]["model"]
     fp32, bf16 = measured["dtypes"]["fp32"], measured["dtypes"]["bf16"]
     assert fp32["best_tflops"] > 0 and fp32["datasheet_tflops"] is None  # no CPU datasheet
-    assert json.loads((cache / "peaks" / f"{cpu['fingerprint']}.json").read_text())["ok"]
+    path = cache / "peaks" / f"{cpu['fingerprint']}.json"
+    if measured["contended"]:  # shown, marked, not cached
+        assert not path.exists() and measured["cache_file"] is None
+        assert f"--measure on cpu: {measured['not_cached']}" in data["notes"]
+    else:
+        assert json.loads(path.read_text())["ok"] and measured["not_cached"] is None
     # Printed, not asserted: timings on a shared machine are noise-prone (DESIGN §9).
     print(f"\nfloat32 {fp32['best_tflops']:.4g} TFLOP/s, bfloat16 {bf16.get('best_tflops')}")
 
@@ -249,3 +271,180 @@ def test_cli_measure_failure_is_exit_1(cache, run_mpbench):
     data = json.loads(done.stdout)
     assert data["measured"]["ok"] is False
     assert any(n.startswith("--measure on cuda:0 failed") for n in data["notes"])
+
+
+# --- cache rules: contention, the cache key, stale files, forgetting a peak ---
+
+FINGERPRINT = "c0ffee00c0ffee00"
+
+
+def reading(other: float, cpus: int = 2) -> dict:
+    """A contention window as the child reports it (own = the child's torch threads)."""
+    from mpbench.telemetry.contention import ContentionReading, judge
+
+    own = float(cpus)
+    stats = ContentionReading(
+        wall_s=1.0, cpus=cpus, busy_cores=own + other, own_cores=own, other_cores=other
+    )
+    return judge(stats).to_dict()
+
+
+def fake_child(monkeypatch, *, other: float = 0.02, torch="2.13.0+cpu", threads=None, peak=0.5):
+    """measure_and_cache's child replaced: what it would answer, with this contention."""
+    calls = []
+
+    def run(device, **options):
+        calls.append((device, options))
+        return {
+            "ok": True,
+            "device": device,
+            "torch_version": torch,
+            "threads": threads or options.get("threads") or default_threads(),
+            "dtypes": {
+                "fp32": {"dtype": "float32", "ok": True, "best_tflops": peak, "sizes": []},
+                "bf16": {"dtype": "bfloat16", "ok": True, "best_tflops": peak / 4, "sizes": []},
+            },
+            "contention": reading(other),
+        }
+
+    monkeypatch.setattr(measure, "run_measure_child", run)
+    monkeypatch.setattr(measure, "installed_torch_version", lambda: torch)
+    return calls
+
+
+def test_a_quiet_measurement_is_cached_with_its_key(cache, monkeypatch):
+    fake_child(monkeypatch, other=0.02)
+    result = measure_and_cache("cpu", FINGERPRINT)
+    assert result["contended"] is False and result["not_cached"] is None
+    assert result["cache_key"] == {"torch_version": "2.13.0+cpu", "threads": default_threads()}
+    stored = json.loads(cache_path(FINGERPRINT).read_text())
+    assert stored["cache_key"] == result["cache_key"]
+    assert stored["contention"]["other_cores"] == 0.02
+    assert cached_peaks(FINGERPRINT) == {"fp32": 0.5, "bf16": 0.125}
+
+
+def test_a_contended_measurement_is_shown_but_not_cached(cache, monkeypatch):
+    fake_child(monkeypatch, other=0.02, peak=0.5)
+    measure_and_cache("cpu", FINGERPRINT)  # a quiet one first: it must survive
+    fake_child(monkeypatch, other=1.0, peak=0.2)
+    result = measure_and_cache("cpu", FINGERPRINT)
+    assert result["ok"] and result["contended"] is True
+    assert result["not_cached"] == (
+        "not cached: the machine was busy (other processes used 1.00 of 2 cores); "
+        "re-run on a quiet machine"
+    )
+    assert result["cache_file"] is None
+    assert result["dtypes"]["fp32"]["best_tflops"] == 0.2  # the figures are still there
+    assert cached_peaks(FINGERPRINT)["fp32"] == 0.5  # the quiet measurement stays
+
+
+def test_a_contended_measurement_is_marked_in_the_report(cache, monkeypatch, no_gpu):
+    from rich.console import Console
+
+    from mpbench.detect.measure import attach_measurement
+    from mpbench.detect.render import print_report
+
+    fake_child(monkeypatch, other=1.0)
+    report = collect(environ={})
+    attach_measurement(report, "cpu")
+    assert report.to_dict()["measured"]["contended"] is True
+    assert any(
+        n.startswith("--measure on cpu: not cached: the machine was busy") for n in report.notes
+    )
+    console = Console(width=200, record=True)
+    print_report(report, console)
+    text = console.export_text()
+    assert "CONTENDED: figures low" in text
+    assert "not cached: the machine was busy (other processes used 1.00 of 2 cores)" in text
+
+
+def test_another_torch_or_thread_count_does_not_reuse_the_cache(cache, monkeypatch):
+    fake_child(monkeypatch, torch="2.13.0+cpu", threads=2)
+    measure_and_cache("cpu", FINGERPRINT, threads=2)
+    assert cached_peaks(FINGERPRINT, threads=2)["fp32"] == 0.5
+    assert cached_peaks(FINGERPRINT, threads=1) == {}
+    assert cached_peaks(FINGERPRINT, torch_version="2.12.0+cpu", threads=2) == {}
+    data = json.loads(cache_path(FINGERPRINT).read_text())
+    assert (
+        stale_reason(data, "2.12.0+cpu", 2) == "measured with torch 2.13.0+cpu, this is 2.12.0+cpu"
+    )
+    assert stale_reason(data, None, 4) == "measured with 2 threads, not 4"
+    # The default: the installed torch, OMP_NUM_THREADS, else the cores this process may use.
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert default_threads() == 1 and cached_peaks(FINGERPRINT) == {}
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert cached_peaks(FINGERPRINT)["fp32"] == 0.5
+
+
+def test_a_gpu_peak_does_not_depend_on_cpu_threads(cache, monkeypatch):
+    fake_child(monkeypatch, torch="2.13.0+cu128", threads=16)
+    result = measure_and_cache("cuda:0", FINGERPRINT)
+    assert result["cache_key"] == {"torch_version": "2.13.0+cu128", "threads": None}
+    assert cached_peaks(FINGERPRINT, threads=3)["fp32"] == 0.5
+    assert cached_peaks(FINGERPRINT, torch_version="2.12.0+cu126") == {}
+
+
+def test_an_old_cache_file_is_stale_and_measured_again(cache, monkeypatch):
+    # What mpbench wrote before the cache key (schema 1): no torch version, no thread count.
+    path = cache_path(FINGERPRINT)
+    path.parent.mkdir(parents=True)
+    old = {
+        "ok": True, "device": "cpu", "torch_version": "2.13.0+cpu", "threads": 2,
+        "dtypes": {"fp32": {"ok": True, "best_tflops": 9.9}},
+        "cache_schema_version": 1, "fingerprint": FINGERPRINT,
+    }  # fmt: skip
+    path.write_text(json.dumps(old))
+    assert read_cached(FINGERPRINT) is None and cached_peaks(FINGERPRINT) == {}
+    # The current schema without a key (written by hand, or half-migrated): stale too.
+    path.write_text(json.dumps({**old, "cache_schema_version": CACHE_SCHEMA_VERSION}))
+    assert cached_peaks(FINGERPRINT) == {}
+    assert "older mpbench" in stale_reason(json.loads(path.read_text()))
+    fake_child(monkeypatch, peak=0.5)  # run --measure-peak finds no peak, so it measures
+    measure_and_cache("cpu", FINGERPRINT)
+    assert cached_peaks(FINGERPRINT)["fp32"] == 0.5
+
+
+def test_forget_measured_drops_one_peak(cache, monkeypatch):
+    fake_child(monkeypatch, peak=0.5)
+    measure_and_cache("cpu", FINGERPRINT)
+    reason = "torch/mnist_dense/float32/r0 reached 0.61 TFLOP/s, 122 % of it"
+    assert forget_measured(FINGERPRINT, "float32", reason) is True
+    assert cached_peaks(FINGERPRINT) == {"bf16": 0.125}
+    entry = json.loads(cache_path(FINGERPRINT).read_text())["dtypes"]["fp32"]
+    assert entry["forgotten"] == reason and entry["best_tflops"] == 0.5 and entry["forgotten_at"]
+    assert forget_measured(FINGERPRINT, "fp32", reason) is False  # already gone
+    assert forget_measured(FINGERPRINT, "tf32", reason) is False  # never measured
+    assert forget_measured("0000000000000000", "fp32", reason) is False  # no cache
+    assert forget_measured("../etc/passwd", "fp32", reason) is False  # never raises
+    measure_and_cache("cpu", FINGERPRINT)  # the next measurement brings it back
+    assert cached_peaks(FINGERPRINT)["fp32"] == 0.5
+
+
+def _hog() -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
+
+
+@needs_torch
+def test_a_measurement_beside_cpu_hogs_is_not_cached(cache, no_gpu):
+    """Two busy-looping processes on a 2-core machine (more cores: one per core) take the
+    CPU from the child's torch threads: the real measurement is contended and not cached."""
+    cpus = os.cpu_count() or 2
+    if hasattr(os, "sched_getaffinity") and len(os.sched_getaffinity(0)) < cpus:
+        pytest.skip("a cpuset narrower than the machine: hogs in it cannot fill the machine")
+    report = collect(environ={})
+    fingerprint = report.hardware_fingerprint("cpu")
+    hogs = [_hog() for _ in range(max(2, cpus))]
+    try:
+        result = measure_and_cache(
+            "cpu", fingerprint, sizes=(32, 64), dtypes=("fp32",), budget_s=0.5, min_iters=2
+        )
+    finally:
+        for hog in hogs:
+            hog.kill()
+        for hog in hogs:
+            hog.wait()
+    assert result["ok"] and result["dtypes"]["fp32"]["ok"], result
+    assert result["contended"] is True, result["contention"]
+    assert result["contention"]["other_cores"] > 0.25
+    assert result["not_cached"].startswith("not cached: the machine was busy (other processes used")
+    assert result["cache_file"] is None and read_cached(fingerprint) is None
