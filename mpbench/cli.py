@@ -59,7 +59,7 @@ def detect(
     from mpbench.detect.measure import attach_measurement, resolve_measure_device
     from mpbench.detect.render import print_report, report_json
 
-    report = collect(probe=probe)
+    report = collect(probe=probe, tuning=True)
     if measure:
         chosen = resolve_measure_device(device, report)  # InvalidInput (exit 2) if bad
         if not as_json:
@@ -118,11 +118,27 @@ def run(
     ),
     batch_size: int | None = typer.Option(None, "--batch-size", help="Samples per step."),
     units: int | None = typer.Option(None, "--units", help="Dense width (mnist_dense)."),
-    repeat: int | None = typer.Option(
+    repeat: str | None = typer.Option(
         None,
         "--repeat",
         help="Runs of each cell, each its own process, interleaved across policies; "
-        "intervals come from them (3 or more for gates that mean something).",
+        "intervals come from them (3 or more for gates that mean something). auto: a pilot "
+        "of 5 rounds sizes the run for --precision (Stein's two-stage rule).",
+    ),
+    precision: str | None = typer.Option(
+        None,
+        "--precision",
+        help="--repeat auto: target half-width of every speed-up's 95 % interval, 5% or "
+        "0.05 (default: 5%).",
+    ),
+    max_repeats: int | None = typer.Option(
+        None, "--max-repeats", help="--repeat auto: the most rounds (default: 10)."
+    ),
+    time_budget: str | None = typer.Option(
+        None,
+        "--time-budget",
+        help="--repeat auto: no round starts that would end past this, in seconds or with a "
+        "unit: 600, 10m, 1.5h (default: none).",
     ),
     seed: int | None = typer.Option(None, "--seed", help="Seed for data, weights and order."),
     data_mode: str | None = typer.Option(None, "--data", help="auto, real or synthetic."),
@@ -224,6 +240,9 @@ def run(
         batch_size=batch_size,
         units=units,
         repeat=repeat,
+        precision=precision,
+        max_repeats=max_repeats,
+        time_budget=time_budget,
         seed=seed,
         data=data_mode,
         data_dir=path_option("--data-dir", data_dir),

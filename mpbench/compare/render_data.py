@@ -101,6 +101,10 @@ def _cell_json(report: Report, group: PolicyGroup, policy: str, cell: CellSummar
         "measured_peak_tflops": cell.measured_peak_tflops,
         **_telemetry_json(cell),
         "verdict": _verdict_json(group, policy),
+        # issue 22: repeats that ran beside other work, and figures no device can produce
+        "contended_repeats": cell.contended_repeats,
+        "contended_why": cell.contended_why,
+        "implausible": cell.implausible + cell.voided,
         "drifting": bool(cell.drift),
         "drift": [
             {
@@ -228,6 +232,8 @@ def render_json(report: Report) -> str:
             for r in report.results
         ],
         "notes": report.notes,
+        # run_id -> why a `mpbench run --repeat auto` stopped (its run.json's `adaptive`)
+        "adaptive_repeats": report.adaptive_repeats,
     }
     found: list[str] = []
     data = finite_only(data, "", found)

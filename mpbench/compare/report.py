@@ -50,6 +50,8 @@ class Report:
     run_dirs: dict[str, list[Path]] = field(default_factory=dict)
     # (run_id, cell_id, repeat) -> its telemetry side file; None until read (side_files()).
     loaded_side_files: dict[tuple[str, str, int], SideFile] | None = None
+    # run_id -> run.json's `adaptive` entry of a `mpbench run --repeat auto` (compare.run).
+    adaptive_repeats: dict[str, dict] = field(default_factory=dict)
 
     def side_files(self) -> dict[tuple[str, str, int], SideFile]:
         """The readable side files of the compared records, read once; one that cannot be

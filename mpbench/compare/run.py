@@ -6,6 +6,7 @@ raises `InvalidInput`, which the CLI turns into one line on stderr and exit code
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -22,7 +23,7 @@ from mpbench.compare.options import CompareOptions, parse_format
 from mpbench.compare.report import Report, build_report
 from mpbench.errors import InvalidInput
 from mpbench.results import CellRecord
-from mpbench.results.io import RESULTS_FILE, read_runs
+from mpbench.results.io import RESULTS_FILE, read_runs, results_file
 
 _HUMAN = ("table", "markdown")
 
@@ -82,8 +83,50 @@ def compare(options: CompareOptions, stdout: TextIO | None = None) -> int:
     records = load(paths)
     baseline = load([options.baseline]) if options.baseline is not None else None
     report = build_report(records, options, baseline, run_dirs=_run_dirs(paths, options))
+    adaptive_repeats(report, paths)
     write_outputs(report, options, safe_stream(stdout or sys.stdout), inputs)
     return report.exit_code
+
+
+def adaptive_repeats(report: Report, paths: list[Path]) -> None:
+    """Runs of `mpbench run --repeat auto`: why each stopped (the `adaptive` entry the run
+    wrote into its run.json), as a note and in the report's data. A path without a readable
+    run.json (a bare results.jsonl, an older run) adds nothing."""
+    for path in paths:
+        try:
+            raw = json.loads((results_file(Path(path)).parent / "run.json").read_text("utf-8"))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(raw, dict):
+            continue
+        block, run_id = raw.get("adaptive"), raw.get("run_id")
+        known = isinstance(run_id, str) and run_id in report.runs
+        known = known and run_id not in report.adaptive_repeats
+        if known and isinstance(block, dict):
+            report.adaptive_repeats[run_id] = block
+            report.notes.append(adaptive_note(run_id, block))
+
+
+def adaptive_note(run_id: str, block: dict) -> str:
+    """'run X: --repeat auto stopped after 7 rounds: planned repeats reached (stein two-stage:
+    pilot 5, planned 7; widest ±3.1 % in torch/mnist_dense/mixed_bfloat16, target ±5 %)'."""
+    ran, planned = block.get("ran"), block.get("planned")
+    stopped = block.get("stopped") or "did not finish (continue it with mpbench run --resume)"
+    text = f"run {run_id}: --repeat auto stopped after {ran} rounds: {stopped} "
+    text += f"({block.get('rule')}: pilot {block.get('pilot')}, "
+    text += f"planned {planned if planned is not None else '-'}"
+    half = block.get("half_width")
+    widths = (
+        {k: v for k, v in half.items() if isinstance(v, float)} if isinstance(half, dict) else {}
+    )
+    if widths:
+        label = max(widths, key=lambda k: widths[k])
+        shown = "" if "widest" in stopped else f" ±{widths[label] * 100:.1f} %"
+        text += f"; widest{shown} in {label}"
+    precision = block.get("precision")
+    if isinstance(precision, (int, float)):
+        text += f", target ±{precision * 100:g} %"
+    return text + ")"
 
 
 def write_outputs(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import platform
 import secrets
 import subprocess
@@ -20,7 +21,8 @@ from mpbench.errors import InvalidInput
 from mpbench.results import CellRecord, Status, append_record, write_csv, write_environment
 from mpbench.results.io import RESULTS_FILE, read_records
 from mpbench.results.scaling import weak_scaling_efficiency
-from mpbench.results.writer import ResultsWriteError, drop_torn_tail
+from mpbench.results.writer import ResultsWriteError, drop_torn_tail, write_atomically
+from mpbench.runner.adaptive import AdaptiveRepeats, widest
 from mpbench.runner.cells import Cell, expand
 from mpbench.runner.config import RunConfig, RunOptions, build_config, contradictions
 from mpbench.runner.execute import Outcome, run_in_child
@@ -69,6 +71,8 @@ def git_commit() -> str | None:
 
 
 def environment(options: RunOptions, config: RunConfig, report: Any, device: str) -> dict:
+    from mpbench.detect.system import read_tuning
+
     return {
         "mpbench_version": __version__,
         "started_at": now_iso(),
@@ -83,6 +87,8 @@ def environment(options: RunOptions, config: RunConfig, report: Any, device: str
         },
         "git_commit": git_commit(),
         "detect": report.to_dict(),
+        # pyperf's `system show` checks and the load before the first cell (detect.system)
+        "tuning": read_tuning().to_dict(),
     }
 
 
@@ -203,11 +209,19 @@ def _run_cells(
     console: Console,
 ) -> int:
     plan.measured_peaks = _measured_peaks(
-        plan.device, plan.fingerprint, options.measure_peak, console
+        plan.device, plan.fingerprint, options.measure_peak, console, config.threads
     )
     cells = plan.cells
+    rounds = _rounds(cells, config)
+    adaptive = _adaptive(config, done)
+    matrix = (
+        f"{len(cells)} cells"
+        if adaptive is None
+        else f"{len(rounds[0])} cells a round, --repeat auto (a pilot of {adaptive.n0} rounds, "
+        f"at most {config.max_repeats}, target ±{config.precision * 100:g} %)"
+    )
     console.print(
-        f"mpbench run [bold]{plan.run_id}[/bold]: {len(cells)} cells "
+        f"mpbench run [bold]{plan.run_id}[/bold]: {matrix} "
         f"on {plan.device} ({plan.traits.name}); data: {config.data}; results: {run_dir}"
     )
     if config.device == "auto" and plan.device == "cpu" and plan.report.nvml_blind:
@@ -217,23 +231,32 @@ def _run_cells(
         )
     records = list(done.values())
     interrupted: KeyboardInterrupt | None = None
+    total = len(cells) if adaptive is None else len(rounds[0]) * adaptive.n0
     try:
-        with Reporter(console, len(cells)) as reporter:
+        with Reporter(console, total) as reporter:
             try:
-                for first in cells:
-                    # A cell, then (--on-diverge fallback) each fallback of it that runs.
-                    cell: Cell | None = first
-                    while cell is not None:
-                        record = done.get(cell.spec.cell_id)
-                        if record is not None:
-                            reporter.cell_resumed(cell.spec.cell_id)
-                        else:
-                            reference = _scaling_reference(cell, records)
-                            record = _run_and_keep(
-                                cell, config, run_dir, reporter, plan, options, reference
-                            )
-                            records.append(record)
-                        cell = _fallback(cell, record, config, plan, reporter)
+                for index, round_cells in enumerate(rounds):
+                    if adaptive is not None and not adaptive.may_start(index):
+                        break
+                    for first in round_cells:
+                        # A cell, then (--on-diverge fallback) each fallback of it that runs.
+                        cell: Cell | None = first
+                        while cell is not None:
+                            record = done.get(cell.spec.cell_id)
+                            if record is not None:
+                                reporter.cell_resumed(cell.spec.cell_id)
+                            else:
+                                reference = _scaling_reference(cell, records)
+                                record = _run_and_keep(
+                                    cell, config, run_dir, reporter, plan, options, reference
+                                )
+                                records.append(record)
+                            cell = _fallback(cell, record, config, plan, reporter)
+                    if adaptive is not None:
+                        _round_done(adaptive, index, len(round_cells), records, reporter, run_dir)
+                if adaptive is not None:
+                    reporter.adaptive_stopped(adaptive.finish(records), adaptive.ran)
+                    _record_adaptive(run_dir, adaptive)
             except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (runner.signals)
                 interrupted = exc
     except ResultsWriteError:
@@ -257,6 +280,56 @@ def _run_cells(
         raise csv_error  # results.jsonl is complete; say (exit 2) that its CSV copy is not
     console.print(f"Results: {run_dir / RESULTS_FILE}")
     return 1 if any(r.status in FAILED for r in records) else 0
+
+
+def _rounds(cells: list[Cell], config: RunConfig) -> list[list[Cell]]:
+    """The cells in rounds: under --repeat auto one list per repeat (expand put the repeat
+    outermost), else all of them as one."""
+    if not config.adaptive:
+        return [cells]
+    return [[c for c in cells if c.spec.repeat == r] for r in range(config.rounds)]
+
+
+def _adaptive(config: RunConfig, done: dict[str, CellRecord]) -> AdaptiveRepeats | None:
+    """The --repeat auto state; a resumed run's finished cells count against the budget."""
+    if not config.adaptive:
+        return None
+    prior = sum(r.wall_s or 0.0 for r in done.values())
+    return AdaptiveRepeats(config.precision, config.max_repeats, config.time_budget, prior)
+
+
+def _round_done(
+    adaptive: AdaptiveRepeats,
+    index: int,
+    round_size: int,
+    records: list[CellRecord],
+    reporter: Reporter,
+    run_dir: Path,
+) -> None:
+    """After a round under --repeat auto: decide after the pilot, say where the intervals
+    stand, and keep the state in run.json."""
+    decided = adaptive.round_done(index, records)
+    decision = adaptive.decision
+    reporter.round_finished(
+        index + 1,
+        decision.planned if decision is not None else None,
+        adaptive.max_repeats,
+        widest(adaptive.widths),
+        adaptive.precision,
+    )
+    if decided and decision is not None:
+        reporter.add_cell(round_size * (decision.planned - adaptive.n0))
+        reporter.pilot_decided(decision, adaptive.max_repeats)
+    _record_adaptive(run_dir, adaptive)
+
+
+def _record_adaptive(run_dir: Path, adaptive: AdaptiveRepeats) -> None:
+    """run.json's `adaptive` entry: the rule, the plan, the rounds run and why it stopped
+    (null while it runs). --resume reads the configuration beside it and decides again."""
+    path = run_dir / RUN_FILE
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    raw["adaptive"] = adaptive.block()
+    write_atomically(path, json.dumps(raw, indent=2, ensure_ascii=False) + "\n")
 
 
 def _run_and_keep(
@@ -341,6 +414,15 @@ def _run_cell(
         spec, outcome, plan.traits, plan.fingerprint, version, plan.measured_peaks, side_file
     )
     record.fallback_of = cell.fallback_of
+    if "mfu_measured" in record.implausible:
+        # The cached peak is lower than what a cell just ran: it was measured on a busy
+        # machine. Forget it for this run and for the next `detect --measure`.
+        from mpbench.detect.measure import forget_measured
+        from mpbench.policies import resolve
+
+        key = resolve(record.policy).peak_key
+        forget_measured(plan.fingerprint, key, record.implausible["mfu_measured"])
+        plan.measured_peaks.pop(key, None)
     return record, outcome.warnings
 
 
@@ -368,17 +450,23 @@ def _write_side_file(
 
 
 def _measured_peaks(
-    device: str, fingerprint: str, measure: bool, console: Console
+    device: str, fingerprint: str, measure: bool, console: Console, threads: int | None
 ) -> dict[str, float]:
-    """The device's measured matmul peaks (TFLOP/s per policy peak key) from detect's cache;
-    with --measure-peak, measured first when the cache has none for this hardware."""
+    """The device's measured matmul peaks (TFLOP/s per policy peak key) from detect's cache,
+    measured with the threads the cells run with; with --measure-peak, measured first when
+    the cache has none for this hardware (a measurement on a busy machine is not cached,
+    and the run says so)."""
     from mpbench.detect.measure import cached_peaks, measure_and_cache
+    from mpbench.runner.cells import available_cores
 
-    peaks = cached_peaks(fingerprint)
+    threads = threads or available_cores()
+    peaks = cached_peaks(fingerprint, threads=threads)
     if measure and not peaks:
         console.print(f"Measuring the matmul peak of {device} (detect --measure) ...")
-        measure_and_cache(device, fingerprint)
-        peaks = cached_peaks(fingerprint)
+        result = measure_and_cache(device, fingerprint, threads=threads)
+        if result.get("not_cached"):
+            console.print(f"[yellow]warning:[/] measured peak {result['not_cached']}")
+        peaks = cached_peaks(fingerprint, threads=threads)
     return peaks
 
 

@@ -168,7 +168,7 @@ def expand(config: RunConfig, report, run_id: str) -> tuple[str, DeviceTraits, l
                 units = workload.default_units(traits.kind)
             # Repeats in rounds (float32 r0, bf16 r0, float32 r1, bf16 r1, ...): slow drift of
             # the machine then hits every policy alike instead of one policy's whole series.
-            for repeat in range(config.repeat):
+            for repeat in range(config.rounds):
                 for policy in policies:
                     for recipe in recipes(config, framework, policy):
                         spec = CellSpec(
@@ -214,6 +214,10 @@ def expand(config: RunConfig, report, run_id: str) -> tuple[str, DeviceTraits, l
                                 framework, workload.name, policy.name, single, repeat
                             )
                         cells.append(Cell(spec, skip, scaling_reference=reference))
+    if config.adaptive:
+        # --repeat auto decides after whole rounds (runner/adaptive.py): a round is every cell
+        # of the matrix once, so the repeat is the outermost loop (a stable sort keeps the rest).
+        cells.sort(key=lambda cell: cell.spec.repeat)
     return device, traits, cells
 
 

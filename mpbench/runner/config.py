@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,10 @@ class Setting:
     high: float | None = None
     items: type | None = None  # element type of a list
     why: str = ""  # said when the upper limit is hit
+    # Text that means a value ("auto", "5%", "10m"): (where, value) -> the value, or
+    # InvalidInput; the limits then apply to what it gives.
+    parse: Callable[[str, Any], Any] | None = None
+    expects: str = ""  # what a value must be, where the kind alone says it badly
 
     def check(self, where: str, value: Any) -> Any:
         """The value, or InvalidInput naming `where` (an option or a TOML key)."""
@@ -60,6 +66,8 @@ class Setting:
                     raise InvalidInput(f"{where} {value!r}: must be {_kind_name(self)}")
         if isinstance(value, str) and not value.strip():
             raise InvalidInput(f"{where}: must not be empty")
+        if self.parse is not None:
+            value = self.parse(where, value)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             if not math.isfinite(value):
                 raise InvalidInput(f"{where} {value!r}: must be a finite number")
@@ -73,6 +81,8 @@ class Setting:
 
 
 def _kind_name(setting: Setting) -> str:
+    if setting.expects:
+        return setting.expects
     if setting.items is not None:
         return "a list of strings"  # the only lists in a config are lists of names
     kinds = setting.kind if isinstance(setting.kind, tuple) else (setting.kind,)
@@ -83,13 +93,81 @@ def _kind_name(setting: Setting) -> str:
 
 
 _NUMBER = (int, float)
+ADAPTIVE = "auto"  # --repeat auto: the rounds are decided by runner/adaptive.py
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(s|m|h)?", re.IGNORECASE)
+_SECONDS = {"s": 1, "m": 60, "h": 3600}
+
+
+def repeat_value(where: str, value: int | str) -> int | str:
+    """`--repeat` as typed: a whole number, or "auto"."""
+    if isinstance(value, int):
+        return value
+    text = value.strip().lower()
+    if text == ADAPTIVE:
+        return ADAPTIVE
+    if text.lstrip("+").isdigit():
+        return int(text)
+    raise InvalidInput(f"{where} {value!r}: must be a whole number or 'auto'")
+
+
+def fraction_value(where: str, value: float | str) -> float:
+    """`5%` or 0.05 -> 0.05, as compare's percentage options take them; above 0."""
+    from mpbench.compare.options import parse_fraction
+
+    fraction = parse_fraction(where, value)
+    assert fraction is not None
+    if fraction <= 0:
+        raise InvalidInput(f"{where} {value!r}: must be above 0")
+    return fraction
+
+
+def seconds_value(where: str, value: float | str) -> float:
+    """Seconds, or text with a unit: 600, "600s", "10m", "1.5h"; above 0."""
+    seconds = value
+    if isinstance(value, str):
+        found = _DURATION.fullmatch(value.strip())
+        if found is None:
+            raise InvalidInput(f"{where} {value!r}: must be seconds, or a number with s, m or h")
+        seconds = float(found[1]) * _SECONDS[(found[2] or "s").lower()]
+    if not seconds > 0:  # a NaN too
+        raise InvalidInput(f"{where} {value!r}: must be above 0 seconds")
+    return float(seconds)
+
+
 # The [run] table and the options that override it.
 RUN_SETTINGS = {
     "frameworks": Setting(list, "--framework", items=str),
     "workloads": Setting(list, "--workload", items=str),
     "policies": Setting(list, "--policy", items=str),
     "device": Setting(str, "--device"),
-    "repeat": Setting(int, "--repeat", 1, 1000, why="(repeats are separate processes)"),
+    "repeat": Setting(
+        (int, str),
+        "--repeat",
+        1,
+        1000,
+        why="(repeats are separate processes)",
+        parse=repeat_value,
+        expects="a whole number or 'auto'",
+    ),
+    # --repeat auto (runner/adaptive.py): the target half-width of every speed-up interval,
+    # the most rounds, and the time the rounds may take (None: no limit).
+    "precision": Setting(
+        (int, float, str),
+        "--precision",
+        high=1,
+        why="(100 %)",
+        parse=fraction_value,
+        expects="a percentage like 5% or 0.05",
+    ),
+    "max_repeats": Setting(int, "--max-repeats", 2, 1000, why="(repeats are separate processes)"),
+    "time_budget": Setting(
+        (int, float, str),
+        "--time-budget",
+        high=7 * 24 * 3600,
+        why="seconds (a week)",
+        parse=seconds_value,
+        expects="seconds, or a number with s, m or h (10m)",
+    ),
     "seed": Setting(int, "--seed", 0, SEED_MAX, why="(numpy's seed range)"),
     "data": Setting(str, "--data"),
     "data_dir": Setting(str, "--data-dir"),
@@ -163,7 +241,10 @@ class RunOptions:
     warmup_steps: int | None = None
     batch_size: int | None = None
     units: int | None = None
-    repeat: int | None = None
+    repeat: int | str | None = None  # a count, or "auto"
+    precision: str | float | None = None  # --repeat auto: "5%" or 0.05
+    max_repeats: int | None = None
+    time_budget: str | float | None = None  # seconds, or "10m"
     seed: int | None = None
     data: str | None = None
     data_dir: Path | None = None
@@ -210,7 +291,7 @@ class RunConfig:
     workloads: dict[str, WorkloadSettings]  # settings for every known workload
     policies: list[str]
     device: str
-    repeat: int
+    repeat: int | str  # a count, or "auto" (runner/adaptive.py decides the rounds)
     seed: int
     data: str
     data_dir: str | None
@@ -237,6 +318,20 @@ class RunConfig:
     nnodes: int = 1
     node_rank: int | None = None
     rdzv_endpoint: str | None = None
+    # --repeat auto: target half-width of each speed-up interval (0.05: ±5 %), the most
+    # rounds, and the seconds the rounds may take (None: no limit).
+    precision: float = 0.05
+    max_repeats: int = 10
+    time_budget: float | None = None
+
+    @property
+    def adaptive(self) -> bool:
+        return self.repeat == ADAPTIVE
+
+    @property
+    def rounds(self) -> int:
+        """The most rounds the run may take: --repeat N, or --max-repeats under auto."""
+        return self.max_repeats if self.repeat == ADAPTIVE else int(self.repeat)
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -310,7 +405,7 @@ def _check_table(
         if key not in settings:
             raise unknown_choice(f"key in [{where}] of {path}:", key, settings)
         if key not in AXES:  # a recipe axis may be a list: parse_file checks it (axis_values)
-            settings[key].check(f"config {path}: [{where}] {key} =", value)
+            table[key] = settings[key].check(f"config {path}: [{where}] {key} =", value)
     return table
 
 
@@ -434,6 +529,9 @@ def file_config(path: Path | None) -> RunConfig:
         policies=run.get("policies", ["auto"]),
         device=run.get("device", "auto").strip().lower(),
         repeat=run.get("repeat", 1),
+        precision=run.get("precision", 0.05),
+        max_repeats=run.get("max_repeats", 10),
+        time_budget=run.get("time_budget"),
         seed=run.get("seed", 0),
         data=_choice("data mode in [run]", run.get("data", "auto"), DATA_MODES),
         data_dir=run.get("data_dir"),
@@ -467,10 +565,14 @@ _RUN_OPTIONS = {
     "policies": "policies",
     "device": "device",
     "repeat": "repeat",
+    "precision": "precision",
+    "max_repeats": "max_repeats",
+    "time_budget": "time_budget",
     "seed": "seed",
     "timeout": "timeout",
     "threads": "threads",
 }
+_ADAPTIVE_ONLY = ("precision", "max_repeats", "time_budget")
 
 
 def apply_options(config: RunConfig, options: RunOptions) -> RunConfig:
@@ -491,6 +593,11 @@ def apply_options(config: RunConfig, options: RunOptions) -> RunConfig:
             setting = RUN_SETTINGS[name]
             value = float(value) if name == "timeout" else value
             setattr(merged, target, setting.check(setting.option, value))
+    given = [RUN_SETTINGS[n].option for n in _ADAPTIVE_ONLY if getattr(options, n) is not None]
+    if given and not merged.adaptive:
+        raise InvalidInput(
+            f"{given[0]}: applies to --repeat auto only (this run has --repeat {merged.repeat})"
+        )
     merged.device = merged.device.strip().lower()
     if options.data is not None:
         merged.data = _choice(
@@ -523,10 +630,10 @@ def apply_options(config: RunConfig, options: RunOptions) -> RunConfig:
 
 def check_combination(config: RunConfig) -> None:
     """Rules across settings, whichever layer each came from."""
-    last_seed = config.seed + config.repeat - 1
+    last_seed = config.seed + config.rounds - 1
     if last_seed > SEED_MAX:
         raise InvalidInput(
-            f"--seed {config.seed} with {config.repeat} repeats reaches {last_seed}: each repeat "
+            f"--seed {config.seed} with {config.rounds} repeats reaches {last_seed}: each repeat "
             f"runs with seed + repeat, and seeds must stay at most {SEED_MAX} (numpy's range)"
         )
     if config.data_dir:

@@ -1,5 +1,7 @@
 """What the user sees while a matrix runs: the matrix (cells done / total, ETA) and the
-current cell's step counter on a terminal; one plain line per cell elsewhere (CI logs)."""
+current cell's step counter on a terminal; one plain line per cell elsewhere (CI logs).
+Under --repeat auto, a line after each round: the widest interval so far against the target,
+and after the pilot the rounds it planned (runner/adaptive.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from rich.progress import (
 )
 
 from mpbench.results import CellRecord
+from mpbench.runner.adaptive import Decision, percent
 
 _STYLE = {"ok": "green", "skipped": "yellow", "diverged": "red", "oom": "red", "timeout": "red"}
 
@@ -42,11 +45,35 @@ class Reporter:
             )
             self._matrix = self._progress.add_task("cells", total=total_cells)
 
-    def add_cell(self) -> None:
-        """One more cell than planned (a fallback of a diverged cell)."""
-        self._total += 1
+    def add_cell(self, count: int = 1) -> None:
+        """More cells than planned: a fallback of a diverged cell, or (--repeat auto) the
+        rounds the pilot planned."""
+        self._total += count
         if self._progress is not None and self._matrix is not None:
             self._progress.update(self._matrix, total=self._total)
+
+    def round_finished(
+        self,
+        number: int,
+        planned: int | None,
+        max_repeats: int,
+        widest: tuple[str, float] | None,
+        precision: float,
+    ) -> None:
+        """--repeat auto: 'round 3/≤10, widest ±7.9 % (torch/mnist_dense/mixed_bfloat16),
+        target ±5 %' (planned None: the pilot has not decided yet)."""
+        self._say(round_line(number, planned, max_repeats, widest, precision))
+
+    def pilot_decided(self, decision: Decision, max_repeats: int) -> None:
+        self._say(pilot_line(decision, max_repeats))
+
+    def adaptive_stopped(self, reason: str, ran: int) -> None:
+        self._say(f"--repeat auto stopped after {ran} round{'s' if ran != 1 else ''}: {reason}")
+
+    def _say(self, line: str) -> None:
+        if not self.console.encoding.lower().startswith("utf"):  # LC_ALL=C, a plain pipe
+            line = line.replace("≤", "<=").replace("±", "+/-")
+        self.console.print(line, markup=False, highlight=False, soft_wrap=True)
 
     def __enter__(self) -> Reporter:
         if self._progress:
@@ -96,3 +123,34 @@ class Reporter:
         self.console.print(f"[{self._done}/{self._total}] {cell_id}: already done (--resume)")
         if self._progress and self._matrix is not None:
             self._progress.advance(self._matrix)
+
+
+def round_line(
+    number: int,
+    planned: int | None,
+    max_repeats: int,
+    widest: tuple[str, float] | None,
+    precision: float,
+) -> str:
+    """The line after round `number` (1-based) under --repeat auto."""
+    of = f"{planned}" if planned is not None else f"≤{max_repeats}"
+    if widest is None:
+        now = "no interval yet (one round per cell)" if number < 2 else "no interval yet"
+    else:
+        now = f"widest {percent(widest[1])} ({widest[0]})"
+    return f"round {number}/{of}, {now}, target {_target(precision)}"
+
+
+def pilot_line(decision: Decision, max_repeats: int) -> str:
+    """After the pilot: the rounds it planned, and why."""
+    more = decision.planned - decision.n0
+    then = f"{more} more round{'s' if more != 1 else ''}" if more else "no more rounds"
+    return (
+        f"pilot of {decision.n0} rounds done: planned {decision.planned} of at most "
+        f"{max_repeats} rounds ({then}); {decision.reason}"
+    )
+
+
+def _target(precision: float) -> str:
+    """0.05 -> '±5 %', 0.025 -> '±2.5 %'."""
+    return f"±{precision * 100:g} %"
