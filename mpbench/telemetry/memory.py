@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import math
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,7 +21,27 @@ import psutil
 from mpbench.results.schema import MemoryStats
 
 RSS_SOURCE = "process RSS sampled"
-DEFAULT_INTERVAL_S = 0.005
+# A knob for the slow-process experiment (benchmarks/slow_processes.py, docs/measurement.md),
+# not a user option: seconds between the sampling thread's reads, and 0 runs no thread at all
+# (the start and end are still read, so the peak is a weaker lower bound and the record's
+# sample_interval_s is null). Read here, once, when the module is imported.
+INTERVAL_ENV = "MPBENCH_MEMORY_SAMPLE_INTERVAL_S"
+
+
+def interval_from_env(default: float = 0.005) -> float:
+    text = os.environ.get(INTERVAL_ENV, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"{INTERVAL_ENV}={text!r}: expected seconds >= 0 (0: no thread)")
+    return value
+
+
+DEFAULT_INTERVAL_S = interval_from_env()
 
 
 @dataclass
@@ -68,8 +90,9 @@ class MemorySampler:
 
     def start(self) -> MemorySampler:
         self.start_bytes = self._read()
-        self._thread = threading.Thread(target=self._loop, name="mpbench-memory", daemon=True)
-        self._thread.start()
+        if self.interval_s > 0:  # 0: no thread (INTERVAL_ENV), the two ends only
+            self._thread = threading.Thread(target=self._loop, name="mpbench-memory", daemon=True)
+            self._thread.start()
         return self
 
     def stop(self) -> TrainingMemory:
@@ -78,7 +101,7 @@ class MemorySampler:
             self._thread.join()
         self._read()  # the state at the end counts too
         return TrainingMemory(
-            self.start_bytes, self.peak_bytes, self.source, self.interval_s, self.samples
+            self.start_bytes, self.peak_bytes, self.source, self.interval_s or None, self.samples
         )
 
 

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 import numpy as np
+import pytest
 
 from mpbench.results.schema import MemoryStats
-from mpbench.telemetry.memory import MemorySampler, fill, rss_sampler
+from mpbench.telemetry.memory import (
+    INTERVAL_ENV,
+    MemorySampler,
+    fill,
+    interval_from_env,
+    rss_sampler,
+)
 
 
 def test_a_transient_allocation_during_training_is_caught_and_freed_memory_still_counts():
@@ -35,3 +44,27 @@ def test_fill_copies_a_measurement_into_the_record():
     assert stats.training_bytes == 0 and stats.training_start_bytes == 1_000
     assert stats.training_source == "fake" and stats.dataset_device_bytes == 123
     assert stats.host_peak_rss_bytes == 9  # the process-lifetime figure stays beside it
+
+
+def test_the_experiment_knob_sets_the_interval_and_zero_runs_no_thread(monkeypatch):
+    """MPBENCH_MEMORY_SAMPLE_INTERVAL_S (benchmarks/slow_processes.py) is read when the module
+    is imported; 0 reads the two ends only, and the record then states no interval."""
+    monkeypatch.delenv(INTERVAL_ENV, raising=False)
+    assert interval_from_env() == 0.005
+    for text, expected in (("0", 0.0), (" 0.02 ", 0.02)):
+        monkeypatch.setenv(INTERVAL_ENV, text)
+        assert interval_from_env() == expected
+    for text in ("-1", "fast", "nan", "inf"):
+        monkeypatch.setenv(INTERVAL_ENV, text)
+        with pytest.raises(ValueError, match=INTERVAL_ENV):
+            interval_from_env()
+
+    monkeypatch.setenv(INTERVAL_ENV, "0")
+    code = "import mpbench.telemetry.memory as m; print(m.DEFAULT_INTERVAL_S)"
+    imported = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert imported.stdout.strip() == "0.0", imported.stderr
+
+    sampler = MemorySampler(lambda: 1_000, "fake", interval_s=0).start()
+    assert sampler._thread is None
+    measured = sampler.stop()
+    assert measured.samples == 2 and measured.sample_interval_s is None
