@@ -14,7 +14,7 @@
 #   MPBENCH_SAVE_BASELINE  1/true: same as --save-baseline        (off)
 #   MPBENCH_BASELINE_FROM  where the baseline came from, for the messages (the cache key)
 # Limits, each as `mpbench compare` takes it; an empty value turns that gate off:
-#   MPBENCH_MAX_SLOWDOWN         step time vs the baseline        50%
+#   MPBENCH_MAX_SLOWDOWN         step time vs the baseline        5%
 #   MPBENCH_MAX_MEMORY_INCREASE  training memory vs the baseline  25%
 #   MPBENCH_MAX_ACCURACY_DROP    test accuracy vs the baseline, points  2
 #   MPBENCH_MAX_ACCURACY_DELTA   accuracy vs float32 of this run, ± points  5
@@ -68,7 +68,7 @@ framework="${MPBENCH_FRAMEWORK:-torch}"
 out="${MPBENCH_OUT:-results/ci}"
 baseline="${MPBENCH_BASELINE:-results/ci-baseline}"
 baseline_from="${MPBENCH_BASELINE_FROM:-}"
-max_slowdown="${MPBENCH_MAX_SLOWDOWN-50%}"
+max_slowdown="${MPBENCH_MAX_SLOWDOWN-5%}"
 max_memory_increase="${MPBENCH_MAX_MEMORY_INCREASE-25%}"
 max_accuracy_drop="${MPBENCH_MAX_ACCURACY_DROP-2}"
 max_accuracy_delta="${MPBENCH_MAX_ACCURACY_DELTA-5}"

@@ -16,7 +16,7 @@ of false alarms, the recipe's run times (min/median/max), and the load average b
 after. Measure on a quiet machine.
 
     python benchmarks/gate_power.py [--runs 4] [--config configs/quick.toml]
-        [--framework torch] [--slowdown 0.2] [--max-slowdown 5%] [--keep DIR]
+        [--framework torch] [--slowdown 0.2] [--max-slowdown 5%] [--keep DIR] [--reuse DIR]
 """
 
 from __future__ import annotations
@@ -56,6 +56,12 @@ def run_recipe(config: str, framework: str, out: Path) -> float:
     return time.monotonic() - started
 
 
+def _wall(run: Path) -> float:
+    """A kept run's time: the sum of its cells' wall times (start-up of the run left out)."""
+    lines = (run / "results.jsonl").read_text().splitlines()
+    return sum(json.loads(line).get("wall_s") or 0.0 for line in lines)
+
+
 def slowed_copy(run: Path, factor: float, out: Path) -> Path:
     """A copy of `run` whose float32 cells' step times are `factor` times longer."""
     shutil.copytree(run, out)
@@ -84,7 +90,12 @@ def float32_gates(candidate: Path, baseline: Path, limit: str) -> list[dict]:
     if done.returncode not in (0, 1):
         raise SystemExit(f"mpbench compare failed ({done.returncode}): {done.stderr[-2000:]}")
     gates = json.loads(done.stdout)["gates"]
-    return [g for g in gates if g["gate"] == "max-slowdown" and "fp32" in g["cell"]]
+    return [g for g in gates if g["gate"] == "max-slowdown" and _is_float32(g["cell"])]
+
+
+def _is_float32(label: str) -> bool:
+    """`torch/mnist_dense/float32` (a run's cell label) or `torch fp32` (a table's)."""
+    return label.endswith(("/float32", " fp32"))
 
 
 def describe(gate: dict) -> str:
@@ -100,13 +111,21 @@ def main() -> int:
     parser.add_argument("--slowdown", type=float, default=0.2)
     parser.add_argument("--max-slowdown", default=None, help="default: the gate script's")
     parser.add_argument("--keep", type=Path, default=None, help="keep the runs here")
+    parser.add_argument(
+        "--reuse", type=Path, default=None, help="judge the run-* directories kept here by --keep"
+    )
     args = parser.parse_args()
     limit = args.max_slowdown or default_limit()
     load_before = os.getloadavg()[0]
     root = args.keep or Path(tempfile.mkdtemp(prefix="gate-power-"))
     root.mkdir(parents=True, exist_ok=True)
     runs, seconds = [], []
-    for i in range(args.runs):
+    if args.reuse is not None:
+        root = args.reuse
+        runs = sorted(root.glob("run-*"))
+        seconds = [_wall(run) for run in runs]
+        args.runs = max(args.runs, len(runs))  # --runs N adds runs up to N
+    for i in range(len(runs), args.runs):
         out = root / f"run-{i}"
         seconds.append(run_recipe(args.config, args.framework, out))
         runs.append(out)
@@ -125,7 +144,7 @@ def main() -> int:
                 f"{describe(plain)}; float32 ×{1 + args.slowdown:g} {describe(scaled)}"
             )
         shutil.rmtree(slowed)
-    if args.keep is None:
+    if args.keep is None and args.reuse is None:
         shutil.rmtree(root)
     print(
         f"\n{args.config} ({args.framework}), {args.runs} runs, {pairs} baseline/candidate "
