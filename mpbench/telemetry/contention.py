@@ -33,7 +33,10 @@ from mpbench.results.schema import ContentionStats as ContentionReading
 # an idle 2-core VM reads other_cores ~0.01-0.05 (kernel threads, the parent's wait).
 OTHER_CORES_LIMIT = 0.25  # another process used at least a quarter of a core ...
 SATURATION = 0.9  # ... while the machine was (nearly) full: it took time we could have used
-STEAL_PCT_LIMIT = 2.0  # the hypervisor ran another VM on our CPUs
+STEAL_PCT_LIMIT = 2.0  # the hypervisor ran another VM on our CPUs ...
+# ... for at least this long: /proc/stat counts in ticks of 10 ms (USER_HZ 100), so in a
+# half-second window on 2 cores two stray ticks already read 2 % (seen on a quiet VM).
+STEAL_MIN_S = 0.05
 # NVML clock-event reasons that slow a GPU down (nvml.h "NvmlClocksEventReasons"). Idle (0x1),
 # the application clock setting (0x2), sync boost (0x10) and the display clock (0x100) do not.
 GPU_SLOWDOWN_REASONS = {
@@ -56,7 +59,8 @@ def reasons(reading: ContentionReading) -> list[str]:
     saturated = r.own_cores + r.other_cores > SATURATION * r.cpus
     if r.other_cores > OTHER_CORES_LIMIT and saturated:
         out.append(f"other processes used {r.other_cores:.2f} of {r.cpus} cores")
-    if r.steal_pct is not None and r.steal_pct > STEAL_PCT_LIMIT:
+    stolen_s = (r.steal_pct or 0.0) / 100 * r.wall_s * r.cpus
+    if r.steal_pct is not None and r.steal_pct > STEAL_PCT_LIMIT and stolen_s >= STEAL_MIN_S:
         out.append(f"{r.steal_pct:.1f} % of CPU time stolen by the hypervisor")
     if r.throttled_s:
         out.append(f"the cgroup's CPU quota throttled it for {r.throttled_s:.2f} s")

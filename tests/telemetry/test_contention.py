@@ -57,6 +57,14 @@ def test_each_other_signal_marks_the_window(values: dict, expected: str) -> None
     assert judged.contended and judged.why == [expected]
 
 
+def test_a_few_ticks_of_steal_in_a_short_window_are_not_contention() -> None:
+    # 2 ticks (20 ms) of steal in a 0.42 s window on 2 cores: 2.4 %, but tick noise
+    short = contention.judge(reading(wall_s=0.42, steal_pct=2.4))
+    assert not short.contended
+    long = contention.judge(reading(wall_s=5.0, steal_pct=2.4))  # 0.24 s stolen
+    assert long.contended
+
+
 def test_only_slowing_clock_reasons_count() -> None:
     # idle 0x1, application clocks 0x2, sync boost 0x10, display 0x100: not a slowdown
     assert contention.slowing_reasons(0x1 | 0x2 | 0x10 | 0x100) == []
