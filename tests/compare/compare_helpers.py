@@ -43,3 +43,16 @@ def run_inprocess(*paths: Path, **options: object) -> tuple[int, str]:
     out = io.StringIO()
     opts = CompareOptions(paths=list(paths), **options)
     return compare(opts, stdout=out), out.getvalue()
+
+
+def whiskers(ax) -> dict[float, tuple[float, float]]:
+    """x -> (low, high) of every error bar drawn in `ax`."""
+    from matplotlib.container import ErrorbarContainer
+
+    out = {}
+    for container in ax.containers:
+        if isinstance(container, ErrorbarContainer):
+            (segment,) = container.lines[2][0].get_segments()
+            (x, low), (_, high) = segment
+            out[round(float(x), 6)] = (float(low), float(high))
+    return out

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+from compare_helpers import whiskers
 from compare_records import record, write_run
 
 from mpbench.compare import CompareOptions, build_report, fmt, render
@@ -189,19 +190,6 @@ def _texts(ax) -> list[str]:
     return [t.get_text() for t in ax.texts]
 
 
-def _whiskers(ax) -> dict[float, tuple[float, float]]:
-    """x -> (low, high) of every error bar drawn in `ax`."""
-    from matplotlib.container import ErrorbarContainer
-
-    out = {}
-    for container in ax.containers:
-        if isinstance(container, ErrorbarContainer):
-            (segment,) = container.lines[2][0].get_segments()
-            (x, low), (_, high) = segment
-            out[round(float(x), 6)] = (float(low), float(high))
-    return out
-
-
 def test_plot_axes_are_clipped_and_far_whiskers_marked(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     from mpbench.compare.plot import build_figure
@@ -221,7 +209,7 @@ def test_plot_axes_are_clipped_and_far_whiskers_marked(tmp_path: Path) -> None:
     assert _arrows(speedup, "^") == [pytest.approx((x, top))]
     assert fmt.ratio(bf16.high) in _texts(speedup)
     # The whisker itself is drawn to its true end (the axes cut it at the edge).
-    assert _whiskers(speedup)[round(x, 6)] == pytest.approx((bf16.low, bf16.high))
+    assert whiskers(speedup)[round(x, 6)] == pytest.approx((bf16.low, bf16.high))
 
     # Memory: torch bf16's interval reaches far above the tallest bar; the axis stops at
     # 1.2 x (the tallest bar and the whiskers within reach), the arrow says where it ends.

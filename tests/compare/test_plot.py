@@ -7,7 +7,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from compare_helpers import run_cli
+from compare_helpers import run_cli, whiskers
 from compare_records import cpu_run, record, write_run
 
 from mpbench.compare import CompareOptions, build_report
@@ -71,19 +71,6 @@ def _figure_texts(fig) -> list[str]:
     return [t.get_text() for sub in fig.subfigs for t in sub.texts]
 
 
-def _whiskers(ax) -> dict[float, tuple[float, float]]:
-    """x -> (low, high) of every error bar drawn in `ax`."""
-    from matplotlib.container import ErrorbarContainer
-
-    out = {}
-    for container in ax.containers:
-        if isinstance(container, ErrorbarContainer):
-            (segment,) = container.lines[2][0].get_segments()
-            (x, low), (_, high) = segment
-            out[round(float(x), 6)] = (float(low), float(high))
-    return out
-
-
 def test_the_figure_has_every_panel_per_workload(tmp_path: Path) -> None:
     report = _report(cpu_run(), tmp_path)
     fig = build_figure(report)
@@ -128,13 +115,13 @@ def test_whiskers_are_the_reports_95_percent_intervals(tmp_path: Path) -> None:
     # Policies on the axis: fp32 (0), tf32 (1), bf16 (2); one framework: no offset.
     speedup = group.speedup("mixed_bfloat16")
     assert speedup.kind == "repeats" and speedup.n == 3
-    low, high = _whiskers(axes["speed-up vs fp32 (synced step)"])[2.0]
+    low, high = whiskers(axes["speed-up vs fp32 (synced step)"])[2.0]
     assert (low, high) == pytest.approx((speedup.low, speedup.high))
     memory = group.cells["mixed_bfloat16"].memory_bytes
-    low, high = _whiskers(axes["training mem (process RSS sampled)"])[2.0]
+    low, high = whiskers(axes["training mem (process RSS sampled)"])[2.0]
     assert (low, high) == pytest.approx((memory.low / 2**20, memory.high / 2**20))
     accuracy = group.cells["float32"].accuracy
-    low, high = _whiskers(axes["test accuracy"])[0.0]
+    low, high = whiskers(axes["test accuracy"])[0.0]
     assert (low, high) == pytest.approx((accuracy.low * 100, accuracy.high * 100))
     assert "skipped" in _texts(axes["speed-up vs fp32 (synced step)"])
     # Values written at the bars: the speed-up in the table's precision.
@@ -149,7 +136,7 @@ def test_one_repeat_whiskers_are_within_run_and_marked(tmp_path: Path) -> None:
     estimate = group.speedup("mixed_bfloat16")
     assert estimate.kind == "within-run only"
     # Two frameworks: torch's bar sits left of the policy's tick (bf16 is the 4th policy).
-    low, high = _whiskers(speedup)[round(3 - 0.2, 6)]
+    low, high = whiskers(speedup)[round(3 - 0.2, 6)]
     assert (low, high) == pytest.approx((estimate.low, estimate.high))
     assert f"{estimate.value:.2f}×†" in _texts(speedup)
     assert "within-run only" in " ".join(_figure_texts(fig))

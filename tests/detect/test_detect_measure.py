@@ -64,7 +64,8 @@ def test_measure_on_this_cpu_and_cache(cache, no_gpu):
         "threads": default_threads(),
     }
     contention = result["contention"]
-    assert contention["own_cores"] > 0 and contention["cpus"] >= 1
+    # A tiny measurement may end within one 10 ms CPU-time tick: own_cores can read 0.
+    assert contention["wall_s"] > 0 and contention["own_cores"] >= 0 and contention["cpus"] >= 1
     assert set(result["dtypes"]) == {"fp32", "tf32", "fp16", "bf16"}
     fp32 = result["dtypes"]["fp32"]
     assert fp32["ok"] and fp32["dtype"] == "float32"

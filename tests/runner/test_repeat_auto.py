@@ -314,8 +314,8 @@ def test_bad_auto_settings_in_the_file(tmp_path, text, message):
 def test_auto_only_options_without_auto_are_refused():
     with pytest.raises(InvalidInput, match="--max-repeats: applies to --repeat auto only"):
         _config(repeat=3, max_repeats=5)
-    with pytest.raises(InvalidInput, match=r"--precision: .* \(this run has --repeat 3\)"):
-        _config(precision="5%")  # quick.toml repeats 3 times
+    with pytest.raises(InvalidInput, match=r"--precision: .* \(this run has --repeat 4\)"):
+        _config(repeat=4, precision="5%")
 
 
 def test_resuming_an_auto_run_keeps_its_settings():
