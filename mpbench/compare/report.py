@@ -19,6 +19,7 @@ from mpbench.compare.cells import (
 )
 from mpbench.compare.gates import (
     ADD_REPEATS,
+    REMEASURE,
     BaselineMatch,
     GateResult,
     check_baseline,
@@ -94,8 +95,11 @@ class Report:
         else:
             text = f"PASS: all {len(self.results)} gate checks passed"
         unsure = [r for r in self.inconclusive if r.passed]
-        if unsure:
-            text += f" ({len(unsure)} {ADD_REPEATS})"
+        busy = [r for r in unsure if REMEASURE in r.message]
+        if len(unsure) > len(busy):
+            text += f" ({len(unsure) - len(busy)} {ADD_REPEATS})"
+        if busy:
+            text += f" ({len(busy)} {REMEASURE})"
         return text
 
 

@@ -67,6 +67,9 @@ def test_a_gate_on_contended_cells_is_inconclusive_and_require_conclusive_fails_
     (result,) = report.results
     assert result.inconclusive and result.passed
     assert "re-measure on a quiet machine" in result.message
+    assert report.verdict == (
+        "PASS: all 1 gate checks passed (1 inconclusive — re-measure on a quiet machine)"
+    )
     strict = build_report(
         records,
         CompareOptions(min_speedup={"mixed_bfloat16": 1.5}, require_conclusive=True),
