@@ -460,7 +460,9 @@ def render_benchmark_action(report: Report) -> str:
                 "extra": f"speed-up {fmt.ratio(speedup.value)} vs float32 in the same run",
             }
             if speedup.has_interval:
-                entry["range"] = f"{_inverse(speedup.high):.3f}–{_inverse(speedup.low):.3f}"
+                entry["range"] = "–".join(
+                    fmt.significant_pair(_inverse(speedup.high), _inverse(speedup.low))
+                )
                 entry["extra"] += f"; 95 % interval {fmt.interval_kind(speedup)}"
             entries.append(entry)
         if cell.memory_bytes is not None:
