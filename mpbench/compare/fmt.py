@@ -96,6 +96,9 @@ def ratio_range(low: float, high: float) -> str:
 # huge one carries no noise digits. JSON and CSV keep the full floats.
 
 
+SCIENTIFIC_BELOW, SCIENTIFIC_FROM = 1e-4, 1e5  # outside: 2 figures in scientific notation
+
+
 def _decimals(value: float, decimals: int, least: int, most: int) -> int:
     """How many decimals `value` gets: `decimals`, clamped so that it shows between `least`
     and `most` significant figures (least=0: no lower limit)."""
@@ -112,9 +115,13 @@ def _decimals(value: float, decimals: int, least: int, most: int) -> int:
 def significant(value: float, digits: int = 3, decimals: int = 2, least: int = 2) -> str:
     """`value` with `decimals` decimals, but at least `least` and at most `digits` significant
     figures: 0.0031 -> '0.0031', 0.18 -> '0.18', 3.95 -> '3.95', 70.11 -> '70.1',
-    307.64 -> '308'. Zero is '0.00' (with decimals=2); a non-finite value is spelled out."""
+    307.64 -> '308'; below 1e-4 or from 1e5, two figures in scientific notation
+    (1.1e-13, 7.4e+10). Zero is '0.00' (with decimals=2); a non-finite value is spelled out."""
     if not math.isfinite(value):
         return f"{value}"
+    if value != 0 and not SCIENTIFIC_BELOW <= abs(value) < SCIENTIFIC_FROM:
+        # A t-interval of 2 repeats can span 1e-13 to 1e+10: digits there are noise.
+        return f"{value:.{max(least, 2) - 1}e}"
     places = _decimals(value, decimals, least, digits)
     text = f"{value:.{places}f}"
     rounded = float(text)

@@ -133,8 +133,9 @@ def interval_footnotes(estimates: list[Estimate | None]) -> list[str]:
     lines = []
     if repeats is not None:
         lines.append(
-            f"(a–b): 95 % interval over {repeats} repeats (separate processes; t-interval of "
-            "per-repeat values, ratios to float32 paired by run and repeat)"
+            f"(a–b): 95 % interval over {repeats} repeats (separate processes; ratios to "
+            "float32 paired by run and repeat: their median, within the wider of the "
+            "t-interval and the order-statistic interval; other values: t-interval)"
         )
     if within_run:
         lines.append(WITHIN_RUN_NOTE)
