@@ -177,7 +177,12 @@ def test_memory_increase_within_the_limit_passes() -> None:
     candidate = _with(
         cpu_run(), _training(32), framework="torch", workload="mnist_dense", policy="mixed_bfloat16"
     )
-    assert _report(candidate, cpu_run("base"), max_memory_increase=0.10).exit_code == 0
+    report = _report(candidate, cpu_run("base"), max_memory_increase=0.10)
+    assert report.exit_code == 0
+    gates = {r.cell: r for r in report.results if r.gate == "max-memory-increase"}
+    assert len(gates) == 11  # every cell that finished in both was checked
+    changed = gates["torch/mnist_dense/mixed_bfloat16"]
+    assert changed.passed and changed.value == pytest.approx(32 / 31 - 1, rel=1e-4)
 
 
 def test_memory_of_different_kinds_is_never_compared() -> None:
@@ -203,8 +208,13 @@ def test_old_v1_baselines_still_compare_on_step_time_and_accuracy(tmp_path: Path
     baseline = read_records(old)
     report = _report(cpu_run(), baseline, max_slowdown=0.10, max_accuracy_drop_pp=0.5)
     assert report.exit_code == 0
+    for gate in ("max-slowdown", "max-accuracy-drop"):
+        checked = [r for r in report.results if r.gate == gate]
+        assert len(checked) == 11 and all(r.passed for r in checked), gate
     report = _report(baseline, min_speedup={"mixed_bfloat16": 1.5})  # v1 alone, too
     assert report.exit_code == 0
+    speedups = [r for r in report.results if r.gate == "min-speedup"]
+    assert len(speedups) == 4 and all(r.passed and r.value > 1.5 for r in speedups)
 
 
 # --- --max-accuracy-drop ----------------------------------------------------------------
@@ -248,6 +258,10 @@ def test_a_cell_that_no_longer_finishes_fails_the_status_gate() -> None:
 def test_cells_failing_in_both_or_skipped_in_both_are_not_regressions() -> None:
     report = _report(cpu_run(), cpu_run("base"))  # tf32 skipped, TF cifar fp16 timed out
     assert report.exit_code == 0
+    status = {r.cell: r for r in report.results if r.gate == "status"}
+    assert len(status) == 11 and all(r.passed for r in status.values())
+    assert "tensorflow/cifar10_cnn/mixed_float16" not in status  # failed in both: no gate
+    assert not any(cell.endswith("/tf32") for cell in status)  # skipped in both: no gate
 
 
 # --- matching ---------------------------------------------------------------------------
