@@ -43,6 +43,7 @@ class GateResult:
     limit: float | None = None
     inconclusive: bool = False  # past the limit, but the interval reaches back across it
     estimate: Estimate | None = None  # the value with its interval, in the gate's unit
+    remeasure: bool = False  # inconclusive because the timing is not trusted (busy machine)
 
     def pressure(self) -> float | None:
         """How close the value came to the limit: 1.0 at the limit, above 1 beyond it."""
@@ -81,7 +82,17 @@ def _result(
     if inconclusive and options.require_conclusive:
         message += " (--require-conclusive)"
     passed = verdict is Verdict.PASS or (inconclusive and not options.require_conclusive)
-    return GateResult(gate, label, passed, message, estimate.value, limit, inconclusive, estimate)
+    return GateResult(
+        gate,
+        label,
+        passed,
+        message,
+        estimate.value,
+        limit,
+        inconclusive,
+        estimate,
+        remeasure=distrust is not None,
+    )
 
 
 def interval_text(gate: str, estimate: Estimate) -> str:

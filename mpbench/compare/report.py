@@ -95,7 +95,7 @@ class Report:
         else:
             text = f"PASS: all {len(self.results)} gate checks passed"
         unsure = [r for r in self.inconclusive if r.passed]
-        busy = [r for r in unsure if REMEASURE in r.message]
+        busy = [r for r in unsure if r.remeasure]
         if len(unsure) > len(busy):
             text += f" ({len(unsure) - len(busy)} {ADD_REPEATS})"
         if busy:

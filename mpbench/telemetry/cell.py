@@ -120,7 +120,7 @@ class CellTelemetry:
         if device is not None and device.device.startswith("cuda"):
             if device.gpu_processes_max is not None:
                 # NVML lists host PIDs, which a container cannot match against its own
-                # (research note §1.2): count processes, this one being one of them.
+                # (NVML ignores PID namespaces): count processes, this one being one of them.
                 reading.gpu_other_processes = max(0, device.gpu_processes_max - 1)
             if device.clock_event_mask is not None:
                 reading.gpu_clock_event_reasons = slowing_reasons(device.clock_event_mask)

@@ -29,8 +29,8 @@ import psutil
 
 from mpbench.results.schema import ContentionStats as ContentionReading
 
-# The rule (docs/measurement.md, "Contention"). Thresholds from the research note's probe:
-# an idle 2-core VM reads other_cores ~0.01-0.05 (kernel threads, the parent's wait).
+# The rule (docs/measurement.md, "Contention"): a quiet 2-core VM read other_cores 0.00-0.04
+# (kernel threads, the parent's wait), one busy neighbour 1.02.
 OTHER_CORES_LIMIT = 0.25  # another process used at least a quarter of a core ...
 SATURATION = 0.9  # ... while the machine was (nearly) full: it took time we could have used
 STEAL_PCT_LIMIT = 2.0  # the hypervisor ran another VM on our CPUs ...

@@ -90,6 +90,14 @@ def test_a_speedup_beyond_any_device_is_implausible() -> None:
     assert "beyond what the device allows" in verdict.why
 
 
+def test_the_any_device_ceiling_follows_the_peak_table() -> None:
+    from mpbench.compare.cells import ANY_DEVICE_RATIO
+    from mpbench.detect.peaks import _TABLE
+
+    ratios = [max(p.fp16 or 0, p.bf16 or 0) / p.fp32 for _, p in _TABLE]
+    assert max(ratios) == ANY_DEVICE_RATIO
+
+
 def test_a_speedup_beyond_the_peak_ratio_of_the_datasheet_is_implausible() -> None:
     records = _run([0.4, 0.41, 0.39], QUIET)  # 6x
     for rec in records:
