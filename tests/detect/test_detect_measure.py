@@ -436,8 +436,16 @@ def test_a_measurement_beside_cpu_hogs_is_not_cached(cache, no_gpu):
     fingerprint = report.hardware_fingerprint("cpu")
     hogs = [_hog() for _ in range(max(2, cpus))]
     try:
+        # A window of a few hundred ms: /proc/stat counts in 10 ms ticks, so a 12 ms window
+        # (two tiny sizes stopped by max_iters) judged the machine from one or two ticks.
         result = measure_and_cache(
-            "cpu", fingerprint, sizes=(32, 64), dtypes=("fp32",), budget_s=0.5, min_iters=2
+            "cpu",
+            fingerprint,
+            sizes=(256,),
+            dtypes=("fp32",),
+            budget_s=0.5,
+            min_iters=2,
+            max_iters=100_000,
         )
     finally:
         for hog in hogs:
@@ -445,6 +453,7 @@ def test_a_measurement_beside_cpu_hogs_is_not_cached(cache, no_gpu):
         for hog in hogs:
             hog.wait()
     assert result["ok"] and result["dtypes"]["fp32"]["ok"], result
+    assert result["contention"]["wall_s"] >= 0.3, result["contention"]
     assert result["contended"] is True, result["contention"]
     assert result["contention"]["other_cores"] > 0.25
     assert result["not_cached"].startswith("not cached: the machine was busy (other processes used")
