@@ -17,9 +17,12 @@ Sources, in order of preference:
   distributions. A window longer than a whole wrap period (max_energy_range_uj over package
   power: tens of minutes at full load) would undercount; nothing here polls the counter.
 
-A MIG slice is measured through its own handle, where NVML may answer Not Supported (it does
-for utilisation); the parent GPU's figures would include other tenants' work, so they are not
-used.
+A MIG slice gets no energy figure. NVML documents energy and power per GPU; on a MIG device
+handle it is expected to answer Not Supported (as it does for utilisation), which could not be
+checked without such a GPU, and a number it did return could not be told apart from the whole
+board's, other MIG tenants' work included. The parent GPU's figures are not used for the same
+reason. So a slice's reading is always a reason (MIG_NO_ENERGY), never joules, whatever NVML
+answers; the device sampler leaves its power column out for the same reason.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mpbench.detect.cuda_order import cuda_mapping
+from mpbench.detect.cuda_order import CudaMapping, cuda_mapping
 from mpbench.detect.gpu import GpuInfo, _read_gpu
 
 POWERCAP_ROOT = Path("/sys/class/powercap")
@@ -42,6 +45,10 @@ NO_COUNTER = "no energy counter on this machine"
 NVML_COUNTER_SOURCE = "NVML total energy counter"
 NVML_POWER_SOURCE = "integrated NVML power samples"
 RAPL_SOURCE = "RAPL package zones (powercap)"
+MIG_NO_ENERGY = (
+    "a MIG slice: NVML's energy and power are per GPU (expected Not Supported on a MIG "
+    "handle), and the GPU's figures include other MIG tenants' work"
+)
 
 # Top-level zones only: "intel-rapl:0", not its sub-zones "intel-rapl:0:N" (core and uncore are
 # parts of the package; dram is the memory's energy, not the processor's) nor
@@ -149,14 +156,7 @@ def open_nvml_device(
     except nvml.NVMLError as error:
         return NvmlUnavailable(f"NVML could not start ({error})", absent=_absent(nvml, error))
     try:
-        gpus: list[GpuInfo] = []
-        unreadable = 0
-        for number in range(nvml.nvmlDeviceGetCount()):
-            try:
-                gpus.append(_read_gpu(nvml, number))
-            except nvml.NVMLError:
-                unreadable += 1
-        mapping = cuda_mapping(gpus, os.environ if env is None else env, unreadable)
+        mapping = _mapping(nvml, env)
         gpu = mapping.get(index)
         if gpu is None:
             reason = mapping.note or f"NVML lists no GPU that CUDA numbers {index}"
@@ -167,6 +167,39 @@ def open_nvml_device(
     with contextlib.suppress(nvml.NVMLError):
         nvml.nvmlShutdown()
     return NvmlUnavailable(f"{device}: {reason}")
+
+
+def _mapping(nvml: Any, env: Mapping[str, str] | None) -> CudaMapping:
+    """What CUDA numbers 0, 1, ... in `env` (this process's by default); NVML initialised."""
+    gpus: list[GpuInfo] = []
+    unreadable = 0
+    for number in range(nvml.nvmlDeviceGetCount()):
+        try:
+            gpus.append(_read_gpu(nvml, number))
+        except nvml.NVMLError:
+            unreadable += 1
+    return cuda_mapping(gpus, os.environ if env is None else env, unreadable)
+
+
+def nvml_cuda_mapping(nvml: Any = None, env: Mapping[str, str] | None = None) -> CudaMapping:
+    """The GPUs this process's CUDA numbers 0, 1, ..., as NVML sees them; an unknown mapping
+    (with the reason) where NVML cannot tell. Starts no CUDA context. Never raises."""
+    if nvml is None:
+        try:
+            import pynvml as nvml
+        except ImportError:
+            return CudaMapping(None, "nvidia-ml-py is not installed")
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError as error:
+        return CudaMapping(None, f"NVML could not start ({error})")
+    try:
+        return _mapping(nvml, env)
+    except nvml.NVMLError as error:
+        return CudaMapping(None, f"NVML could not list the GPUs ({error})")
+    finally:
+        with contextlib.suppress(nvml.NVMLError):
+            nvml.nvmlShutdown()
 
 
 # --- counters ---
@@ -304,6 +337,9 @@ class EnergyMeter:
             opened = open_nvml_device(device, nvml)
             if isinstance(opened, NvmlUnavailable):
                 return cls(device, None, NO_COUNTER if opened.absent else opened.reason)
+            if opened.gpu.is_mig_slice:
+                opened.close()
+                return cls(device, None, MIG_NO_ENERGY)
             return cls(device, _NvmlCounter(opened), None, opened)
         if device == "cpu":
             zones = rapl_packages(powercap_root)

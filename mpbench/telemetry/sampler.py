@@ -13,6 +13,18 @@ its reason kept; any other exception ends sampling and is kept as `DeviceTelemet
 
 A long run stays bounded: when the series would exceed `max_points` it keeps every second
 point and the interval doubles, so the series covers the whole run at a coarser step.
+
+Memory: `nvml_device_used_bytes` is NVML's `used` for the whole device (nvmlDeviceGetMemoryInfo,
+the v1 struct: "Sum of Reserved and Allocated device memory", NVML API reference, nvmlMemory_t),
+so every process on the GPU, CUDA contexts, the frameworks' caching reserves and what the
+driver sets aside. It is not the framework allocator's peak that the record's `memory` fields
+hold, and is named so, in the side file and in the record's
+`telemetry.peak_nvml_device_used_bytes` (schema v7; older records' `peak_gpu_memory_bytes`
+is read under that name). The v2 struct (version=pynvml.nvmlMemory_v2) needs a driver with
+nvmlDeviceGetMemoryInfo_v2, and NVML's reference has described its `used` both with and
+without the reserve across releases: v1 keeps one meaning on every driver.
+
+A MIG slice has no power column (energy.MIG_NO_ENERGY): NVML's power is the board's.
 """
 
 from __future__ import annotations
@@ -25,10 +37,22 @@ from typing import Any
 
 import psutil
 
-from mpbench.telemetry.energy import NvmlDevice, NvmlUnavailable, cuda_index, open_nvml_device
+from mpbench.telemetry.energy import (
+    MIG_NO_ENERGY,
+    NvmlDevice,
+    NvmlUnavailable,
+    cuda_index,
+    open_nvml_device,
+)
 
 BASE_COLUMNS = ("t_s", "cpu_util_pct", "rss_bytes")
-GPU_COLUMNS = ("gpu_util_pct", "gpu_memory_bytes", "power_w", "sm_clock_mhz", "temperature_c")
+GPU_COLUMNS = (
+    "gpu_util_pct",
+    "nvml_device_used_bytes",
+    "power_w",
+    "sm_clock_mhz",
+    "temperature_c",
+)
 
 # column -> (NVML function, how to read it off a pynvml module and a handle).
 _NVML_READS: dict[str, tuple[str, Callable[[Any, Any], float]]] = {
@@ -36,9 +60,9 @@ _NVML_READS: dict[str, tuple[str, Callable[[Any, Any], float]]] = {
         "nvmlDeviceGetUtilizationRates",
         lambda nv, h: float(nv.nvmlDeviceGetUtilizationRates(h).gpu),
     ),
-    "gpu_memory_bytes": (
+    "nvml_device_used_bytes": (
         "nvmlDeviceGetMemoryInfo",
-        lambda nv, h: int(nv.nvmlDeviceGetMemoryInfo(h).used),
+        lambda nv, h: int(nv.nvmlDeviceGetMemoryInfo(h).used),  # v1: device-wide (module doc)
     ),
     "power_w": ("nvmlDeviceGetPowerUsage", lambda nv, h: nv.nvmlDeviceGetPowerUsage(h) / 1000.0),
     "sm_clock_mhz": (
@@ -89,7 +113,8 @@ def _max(values: list[float]) -> float | None:
 # summary key -> (column, statistic); present in summary() only where the column is.
 _GPU_SUMMARY: dict[str, tuple[str, Callable[[list[float]], float | int | None]]] = {
     "mean_gpu_util_pct": ("gpu_util_pct", _mean),
-    "peak_gpu_memory_bytes": ("gpu_memory_bytes", _peak),
+    # NVML's device-wide `used` (module doc), under the record's v4 field name.
+    "peak_nvml_device_used_bytes": ("nvml_device_used_bytes", _peak),
     "mean_power_w": ("power_w", _mean),
     "max_temperature_c": ("temperature_c", _max),
     "mean_sm_clock_mhz": ("sm_clock_mhz", _mean),
@@ -213,6 +238,9 @@ class TelemetrySampler:
         self._nvml = opened
         nv, handle = opened.pynvml, opened.handle
         for column, (_name, read) in _NVML_READS.items():
+            if column == "power_w" and opened.gpu.is_mig_slice:
+                self._unavailable[column] = MIG_NO_ENERGY
+                continue
             self._series[column] = []
             self._reads[column] = lambda read=read: read(nv, handle)
         reasons = clock_event_reader(nv)

@@ -152,6 +152,12 @@ class c_nvmlMemory_v2_t(Structure):
     ]
 
 
+# NVML_STRUCT_VERSION(Memory, 2): the struct's size with the version in the top byte. The
+# real module passes `version` through to nvmlDeviceGetMemoryInfo_v2 unchecked; the library
+# answers a version it does not know with NVML_ERROR_ARGUMENT_VERSION_MISMATCH.
+nvmlMemory_v2 = 0x02000028
+
+
 class _PrintableStructure(Structure):
     """As in the real module: char-array fields read back as str on Python 3."""
 
@@ -395,15 +401,22 @@ def nvmlDeviceGetCudaComputeCapability(handle):
 
 
 def nvmlDeviceGetMemoryInfo(handle, version=None):
-    _called("nvmlDeviceGetMemoryInfo")
-    gpu, mig = _device(handle, "nvmlDeviceGetMemoryInfo"), _mig(handle, "nvmlDeviceGetMemoryInfo")
+    """As the real module: no `version`, the v1 struct, whose `used` is "Sum of Reserved and
+    Allocated device memory" (NVML API reference, nvmlMemory_t); a `version`, the v2 struct
+    from nvmlDeviceGetMemoryInfo_v2 (a separate entry point: call_errors can fail it alone,
+    as a driver without it does), with the reserve apart. `free` is the same in both."""
+    name = "nvmlDeviceGetMemoryInfo_v2" if version else "nvmlDeviceGetMemoryInfo"
+    _called(name)
+    gpu, mig = _device(handle, name), _mig(handle, name)
     total = gpu.memory_total if mig is None else mig.memory_total
-    used = 512 * MIB
+    allocated, reserved = 384 * MIB, 128 * MIB
+    free = total - allocated - reserved
     if not version:
-        return c_nvmlMemory_t(total=total, free=total - used, used=used)
-    reserved = 256 * MIB
+        return c_nvmlMemory_t(total=total, free=free, used=allocated + reserved)
+    if version != nvmlMemory_v2:
+        raise NVMLError(NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
     return c_nvmlMemory_v2_t(
-        version=version, total=total, reserved=reserved, free=total - used - reserved, used=used
+        version=version, total=total, reserved=reserved, free=free, used=allocated
     )
 
 

@@ -17,7 +17,7 @@ from mpbench.telemetry.sampler import (
 CPU_SUMMARY_KEYS = {"samples", "interval_s", "mean_cpu_util_pct", "peak_rss_bytes"}
 GPU_SUMMARY_KEYS = {
     "mean_gpu_util_pct",
-    "peak_gpu_memory_bytes",
+    "peak_nvml_device_used_bytes",
     "mean_power_w",
     "max_temperature_c",
     "mean_sm_clock_mhz",
@@ -93,7 +93,9 @@ def test_a_gpu_adds_its_columns(fake_nvml):
     assert set(summary) == CPU_SUMMARY_KEYS | GPU_SUMMARY_KEYS
     assert summary["mean_power_w"] == pytest.approx(312.5)
     assert summary["mean_gpu_util_pct"] == 93 and summary["mean_sm_clock_mhz"] == 1395
-    assert summary["peak_gpu_memory_bytes"] == 512 * 2**20 and summary["max_temperature_c"] == 61
+    assert (
+        summary["peak_nvml_device_used_bytes"] == 512 * 2**20 and summary["max_temperature_c"] == 61
+    )
     assert telemetry.power_samples()[0][1] == pytest.approx(312.5)
     assert fake.calls()[-1] == "nvmlShutdown"
 

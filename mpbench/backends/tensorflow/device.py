@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from mpbench.backends.base import Unsupported, cpu_device_info
+from mpbench.detect.cuda_order import CudaMapping
+from mpbench.detect.gpu import GpuInfo
 from mpbench.results.schema import DeviceInfo
+from mpbench.telemetry.energy import nvml_cuda_mapping
 from mpbench.telemetry.memory import TrainingMemory, rss_sampler
 
 NO_GPU = "TensorFlow sees no GPU (CPU-only build?): pip install 'tensorflow[and-cuda]'"
@@ -35,6 +40,84 @@ def _gpu_index(device: str) -> int:
     if not index.isdigit():
         raise Unsupported(f"unrecognised CUDA device {device!r} (expected cuda or cuda:N)")
     return int(index)
+
+
+def _fits(details: dict[str, Any], gpu: GpuInfo) -> bool:
+    """Whether TensorFlow's GPU (get_device_details) can be NVML's `gpu`: no compute
+    capability or name that both sides know differs (what one cannot say fits anything)."""
+    capability, known = details.get("compute_capability"), gpu.compute_capability
+    if capability is not None and known is not None and tuple(capability) != tuple(known):
+        return False
+    name = details.get("device_name")
+    named = not any(error.startswith("nvmlDeviceGetName") for error in gpu.errors)
+    return name is None or not named or name.casefold() == gpu.name.casefold()
+
+
+def _embeds(seen: Sequence[dict[str, Any]], gpus: Sequence[GpuInfo]) -> bool:
+    """Whether TensorFlow's GPUs `seen` can be `gpus` in order with some of them left out."""
+    position = 0
+    for details in seen:
+        while position < len(gpus) and not _fits(details, gpus[position]):
+            position += 1
+        if position == len(gpus):
+            return False
+        position += 1
+    return True
+
+
+def tf_position(tf: Any, gpus: Sequence[Any], index: int, mapping: CudaMapping) -> int:
+    """Where CUDA device `index` is in TensorFlow's GPU list.
+
+    TensorFlow lists the GPUs CUDA numbers, in CUDA's order, but leaves out those it will not
+    use ("Ignoring visible gpu device ...": fewer multiprocessors than
+    TF_MIN_GPU_MULTIPROCESSOR_COUNT, a compute capability its build has no kernels for), so
+    its GPU N is CUDA's N only when none was left out; otherwise a `cuda:N` cell would train
+    on another board than the one telemetry and energy read through NVML. NVML's view of
+    what CUDA numbers (`mapping`) tells: the same count, position N; fewer, the one position
+    that lines TensorFlow's GPUs (name, compute capability) up with NVML's in order, if only
+    one does. Unsupported when TensorFlow does not use that GPU or the order is ambiguous.
+    Without an NVML view (no driver library, an order NVML cannot reproduce) TensorFlow's
+    position N is taken, as nothing can be checked."""
+    if not mapping.known:
+        if index >= len(gpus):
+            raise Unsupported(
+                f"TensorFlow sees {len(gpus)} GPU(s); cuda:{index} is not one of them"
+            )
+        return index
+    nvml = list(mapping.gpus or ())
+    target = mapping.get(index)
+    if target is None:
+        raise Unsupported(
+            mapping.note or f"CUDA numbers {len(nvml)} GPU(s); cuda:{index} is not one of them"
+        )
+    if len(nvml) == len(gpus):
+        return index
+    seen = [tf.config.experimental.get_device_details(gpu) for gpu in gpus]
+    places = [
+        j
+        for j, details in enumerate(seen)
+        if _fits(details, target)
+        and _embeds(seen[:j], nvml[:index])
+        and _embeds(seen[j + 1 :], nvml[index + 1 :])
+    ]
+    unused = _embeds(seen, nvml[:index] + nvml[index + 1 :])
+    select = (
+        f"select it before TensorFlow starts (CUDA_VISIBLE_DEVICES={target.uuid})"
+        if target.uuid
+        else "select it with CUDA_VISIBLE_DEVICES"
+    )
+    if len(places) == 1 and not unused:
+        return places[0]
+    if not places and unused:
+        raise Unsupported(
+            f"TensorFlow leaves cuda:{index} ({target.name}) out of its {len(gpus)} GPU(s) "
+            f"of the {len(nvml)} CUDA numbers (too few multiprocessors, or a compute "
+            "capability this TensorFlow has no kernels for)"
+        )
+    raise Unsupported(
+        f"TensorFlow sees {len(gpus)} of the {len(nvml)} GPUs CUDA numbers, and which of "
+        f"its GPUs is cuda:{index} ({target.name}) cannot be told; {select}"
+    )
 
 
 def pin_threads(tf: Any, intra_op: int | None, inter_op: int | None) -> tuple[int, int]:
@@ -68,9 +151,7 @@ def resolve(tf: Any, device: str) -> Placement:
     if not gpus:
         raise Unsupported(NO_GPU)
     index = _gpu_index(device)
-    if index >= len(gpus):
-        raise Unsupported(f"TensorFlow sees {len(gpus)} GPU(s); {device!r} is not one of them")
-    gpu = gpus[index]
+    gpu = gpus[tf_position(tf, gpus, index, nvml_cuda_mapping())]
     info, capability = _gpu_info(tf, gpu, index)
     tf.config.set_visible_devices([gpu], "GPU")
     tf.config.experimental.set_memory_growth(gpu, True)
@@ -113,9 +194,11 @@ def resolve_replicas(tf: Any, device: str, replicas: int) -> Replicas:
     - cpu: the one physical CPU split into `replicas` logical CPUs
       (tf.config.set_logical_device_configuration). They share the CPU's cores and one
       thread pool, so they exercise the strategy's plumbing, not scaling.
-    - cuda / cuda:N: GPUs 0 .. replicas-1, as torchrun puts rank r on cuda:r (the index of
-      --device is not an offset); each made visible with memory growth on. Fewer GPUs than
-      replicas: Unsupported."""
+    - cuda / cuda:0: CUDA devices 0 .. replicas-1, as torchrun puts rank r on cuda:r, found
+      in TensorFlow's list as `resolve` finds one; each made visible with memory growth on.
+      Fewer GPUs than replicas: Unsupported. cuda:N with N > 0 is Unsupported too: the
+      replicas would still start at cuda:0 while the run fingerprints cuda:N (the index is
+      not an offset; CUDA_VISIBLE_DEVICES chooses the GPUs)."""
     kind = device.split(":", 1)[0].lower()
     if kind == "cpu":
         cpu = tf.config.list_physical_devices("CPU")[0]
@@ -138,7 +221,11 @@ def resolve_replicas(tf: Any, device: str, replicas: int) -> Replicas:
         return Replicas(Placement(names[0], cpu_device_info()), names, "logical")
     if kind != "cuda":
         raise Unsupported(f"the TensorFlow backend runs on cpu or cuda, not {device!r}")
-    _gpu_index(device)  # a malformed index is refused as for one replica
+    if _gpu_index(device) != 0:  # a malformed index is refused as for one replica
+        raise Unsupported(
+            f"--nproc {replicas} runs its replicas on cuda:0 .. cuda:{replicas - 1}, not from "
+            f"{device}: use --device cuda, and CUDA_VISIBLE_DEVICES to choose the GPUs"
+        )
     gpus = tf.config.list_physical_devices("GPU")
     if not gpus:
         raise Unsupported(NO_GPU)
@@ -147,7 +234,8 @@ def resolve_replicas(tf: Any, device: str, replicas: int) -> Replicas:
             f"--nproc {replicas}: MirroredStrategy needs a GPU per replica and TensorFlow "
             f"sees {len(gpus)} GPU(s)"
         )
-    chosen = gpus[:replicas]
+    mapping = nvml_cuda_mapping()
+    chosen = [gpus[tf_position(tf, gpus, r, mapping)] for r in range(replicas)]
     info, capability = _gpu_info(tf, chosen[0], 0)
     tf.config.set_visible_devices(chosen, "GPU")
     for gpu in chosen:
@@ -163,16 +251,33 @@ def resolve_replicas(tf: Any, device: str, replicas: int) -> Replicas:
 class TensorFlowAllocatorMeter:
     """TensorFlow's allocator counters on the GPU (DESIGN §5): `current` when training starts,
     `peak` after it, with the peak reset first (tf.config.experimental.reset_memory_stats /
-    get_memory_info, both keyed by "GPU:0")."""
+    get_memory_info, both keyed by "GPU:0").
+
+    With TF_GPU_ALLOCATOR=cuda_malloc_async the counters are GpuCudaMallocAsyncAllocator's:
+    bytes its callers hold, kept when it was built with statistics (the default,
+    compute_stats=true), and reset to the bytes in use as BFC's are (ClearStats). Without
+    statistics TensorFlow raises ValueError ("Cannot reset memory stats", "Allocator stats
+    not available"): the cell is then Unsupported with the reason, never given a made-up
+    figure. The source names the allocator, since compare should not set the two side by
+    side unawares."""
 
     def __init__(self, tf: Any, placement: Placement) -> None:
         self._tf, self._name = tf, placement.memory_name
-        tf.config.experimental.reset_memory_stats(self._name)
-        self.start_bytes = int(tf.config.experimental.get_memory_info(self._name)["current"])
+        allocator = os.environ.get("TF_GPU_ALLOCATOR")
+        self.source = f"tensorflow allocator ({allocator})" if allocator else "tensorflow allocator"
+        try:
+            tf.config.experimental.reset_memory_stats(self._name)
+            self.start_bytes = int(tf.config.experimental.get_memory_info(self._name)["current"])
+        except ValueError as exc:
+            raise Unsupported(
+                f"TensorFlow's allocator on {self._name} keeps no memory statistics "
+                f"(TF_GPU_ALLOCATOR={allocator or 'unset'}; {exc}): training memory cannot "
+                "be measured"
+            ) from exc
 
     def stop(self) -> TrainingMemory:
         peak = int(self._tf.config.experimental.get_memory_info(self._name)["peak"])
-        return TrainingMemory(self.start_bytes, peak, "tensorflow allocator")
+        return TrainingMemory(self.start_bytes, peak, self.source)
 
 
 class ReplicaAllocatorMeter:

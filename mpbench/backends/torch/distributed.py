@@ -17,8 +17,14 @@ Sources (torch 2.4-2.13):
   torch 1.9) times each iteration's backward compute, communication and their overlap, on
   CPU with the host clock and on CUDA with events; it samples iterations 1-10 and every
   100th by default, so the rate is set to every iteration (`_set_ddp_runtime_logging_
-  sample_rate(1)`) and the values are read after each timed step. Where either is missing,
-  the record says so instead.
+  sample_rate(1)`). DDP fills those fields for iteration k only in the forward of
+  iteration k+1 (`DistributedDataParallel._pre_forward` calls
+  `logger.set_runtime_stats_and_log()` before `reducer.prepare_for_forward()`), so a read
+  right after step k would return step k-1's times. `after_step` makes the same call itself
+  once the step's clock has stopped, and keeps a value only when the logged `iteration`
+  moved on since the previous step. On CUDA the reducer's events sit on the compute stream:
+  the communication time runs from the first bucket's launch to the reducer's finalisation,
+  not NCCL kernel time alone. Where any of this is missing, the record says so instead.
 """
 
 from __future__ import annotations
@@ -38,7 +44,10 @@ from mpbench.backends.base import CellSpec, Unsupported
 # DDP's logging data: ns per iteration (see the module docstring).
 _COMM_KEY = "backward_comm_time"
 _OVERLAP_KEY = "backward_compute_comm_overlap_time"
-COMM_SOURCE = "DDP logging data (backward_comm_time, per timed step, rank 0)"
+COMM_SOURCE = (
+    "DDP logging data (backward_comm_time, per timed step, rank 0; on CUDA from the first "
+    "bucket's launch to the reducer's finalisation, on the compute stream)"
+)
 
 
 def bf16_all_reduce(process_group, bucket):
@@ -73,6 +82,7 @@ class DataParallel:
     overlap_s: list[float | None] = field(default_factory=list)
     unavailable: dict[str, str] = field(default_factory=dict)
     _ddp: Any = None
+    _logged_iteration: int | None = None  # DDP's `iteration` at the previous read
 
     @classmethod
     def join(cls, spec: CellSpec) -> DataParallel | None:
@@ -81,6 +91,13 @@ class DataParallel:
             return None
         cuda = spec.device.startswith("cuda")
         backend = "nccl" if cuda else "gloo"
+        if cuda and spec.device not in ("cuda", "cuda:0"):
+            # Rank r trains on cuda:r: from cuda:N the record's device (rank 0's, cuda:0)
+            # would not be the GPU the run fingerprinted (cuda:N).
+            raise Unsupported(
+                f"--nproc {spec.nproc} runs rank r on cuda:r, not from {spec.device}: use "
+                "--device cuda, and CUDA_VISIBLE_DEVICES to choose the GPUs"
+            )
         if cuda:
             local_rank = int(os.environ["LOCAL_RANK"])
             if local_rank >= torch.cuda.device_count():
@@ -133,14 +150,19 @@ class DataParallel:
         if self._ddp is None or "allreduce_s_per_step" in self.unavailable:
             return
         try:
+            # What DDP would do in the next forward: fill the logging data with the
+            # iteration that just finished (module docstring).
+            self._ddp.logger.set_runtime_stats_and_log()
             data = self._ddp._get_ddp_logging_data()
         except (AttributeError, RuntimeError) as exc:
             self.unavailable["allreduce_s_per_step"] = f"DDP logging data unreadable ({exc})"
             return
-        # The first iteration logs no times (DDP has not finished a backward pass yet).
+        iteration = data.get("iteration")
+        fresh = isinstance(iteration, int) and iteration != self._logged_iteration
+        self._logged_iteration = iteration
         comm, overlap = data.get(_COMM_KEY), data.get(_OVERLAP_KEY)
-        self.comm_s.append(comm / 1e9 if isinstance(comm, int) else None)
-        self.overlap_s.append(overlap / 1e9 if isinstance(overlap, int) else None)
+        self.comm_s.append(comm / 1e9 if fresh and isinstance(comm, int) else None)
+        self.overlap_s.append(overlap / 1e9 if fresh and isinstance(overlap, int) else None)
 
     def gather(self, value: Any) -> list[Any]:
         """Every rank's `value`, in rank order (a collective: every rank must call it)."""

@@ -1,12 +1,21 @@
 """Apply a policy to PyTorch and read the effective state back (DESIGN.md §2).
 
-TF32 is set through the fp32_precision API where torch has it (2.9+), else the legacy
-allow_tf32 flags — never both in one process, which torch rejects. The read-back reads only
-the API that was written: once `torch.backends.cuda.matmul.fp32_precision` has been set, the
-legacy getter `torch.get_float32_matmul_precision()` raises "PyTorch is checking the matmul
-precision without a specific backend name" (a TORCH_CHECK in ATen's Context, see
-docs/source/notes/cuda.rst "TensorFloat-32 (TF32) on Ampere (and later) devices"; it fires on
-CPU builds too, which is how tests/backends/test_torch_precision.py reproduces it).
+TF32 on torch 2.9+ has two views of one setting: the legacy flags
+(`torch.backends.cuda.matmul.allow_tf32`, `torch.backends.cudnn.allow_tf32`,
+`torch.get_float32_matmul_precision()`) and the fp32_precision API
+(`torch.backends.cuda.matmul.fp32_precision`, `torch.backends.cudnn.conv/rnn.fp32_precision`).
+A legacy getter raises ("... you have used mix of the legacy and new APIs ...") when the two
+disagree, and a write through the new API alone leaves them disagreeing: `allowTF32CuBLAS()`,
+`allowTF32CuDNN()` and `float32MatmulPrecision()` TORCH_CHECK that the legacy value matches
+the new one (aten/src/ATen/Context.cpp; docs/source/notes/cuda.rst "TensorFloat-32 (TF32) on
+Ampere (and later) devices"). mpbench's eager steps read only the new view, but
+torch.compile's Inductor and Dynamo call the legacy getters on some releases (GEMM autotuning
+calls `torch.get_float32_matmul_precision()` on 2.13). So `set_tf32` writes through the legacy
+setters, which on 2.9+ write both views (`setAllowTF32CuBLAS` also sets the cuda matmul
+fp32_precision, `setAllowTF32CuDNN` the conv and rnn ones), then states the new-API values
+explicitly ("ieee" rather than the "none" a legacy False leaves on conv/rnn). Every getter then
+agrees, which tests/backends/test_gpu_review_2_tf32.py checks on this CPU build (the flags are
+process state in ATen's Context on CPU builds too).
 """
 
 from __future__ import annotations
@@ -43,14 +52,16 @@ def _new_tf32_api() -> bool:
 
 
 def set_tf32(enabled: bool) -> None:
+    """Both TF32 views agree afterwards, whatever mix an earlier write left (module doc)."""
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    torch.backends.cudnn.allow_tf32 = enabled
     if _new_tf32_api():
+        # The same values the legacy setters wrote, with "ieee" in place of their "none":
+        # "none" defers to the generic fp32_precision, which something else may have set.
         value = "tf32" if enabled else "ieee"
         torch.backends.cuda.matmul.fp32_precision = value
         torch.backends.cudnn.conv.fp32_precision = value
         torch.backends.cudnn.rnn.fp32_precision = value
-    else:
-        torch.backends.cuda.matmul.allow_tf32 = enabled
-        torch.backends.cudnn.allow_tf32 = enabled
 
 
 def read_tf32() -> dict[str, Any]:
@@ -70,7 +81,6 @@ def read_tf32() -> dict[str, Any]:
         "matmul_allow_tf32": matmul,
         "cudnn_allow_tf32": conv,
         "tf32_enabled": bool(matmul or conv),
-        # Safe here: only the legacy API was written in this process.
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
     }
 

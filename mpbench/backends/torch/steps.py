@@ -23,7 +23,18 @@ Batch = tuple[torch.Tensor, torch.Tensor]
 @dataclass
 class StepResult:
     loss: torch.Tensor  # the mean loss over the micro-batches (not divided by N), detached
-    skipped: bool | None  # None: not checked (no scaler, or not asked to check)
+    # The scaler's inf/NaN flags for this step, still on the device (None: not checked, no
+    # scaler or not asked to). Kept as tensors so the step itself never waits for them.
+    found_inf: list[torch.Tensor] | None = None
+
+    @property
+    def skipped(self) -> bool | None:
+        """Whether the scaler skipped the step (None: not checked). Reads the device, so a
+        caller asks only after its clock has stopped: inside the timed step that wait would
+        be a host-device sync only loss-scaled (fp16) cells pay."""
+        if self.found_inf is None:
+            return None
+        return any(bool(flag.item()) for flag in self.found_inf)
 
 
 def train_step(
@@ -35,8 +46,9 @@ def train_step(
     check_skip: bool = False,
 ) -> StepResult:
     """`model` may be the compiled module: the scaler stays outside the compiled region (a
-    scale changing between steps then causes no recompiles, research notes §3).
-    `check_skip` reads whether the scaler skipped the step, which waits for the device."""
+    scale changing between steps then causes no recompiles).
+    `check_skip` keeps the scaler's overflow flags in the result; nothing here reads a value
+    back from the device (`StepResult.skipped` does, once the caller's clock has stopped)."""
     scaler = precision.scaler
     count = len(micro_batches)
     optimizer.zero_grad(set_to_none=True)
@@ -60,26 +72,24 @@ def train_step(
     mean_loss = losses[0] if count == 1 else torch.stack(losses).mean()
     if not scaler:
         optimizer.step()
-        return StepResult(mean_loss, None)
-    scale_before = scaler.get_scale() if check_skip and precision.static_scale is None else None
+        return StepResult(mean_loss)
     scaler.step(optimizer)  # runs optimizer.step() only if every gradient is finite
-    skipped = None
+    # Taken before update() drops the scaler's per-optimizer state. One flag set means the
+    # step was skipped, for a dynamic scale too: update() backs the scale off exactly then.
+    flags = found_inf_flags(scaler, optimizer) if check_skip else None
     if precision.static_scale is not None:
-        if check_skip:
-            skipped = found_inf(scaler, optimizer)  # read before update() clears it
         # update() would halve the scale after an overflow; handing it the scale keeps it.
         scaler.update(new_scale=precision.static_scale)
     else:
         scaler.update()
-        if check_skip:
-            # A dynamic scaler lowers the scale exactly when it skipped the step.
-            skipped = scaler.get_scale() < scale_before
-    return StepResult(mean_loss, skipped)
+    return StepResult(mean_loss, flags)
 
 
-def found_inf(scaler: Any, optimizer: torch.optim.Optimizer) -> bool:
-    """Whether scaler.step() found inf/NaN gradients (and so skipped the step). GradScaler has
-    no public flag for it: `_found_inf_per_device` is private, but has read the per-optimizer
-    state since torch 1.6 (checked on 2.13; research notes §1). With a static scale the
-    dynamic idiom (scale dropped) cannot tell, since the scale never drops."""
-    return bool(sum(v.item() for v in scaler._found_inf_per_device(optimizer).values()))
+def found_inf_flags(scaler: Any, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """The tensors in which scaler.step() recorded inf/NaN gradients, one per device, not
+    read back. GradScaler has no public flag for it: `_found_inf_per_device` is private, but
+    has held the per-optimizer state since torch 1.6 (torch 2.13 `torch/amp/grad_scaler.py`).
+    Not copied (a copy would be one more kernel inside the step): update() may add the other
+    devices' flags into the first in place, which leaves "any flag set" unchanged. With a
+    static scale the dynamic idiom (scale dropped) cannot tell, since the scale never drops."""
+    return list(scaler._found_inf_per_device(optimizer).values())
