@@ -33,7 +33,9 @@ class CellSpec:
     device: str  # "cpu", "cuda", "cuda:1", "mps"
     batch_size: int
     epochs: int
-    max_steps: int | None  # cap on total training steps (warm-up included)
+    # Cap on the timed steps (warm-up included); the end-to-end window after them trains
+    # about as many again (end_to_end_window), so a cell trains up to about twice this.
+    max_steps: int | None
     warmup_steps: int
     units: int | None  # dense width (mnist_dense); None where the workload has none
     seed: int
@@ -215,7 +217,10 @@ class WindowPlan:
 
 def end_to_end_window(plan: StepPlan) -> WindowPlan:
     """About as many steps as were timed one by one: whole epochs when that is an epoch or
-    more, else a window of that many steps (the first batches of a shuffled epoch)."""
+    more (rounded up: up to an epoch more than the timed steps), else a window of that many
+    steps (the first batches of a shuffled epoch). A cell trains its timed steps and then
+    these, nothing else (an untimed step that only traces or compiles is undone), so its
+    record's timed steps plus `end_to_end.steps` are every optimizer step it trained."""
     timed = plan.total_steps - plan.warmup_steps
     if timed < plan.steps_per_epoch:
         return WindowPlan(1, timed)

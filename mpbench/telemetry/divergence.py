@@ -60,7 +60,10 @@ class Divergence:
     JSON); a non-finite one is named in `reason` instead."""
 
     signal: str  # one of SIGNALS
-    step: int  # the step that fired it (the caller's numbering), or the steps counted
+    # The step that fired it, in the caller's numbering of its observed (timed) steps; for
+    # the whole-cell rule the last step observed, so that the record, the side file's last
+    # point and the plot's marker name one step whatever unit the skips are counted in.
+    step: int
     values: dict[str, float] = field(default_factory=dict)
     reason: str = ""  # one sentence, for the record's `reason`
 
@@ -92,11 +95,13 @@ class DivergenceDetector:
         self._sum = 0.0
         self._sum_sq = 0.0
         self._since_exact = 0
+        self._last_step: int | None = None
 
     def observe(
         self, step: int, loss: float | None, loss_scale: float | None, skipped: bool | None
     ) -> Divergence | None:
         if self.fired is None:
+            self._last_step = step
             self.fired = (
                 self._loss(step, loss, loss_scale)
                 or self._scale(step, loss_scale)
@@ -108,10 +113,14 @@ class DivergenceDetector:
     def end_of_cell(
         self, skipped: int, counted: int, scale_text: str | None = None
     ) -> Divergence | None:
-        """The cell's verdict once it finished: the first signal that fired, else the whole-cell
-        whole-cell rule (more than `max_skipped_fraction` of all `counted`
-        steps skipped), which also judges cells shorter than the window. `scale_text` (e.g.
-        "a static loss scale of 1024") ends the reason as it does today."""
+        """The cell's verdict once it finished: the first signal that fired, else the
+        whole-cell rule (more than `max_skipped_fraction` of all `counted` steps skipped),
+        which also judges cells shorter than the window. `scale_text` (e.g. "a static loss
+        scale of 1024") ends the reason.
+
+        `skipped` and `counted` are in the caller's skip unit (Keras counts micro-batches
+        under accumulation); the verdict's step is the last step observed, the one the side
+        file ends on, or `counted` where no step was observed."""
         if self.fired is not None:
             return self.fired
         limit = self.rules.max_skipped_fraction
@@ -119,7 +128,7 @@ class DivergenceDetector:
             tail = f" with {scale_text}" if scale_text else ""
             self.fired = Divergence(
                 "skipped_fraction",
-                counted,
+                self._last_step if self._last_step is not None else counted,
                 {"skipped": float(skipped), "counted": float(counted), "limit": limit},
                 f"{skipped} of {counted} steps skipped for non-finite gradients "
                 f"(more than {limit:.0%}){tail}",

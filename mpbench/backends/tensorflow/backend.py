@@ -152,6 +152,14 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
         device_peak = training_memory.peak_bytes if placement.is_gpu else None
         if trained.steps_run != plan.total_steps:
             raise RuntimeError(f"trained {trained.steps_run} steps, planned {plan.total_steps}")
+        # The loss scale's figures and the whole-cell verdict are the timed steps', the steps
+        # the side file numbers 1..N (as in torch): read now, before the end-to-end window.
+        static = spec.loss_scale is not None
+        loss_scale = (
+            loops.loss_scale_stats(model.optimizer, trained.micro_batches_run, static)
+            if state["loss_scaling"]
+            else None
+        )
 
         if spec.loop == "fit":
             end_to_end, e2e_trained = loops.end_to_end_fit(
@@ -183,11 +191,8 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
             raise base.Diverged(
                 f"test loss is {test_loss} after {micro_batches_trained} micro-batches"
             )
-        loss_scale = None
         status, reason, divergence = "ok", None, None
-        if state["loss_scaling"]:
-            static = spec.loss_scale is not None
-            loss_scale = loops.loss_scale_stats(model.optimizer, micro_batches_trained, static)
+        if loss_scale is not None:
             scale_text = (
                 f"a static loss scale of {spec.loss_scale:g}" if static else "a dynamic loss scale"
             )

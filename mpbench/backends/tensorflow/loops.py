@@ -6,6 +6,7 @@ after exactly `plan.total_steps` steps, and report the same things (TrainResult)
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 from collections.abc import Callable, Iterator
@@ -457,6 +458,18 @@ class _EpochWindow(keras.callbacks.Callback):
         self.seconds = self.timer.stop()
 
 
+@contextlib.contextmanager
+def _undone(model: keras.Model) -> Iterator[None]:
+    """Whatever trains inside is undone on leaving: the model's variables and its
+    optimizer's (slots, step counters, gradient accumulators, the loss scale) get back the
+    values they had. For a step that runs only to trace a function."""
+    variables = [*model.variables, *model.optimizer.variables]
+    values = [keras.ops.convert_to_numpy(v) for v in variables]
+    yield
+    for variable, value in zip(variables, values, strict=True):
+        variable.assign(value)
+
+
 def fit_pipeline(samples: int, batch_size: int) -> str:
     return (
         f"NumPy arrays passed to fit(x, y, batch_size={batch_size}, shuffle=True), "
@@ -485,13 +498,15 @@ def end_to_end_fit(
     dataset of the synced phase, so it is traced once more: one warm-up step of the same
     call, outside the window, keeps that tracing out (a long `fit` pays it once, in its first
     epoch). With accumulation (`micro` > 1) the warm-up is a whole accumulation window, so
-    the timed window starts on an optimizer-step boundary. Returns the stats and the
-    micro-batches trained, warm-up included."""
+    the timed window starts on an optimizer-step boundary. The warm-up only traces: what it
+    trained is undone (`_undone`), so the cell trains exactly its timed steps and the
+    window's, the steps its record counts. Returns the stats and the micro-batches trained."""
     steps_per_epoch = window.steps_per_epoch
     used = steps_per_epoch * batch_size * micro
     epochs = window.epochs
     warm = batch_size * micro
-    model.fit(x[:warm], y[:warm], batch_size=batch_size, epochs=1, verbose=0)
+    with _undone(model):
+        model.fit(x[:warm], y[:warm], batch_size=batch_size, epochs=1, verbose=0)
     timing = _EpochWindow(progress, done, steps_per_epoch, total)
     model.fit(
         x[:used],
@@ -505,9 +520,9 @@ def end_to_end_fit(
     seconds = timing.seconds
     assert seconds is not None
     steps = window.total_steps
-    check_finite(timing.last_loss, done + 1 + steps)
+    check_finite(timing.last_loss, done + steps)
     stats = EndToEndStats(epochs * used / seconds, steps, seconds, fit_pipeline(used, batch_size))
-    return stats, (steps + 1) * micro
+    return stats, steps * micro
 
 
 CUSTOM_PIPELINE = (
@@ -557,11 +572,13 @@ def evaluate(
 def loss_scale_stats(
     optimizer: keras.optimizers.Optimizer, micro_batches_run: int, static: bool
 ) -> LossScaleStats:
-    """Final loss scale, and the micro-batches skipped for non-finite gradients: the inner
-    optimizer's raw counter `_iterations` advances only on micro-batches the
-    LossScaleOptimizer applied (its public `iterations` is `_iterations // N` under
-    gradient_accumulation_steps; research notes §2). Keras checks each micro-batch, so one
-    overflowing micro-batch is dropped and the window waits for a finite one."""
+    """The loss scale now, and the micro-batches skipped for non-finite gradients of the
+    `micro_batches_run` trained so far: the inner optimizer's raw counter `_iterations`
+    advances only on micro-batches the LossScaleOptimizer applied (its public `iterations`
+    is `_iterations // N` under gradient_accumulation_steps; research notes §2). Keras
+    checks each micro-batch, so one overflowing micro-batch is dropped and the window waits
+    for a finite one. Called right after the timed steps, it describes them, as the side
+    file and the divergence verdict do."""
     if not isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
         raise TypeError(f"expected a LossScaleOptimizer, got {type(optimizer).__name__}")
     scale = float(keras.ops.convert_to_numpy(optimizer.dynamic_scale))

@@ -27,7 +27,7 @@ from mpbench.backends.base import (
     thread_settings,
 )
 from mpbench.backends.timing import StepTimer
-from mpbench.backends.torch.compiled import Compiler
+from mpbench.backends.torch.compiled import Compiler, undone
 from mpbench.backends.torch.distributed import DataParallel, job_step_times
 from mpbench.backends.torch.models import build_model, build_optimizer
 from mpbench.backends.torch.precision import TorchPrecision, apply_policy, read_tf32
@@ -172,7 +172,11 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
         compiler = Compiler(trained_module)
         forward = compiler.module
         first = [(x_train[: spec.batch_size], y_train[: spec.batch_size])] * spec.accumulate
-        compiler.compile_step(lambda: train_step(forward, optimizer, precision, first), sync)
+        # The compiling step trains nothing: the cell then trains the eager cell's steps,
+        # and meets the memory meter as the eager cell does (no gradients, no optimizer
+        # state: the first timed step allocates them, as training memory, in both).
+        with undone(model, optimizer, precision.scaler):
+            compiler.compile_step(lambda: train_step(forward, optimizer, precision, first), sync)
     meter = memory_meter(device)
     dynamic = precision.scaler is not None and precision.static_scale is None
     telemetry = CellTelemetry(str(device), dynamic_scale=dynamic)
@@ -194,6 +198,13 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
     finally:
         telemetry.stop_timed(plan.total_steps * global_batch)
     training_memory = meter.stop()
+    # The loss scale's figures are the timed steps' (those the side file numbers 1..N and
+    # the whole-cell verdict judges): read before the end-to-end window trains on.
+    loss_scale = (
+        _loss_scale_stats(precision, trained.skipped_steps, plan.total_steps, spec)
+        if precision.scaler
+        else None
+    )
     end_to_end = _train_end_to_end(
         forward, optimizer, precision, batches, window, sync, progress, plan.total_steps, total
     )
@@ -220,10 +231,8 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
         memory.device_peak_reserved_bytes = torch.cuda.max_memory_reserved(device)
     fill_memory(memory, training_memory, dataset_bytes)
 
-    loss_scale = None
     status, reason, divergence = "ok", None, None
     if precision.scaler:
-        loss_scale = _loss_scale_stats(precision, trained.skipped_steps, plan.total_steps, spec)
         scale_text = (
             f"a static loss scale of {precision.static_scale:g}"
             if precision.static_scale is not None
