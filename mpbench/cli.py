@@ -111,7 +111,11 @@ def run(
     device: str | None = typer.Option(None, "--device", help="auto, cpu, cuda, cuda:N, mps."),
     epochs: int | None = typer.Option(None, "--epochs", help="Training epochs per cell."),
     max_steps: int | None = typer.Option(
-        None, "--max-steps", help="Cap on training steps per cell (warm-up included)."
+        None,
+        "--max-steps",
+        help="Cap on the timed steps per cell (warm-up included). After them the end-to-end "
+        "window trains about as many again, in whole epochs (rounded up) once that is an "
+        "epoch or more: the record's end_to_end.steps.",
     ),
     warmup_steps: int | None = typer.Option(
         None, "--warmup-steps", help="Leading steps left out of the timing statistics."
@@ -281,13 +285,15 @@ def compare(
     baseline: Path | None = typer.Option(
         None, "--baseline", "-b", help="Baseline results file or run directory to gate against."
     ),
-    max_slowdown: str | None = typer.Option(
+    # The single-limit gates are lists so that a repeat is seen and refused (options.single)
+    # instead of typer keeping the last limit.
+    max_slowdown: list[str] | None = typer.Option(
         None, "--max-slowdown", help="Median step time per cell vs baseline: 10% or 0.1."
     ),
-    max_memory_increase: str | None = typer.Option(
+    max_memory_increase: list[str] | None = typer.Option(
         None, "--max-memory-increase", help="Peak memory per cell vs baseline: 10% or 0.1."
     ),
-    max_accuracy_drop: str | None = typer.Option(
+    max_accuracy_drop: list[str] | None = typer.Option(
         None, "--max-accuracy-drop", help="Test accuracy per cell vs baseline, in points: 0.5."
     ),
     min_speedup: list[str] | None = typer.Option(
@@ -302,7 +308,7 @@ def compare(
         help="N=X: weak-scaling efficiency at world size N vs world size 1 of the same run, "
         "e.g. 2=0.8 or 2=80%; POLICY@N=X for one policy (repeatable).",
     ),
-    max_accuracy_delta: str | None = typer.Option(
+    max_accuracy_delta: list[str] | None = typer.Option(
         None, "--max-accuracy-delta", help="Accuracy vs float32 of the same run, ± points."
     ),
     allow_different_hardware: bool = typer.Option(
@@ -334,16 +340,23 @@ def compare(
         parse_points,
         run_compare,
     )
+    from mpbench.compare.options import single
 
     options = CompareOptions(
         results_dir=results_dir,
         baseline=baseline,
-        max_slowdown=parse_fraction("--max-slowdown", max_slowdown),
-        max_memory_increase=parse_fraction("--max-memory-increase", max_memory_increase),
-        max_accuracy_drop_pp=parse_points("--max-accuracy-drop", max_accuracy_drop),
+        max_slowdown=parse_fraction("--max-slowdown", single("--max-slowdown", max_slowdown)),
+        max_memory_increase=parse_fraction(
+            "--max-memory-increase", single("--max-memory-increase", max_memory_increase)
+        ),
+        max_accuracy_drop_pp=parse_points(
+            "--max-accuracy-drop", single("--max-accuracy-drop", max_accuracy_drop)
+        ),
         min_speedup=parse_min_speedup(min_speedup),
         min_scaling_efficiency=parse_min_scaling_efficiency(min_scaling_efficiency),
-        max_accuracy_delta_pp=parse_points("--max-accuracy-delta", max_accuracy_delta),
+        max_accuracy_delta_pp=parse_points(
+            "--max-accuracy-delta", single("--max-accuracy-delta", max_accuracy_delta)
+        ),
         allow_different_hardware=allow_different_hardware,
         require_conclusive=require_conclusive,
         format=output_format,

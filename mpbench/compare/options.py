@@ -3,7 +3,8 @@
 Thresholds are parsed here (not in the CLI) so that every front end accepts the same forms:
 `10%` or `0.1` for relative limits, `0.5` or `0.5pp` for percentage points, `bf16=1.5` for a
 minimum speed-up, `bf16@2=1.5` for one at world size 2 only, `2=0.8` for a minimum scaling
-efficiency at world size 2.
+efficiency at world size 2. Each gate takes one limit per key: a second one is refused, not
+allowed to replace the first without a word.
 """
 
 from __future__ import annotations
@@ -90,10 +91,36 @@ def parse_points(option: str, text: str | float | None) -> float | None:
     return number
 
 
+def single(option: str, values: list[str] | None) -> str | None:
+    """The one value of an option that takes one: given twice, typer would keep the last and
+    drop the other limit without a word, so a repeat is refused instead."""
+    if not values:
+        return None
+    if len(values) > 1:
+        given = " ".join(f"{option} {value}" for value in values)
+        raise InvalidInput(f"{given}: one limit per option; give {option} once")
+    return values[0]
+
+
+def _once(option: str, out: dict[str, float], key: str, spec: str, given: dict[str, str]) -> None:
+    """Refuse a second limit on one gate key (`bf16=1.5` and `mixed_bfloat16=0.01`): keeping
+    either would silently drop the other. `given`: the spelling each key came in first."""
+    if key in out:
+        policy, world = split_world(key)
+        what = " at ".join(
+            part for part in (policy, f"world size {world}" if world else None) if part
+        )
+        raise InvalidInput(
+            f"{option} {given[key]!r} and {option} {spec!r} both set the limit for {what}; give one"
+        )
+    given[key] = spec
+
+
 def parse_min_speedup(specs: list[str] | None) -> dict[str, float]:
     """`["bf16=1.5", "mixed_float16@2=1.0x"]` ->
     `{"mixed_bfloat16": 1.5, "mixed_float16@2": 1.0}`: `@N` gates world size N only."""
     out: dict[str, float] = {}
+    given: dict[str, str] = {}
     for spec in specs or []:
         name, sep, value = spec.partition("=")
         if not sep or not name.strip() or not value.strip():
@@ -108,6 +135,7 @@ def parse_min_speedup(specs: list[str] | None) -> dict[str, float]:
         ratio = _number("--min-speedup", text, "a ratio like 1.5 or 1.5x")
         if ratio <= 0:
             raise InvalidInput(f"--min-speedup {spec!r}: the ratio must be positive")
+        _once("--min-speedup", out, key, spec, given)
         out[key] = ratio
     return out
 
@@ -126,6 +154,7 @@ def parse_min_scaling_efficiency(specs: list[str] | None) -> dict[str, float]:
     weak-scaling efficiency at world size N, of every policy or of one."""
     option = "--min-scaling-efficiency"
     out: dict[str, float] = {}
+    given: dict[str, str] = {}
     for spec in specs or []:
         name, sep, value = spec.partition("=")
         if not sep or not name.strip() or not value.strip():
@@ -146,11 +175,15 @@ def parse_min_scaling_efficiency(specs: list[str] | None) -> dict[str, float]:
         efficiency = number / 100 if percent else number
         if efficiency <= 0:
             raise InvalidInput(f"{option} {spec!r}: the efficiency must be positive")
-        if not percent and number > 1:
+        if efficiency > 1:
+            # A fraction of linear scaling (1 = 100 %: N replicas do N times the work): a
+            # minimum above 1 demands super-linear scaling, and reading `2=1.5` as 1.5 %
+            # would turn a slip into a gate that always passes.
             raise InvalidInput(
-                f"{option} {spec!r} is ambiguous: an efficiency is a fraction of linear "
-                f"scaling; write {number:g}% or {number / 100:g}"
+                f"{option} {spec!r}: an efficiency is a fraction of linear scaling, at most 1; "
+                "write a fraction like 0.8 or a percentage like 80%"
             )
+        _once(option, out, key, spec, given)
         out[key] = efficiency
     return out
 

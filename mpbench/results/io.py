@@ -2,8 +2,9 @@
 
 Everything that can be wrong with a file is refused here, as a SchemaError (exit 2) naming the
 file and line: bytes that are not UTF-8, a line that is not JSON, NaN or Infinity (which
-Python's json reads although JSON has neither), a record that breaks the schema (validate.py),
-and two different records claiming to be the same repeat of the same cell.
+Python's json reads although JSON has neither), a record that breaks the schema or contradicts
+itself (validate.py), two different records claiming to be the same repeat of the same cell,
+and a fallback record whose diverged cell is not there.
 """
 
 from __future__ import annotations
@@ -61,7 +62,26 @@ def read_runs(paths: Iterable[Path]) -> list[CellRecord]:
                 records.append(record)
             elif first[1] != record:
                 raise _conflict(identity, first, (origin, record))
+    _check_fallbacks(seen.values())
     return records
+
+
+def _check_fallbacks(found: Iterable[tuple[_Origin, CellRecord]]) -> None:
+    """A fallback record names the diverged cell it ran again, which the runner wrote before
+    it into the same results file: compare shows the two as one story, so both must be there."""
+    read = list(found)
+    cells = {(record.run_id, record.cell_id) for _, record in read}
+    for origin, record in read:
+        diverged = record.fallback_of
+        if diverged is None:
+            continue
+        if diverged == record.cell_id:
+            raise SchemaError(f"{origin}: fallback_of names the record's own cell {diverged}")
+        if (record.run_id, diverged) not in cells:
+            raise SchemaError(
+                f"{origin}: fallback_of names {diverged}, which is no cell of run "
+                f"{record.run_id} in what was read"
+            )
 
 
 def _conflict(

@@ -15,14 +15,74 @@ from typing import Any
 
 from mpbench.errors import InvalidInput
 
-SCHEMA_VERSION = 6
-# Versions this reader understands. Version 1 records lack the fields added in 2 (training
-# memory, end-to-end throughput, drift, threads, measured-peak MFU), 2 those added in 3
-# (the training recipes: loss-scale mode and counts, accumulation, torch.compile), 3
-# those added in 4 (telemetry, energy, divergence, fallback_of), and 4 the one added in 5
-# (distributed); they read as None. A reader of version 4 refuses version 5 records by their
-# version, not by a field. Version 6 adds contention and implausible.
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
+SCHEMA_VERSION = 7
+# Versions this reader understands. A reader of version 4 refuses version 5 records by their
+# version, not by a field.
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
+# The fields each version added, as dotted paths (an object a version added is one path). An
+# older record lacks them, and they read as None (or empty); one that holds a value in them
+# is not what its version says, and is refused (validate.check_record).
+FIELDS_SINCE: dict[int, tuple[str, ...]] = {
+    # training memory, end-to-end throughput, drift, threads, measured-peak MFU
+    2: (
+        "end_to_end",
+        "measured_peak_tflops",
+        "mfu_measured",
+        "threads",
+        "memory.training_bytes",
+        "memory.training_start_bytes",
+        "memory.training_peak_bytes",
+        "memory.training_source",
+        "memory.sample_interval_s",
+        "memory.samples",
+        "memory.dataset_device_bytes",
+        "step_time.first_half_median_s",
+        "step_time.second_half_median_s",
+        "step_time.drifting",
+    ),
+    # the training recipes: loss-scale mode and counts, accumulation, torch.compile
+    3: (
+        "compile",
+        "loss_scale.mode",
+        "loss_scale.initial_scale",
+        "loss_scale.counted_steps",
+        "loss_scale.skip_unit",
+        "step_time.micro_batches_per_step",
+        "step_time.micro_batch_median_s",
+    ),
+    4: ("telemetry", "energy", "divergence", "fallback_of"),
+    5: ("distributed",),
+    6: ("contention", "implausible"),
+}
+# Fields a version renamed: {version: {old dotted path: new name}}. Read older records by
+# moving the value to its new name before the checks (upgrade()).
+RENAMED_IN: dict[int, dict[str, str]] = {
+    # NVML's device-wide `used` (every process, contexts, reserves), not an allocator peak
+    7: {"telemetry.peak_gpu_memory_bytes": "peak_nvml_device_used_bytes"},
+}
+
+
+def upgrade(raw: dict[str, Any]) -> dict[str, Any]:
+    """A parsed record of an older readable version with its renamed fields under today's
+    names (a shallow copy; the version it says stays, so its checks are its own)."""
+    version = raw["schema_version"]
+    out = dict(raw)
+    for since, renames in RENAMED_IN.items():
+        if version >= since:
+            continue
+        for path, new in renames.items():
+            parent, old = path.rsplit(".", 1)
+            inner = out.get(parent)
+            if isinstance(inner, dict) and new in inner:
+                raise SchemaError(
+                    f"{parent}.{new} is the name schema version {since} gave {path}, but the "
+                    f"record says version {version}"
+                )
+            if isinstance(inner, dict) and old in inner:
+                inner = dict(inner)
+                inner[new] = inner.pop(old)
+                out[parent] = inner
+    return out
 
 
 class Status(str, Enum):
@@ -191,7 +251,10 @@ class TelemetryStats:
     mean_cpu_util_pct: float | None = None  # psutil: 100 is one core busy
     peak_rss_bytes: int | None = None
     mean_gpu_util_pct: float | None = None
-    peak_gpu_memory_bytes: int | None = None
+    # NVML's `used` for the whole device (every process, contexts, reserves), not the
+    # allocator's peak that `memory` holds (docs/telemetry.md); v1-6 called it
+    # peak_gpu_memory_bytes
+    peak_nvml_device_used_bytes: int | None = None
     mean_power_w: float | None = None
     max_temperature_c: float | None = None
     mean_sm_clock_mhz: float | None = None
@@ -328,7 +391,7 @@ class CellRecord:
     def from_dict(cls, raw: Any) -> CellRecord:
         """A record from parsed JSON, every value checked (validate.py); SchemaError if not."""
         # Imported here: validate.py builds on the dataclasses of this module.
-        from mpbench.results.validate import build, shown
+        from mpbench.results.validate import build, check_record, shown
 
         if not isinstance(raw, dict):
             raise SchemaError("a record must be a JSON object")
@@ -339,4 +402,6 @@ class CellRecord:
             raise SchemaError(
                 f"unknown schema version {shown(version)} (this mpbench reads versions {readable})"
             )
-        return build(cls, raw)
+        record = build(cls, upgrade(raw))
+        check_record(record)
+        return record

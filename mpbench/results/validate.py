@@ -12,6 +12,10 @@ read (DESIGN.md §4: user data is validated once, where it enters). The checks:
   an accuracy is a fraction;
 - free-form objects (`dict[str, Any]`: config, precision, threads): objects, and every number
   in them finite.
+
+Then the record against itself (check_record): no field newer than its schema version, and
+one world size, which the config (compare's grouping and scaling efficiency) and the
+distributed figures agree on. Across records (a fallback naming its diverged cell): io.py.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, TypeVar, Union
 
-from mpbench.results.schema import SchemaError
+from mpbench.results.schema import FIELDS_SINCE, CellRecord, SchemaError, Status
 
 T = TypeVar("T")
 
@@ -204,3 +208,66 @@ def shown(value: Any) -> str:
         return "an integer too large for a float"
     text = json.dumps(value)  # escapes non-ASCII: the message prints on any terminal
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def check_record(record: CellRecord) -> None:
+    """SchemaError unless the record agrees with its version and with itself."""
+    for version, paths in FIELDS_SINCE.items():
+        if record.schema_version >= version:
+            continue
+        for path in paths:
+            if _held(record, path):
+                raise SchemaError(
+                    f"{path} is a field of schema version {version}, but the record says "
+                    f"version {record.schema_version}"
+                )
+    _check_world_size(record)
+
+
+def _held(record: Any, path: str) -> bool:
+    """Whether the dotted field holds a value (not None, not empty)."""
+    value = record
+    for name in path.split("."):
+        value = getattr(value, name, None)
+        if value is None:
+            return False
+    return value not in ({}, [])
+
+
+# The config keys of a data-parallel cell (backends.base.CellSpec.config) and the field of
+# `distributed` that says the same.
+_LAYOUT = {"world_size": "world_size", "nproc_per_node": "nproc_per_node", "nnodes": "nodes"}
+
+
+def _check_world_size(record: CellRecord) -> None:
+    """compare groups cells and divides throughputs by config.world_size: it must be what
+    the distributed figures say the cell ran on, and an ok cell of several replicas has them."""
+    config, stats = record.config, record.distributed
+    for key in _LAYOUT:
+        value = config.get(key)
+        if key in config and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise SchemaError(f"config.{key} must be a whole number >= 1, got {shown(value)}")
+    world = config.get("world_size", 1)
+    if stats is None:
+        if world > 1 and record.status is Status.OK:
+            raise SchemaError(
+                f"config.world_size is {world}, but the record has no distributed figures "
+                "(an ok cell of several replicas records them)"
+            )
+        return
+    if stats.world_size != stats.nodes * stats.nproc_per_node:
+        raise SchemaError(
+            f"distributed.world_size {stats.world_size} is not distributed.nodes "
+            f"{stats.nodes} x distributed.nproc_per_node {stats.nproc_per_node}"
+        )
+    for key, field in _LAYOUT.items():
+        ours, theirs = config.get(key, 1), getattr(stats, field)
+        if ours != theirs:
+            said = f"config.{key} is {ours}" if key in config else f"config has no {key} ({ours})"
+            raise SchemaError(f"{said}, but distributed.{field} is {theirs}")
+    comm = config.get("grad_comm")
+    if comm is not None and comm != stats.grad_comm:
+        raise SchemaError(
+            f"config.grad_comm is {shown(comm)}, but distributed.grad_comm is "
+            f"{shown(stats.grad_comm)}"
+        )

@@ -8,12 +8,14 @@ import platform
 import secrets
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.text import Text
 
 from mpbench import __version__
 from mpbench.backends.base import CellSpec
@@ -92,24 +94,41 @@ def environment(options: RunOptions, config: RunConfig, report: Any, device: str
     }
 
 
+class Warnings:
+    """A run's warnings, on stderr, each distinct one once (every cell of a workload falls
+    back alike): stdout keeps the progress, the summary and the results' path. On a terminal,
+    rich's live progress display catches what is written to stderr and prints it above it."""
+
+    def __init__(self) -> None:
+        self._console = Console(stderr=True, soft_wrap=True)
+        self._said: set[str] = set()
+
+    def __call__(self, message: str) -> None:
+        if message not in self._said:
+            self._said.add(message)
+            # Text, not markup: a message may hold brackets ("[run] out_dir").
+            self._console.print(Text.assemble(("warning:", "yellow"), " ", message))
+
+
 def run_matrix(options: RunOptions) -> int:
     """Run every cell; return the exit code (0 ok, 1 some cell failed to run, 128 + signal
     when interrupted). Bad input and failed writes raise InvalidInput (exit 2)."""
     console = Console()
     if not console.is_terminal:  # CI logs and pipes: rich would squeeze the summary into 80
         console = Console(width=200)  # as compare's piped tables
+    warn = Warnings()
     with stop_on_termination():  # SIGTERM / SIGHUP from here on are Ctrl-C (runner.signals)
         if options.resume:
-            return _resume(options, console)
-        return _new_run(options, console)
+            return _resume(options, console, warn)
+        return _new_run(options, console, warn)
 
 
-def _new_run(options: RunOptions, console: Console) -> int:
+def _new_run(options: RunOptions, console: Console, warn: Callable[[str], None]) -> int:
     config = build_config(options)
     run_id = new_run_id()
     run_dir = options.out if options.out is not None else config.out_dir / run_id
     check_out_path(run_dir, "--out" if options.out is not None else "[run] out_dir")
-    plan = _plan(config, run_id, console)  # every check that needs no file written
+    plan = _plan(config, run_id, warn)  # every check that needs no file written
     make_dir(run_dir)
     with RunLock(run_dir):
         if holds_a_run(run_dir):
@@ -123,7 +142,7 @@ def _new_run(options: RunOptions, console: Console) -> int:
         return _run_cells(plan, config, run_dir, {}, options, console)
 
 
-def _resume(options: RunOptions, console: Console) -> int:
+def _resume(options: RunOptions, console: Console, warn: Callable[[str], None]) -> int:
     """Continue the run in --out with the configuration stored when it started."""
     run_dir = options.out
     if run_dir is None:
@@ -151,9 +170,9 @@ def _resume(options: RunOptions, console: Console) -> int:
             )
         torn = drop_torn_tail(run_dir)
         if torn:
-            console.print(f"[yellow]warning:[/yellow] {torn}")
+            warn(torn)
         done = _finished(run_dir, state.run_id)
-        plan = _plan(state.config, state.run_id, console)
+        plan = _plan(state.config, state.run_id, warn)
         return _run_cells(plan, state.config, run_dir, done, options, console)
 
 
@@ -187,17 +206,18 @@ class Plan:
     cells: list[Cell]
     fingerprint: str
     measured_peaks: dict[str, float]
+    warn: Callable[[str], None]  # Warnings: stderr, once each
 
 
-def _plan(config: RunConfig, run_id: str, console: Console) -> Plan:
+def _plan(config: RunConfig, run_id: str, warn: Callable[[str], None]) -> Plan:
     from mpbench.detect import collect
 
     report = collect(probe=False)
     device, traits, cells = expand(config, report, run_id)
-    preflight(config, cells, lambda message: console.print(f"[yellow]warning:[/yellow] {message}"))
+    preflight(config, cells, warn)
     kind, _, index = device.partition(":")
     fingerprint = report.hardware_fingerprint(kind, int(index) if index else None)
-    return Plan(run_id, report, device, traits, cells, fingerprint, {})
+    return Plan(run_id, report, device, traits, cells, fingerprint, {}, warn)
 
 
 def _run_cells(
@@ -209,7 +229,7 @@ def _run_cells(
     console: Console,
 ) -> int:
     plan.measured_peaks = _measured_peaks(
-        plan.device, plan.fingerprint, options.measure_peak, console, config.threads
+        plan.device, plan.fingerprint, options.measure_peak, console, config.threads, plan.warn
     )
     cells = plan.cells
     rounds = _rounds(cells, config)
@@ -225,9 +245,9 @@ def _run_cells(
         f"on {plan.device} ({plan.traits.name}); data: {config.data}; results: {run_dir}"
     )
     if config.device == "auto" and plan.device == "cpu" and plan.report.nvml_blind:
-        console.print(
-            "[yellow]warning:[/yellow] /dev/nvidia* exists but NVML lists no GPU, so `auto` "
-            "chose the CPU; pass --device cuda to try the GPU (mpbench detect says more)"
+        plan.warn(
+            "/dev/nvidia* exists but NVML lists no GPU, so `auto` chose the CPU; pass "
+            "--device cuda to try the GPU (mpbench detect says more)"
         )
     records = list(done.values())
     interrupted: KeyboardInterrupt | None = None
@@ -352,7 +372,7 @@ def _run_and_keep(
             )
     append_record(run_dir, record)  # ResultsWriteError: stop, keep the rest
     for message in warnings:
-        reporter.warn(message)
+        plan.warn(message)
     reporter.cell_finished(record)
     return record
 
@@ -376,7 +396,7 @@ def _fallback(
         return None
     spec = fallback_spec(cell.spec, plan.traits)
     if spec is None:
-        reporter.warn(f"{cell.spec.cell_id} diverged and {cell.spec.policy} has no fallback here")
+        plan.warn(f"{cell.spec.cell_id} diverged and {cell.spec.policy} has no fallback here")
         return None
     reporter.add_cell()
     return Cell(spec, fallback_of=cell.spec.cell_id)
@@ -450,7 +470,12 @@ def _write_side_file(
 
 
 def _measured_peaks(
-    device: str, fingerprint: str, measure: bool, console: Console, threads: int | None
+    device: str,
+    fingerprint: str,
+    measure: bool,
+    console: Console,
+    threads: int | None,
+    warn: Callable[[str], None],
 ) -> dict[str, float]:
     """The device's measured matmul peaks (TFLOP/s per policy peak key) from detect's cache,
     measured with the threads the cells run with; with --measure-peak, measured first when
@@ -465,7 +490,7 @@ def _measured_peaks(
         console.print(f"Measuring the matmul peak of {device} (detect --measure) ...")
         result = measure_and_cache(device, fingerprint, threads=threads)
         if result.get("not_cached"):
-            console.print(f"[yellow]warning:[/] measured peak {result['not_cached']}")
+            warn(f"measured peak {result['not_cached']}")
         peaks = cached_peaks(fingerprint, threads=threads)
     return peaks
 

@@ -86,6 +86,9 @@ def _kind_name(setting: Setting) -> str:
     if setting.items is not None:
         return "a list of strings"  # the only lists in a config are lists of names
     kinds = setting.kind if isinstance(setting.kind, tuple) else (setting.kind,)
+    if kinds == (int,) and setting.low is not None:
+        # "-3" is a whole number too: say the range, or the message reads as a contradiction.
+        return f"a whole number, at least {setting.low:g}"
     names = {int: "a whole number", float: "a number", str: "a string", bool: "true or false"}
     if float in kinds:
         return "a number"
@@ -99,14 +102,12 @@ _SECONDS = {"s": 1, "m": 60, "h": 3600}
 
 
 def repeat_value(where: str, value: int | str) -> int | str:
-    """`--repeat` as typed: a whole number, or "auto"."""
+    """A repeat count, or "auto". The command line's digits are made a number before this
+    (apply_options); in a file, `repeat = "3"` is a string where a number belongs."""
     if isinstance(value, int):
         return value
-    text = value.strip().lower()
-    if text == ADAPTIVE:
+    if value.strip().lower() == ADAPTIVE:
         return ADAPTIVE
-    if text.lstrip("+").isdigit():
-        return int(text)
     raise InvalidInput(f"{where} {value!r}: must be a whole number or 'auto'")
 
 
@@ -340,17 +341,10 @@ class RunConfig:
         return out
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> RunConfig:
-        values = dict(raw)
-        values["source"] = Path(raw["source"]) if raw.get("source") else None
-        values["out_dir"] = Path(raw["out_dir"])
-        values["workloads"] = {
-            name: WorkloadSettings(**settings) for name, settings in raw["workloads"].items()
-        }
-        for name in AXES:  # run.json of a run started before the axes took lists
-            if name in values and not isinstance(values[name], list):
-                values[name] = [values[name]]
-        return cls(**values)
+    def from_dict(cls, raw: Any, where: str = "stored configuration") -> RunConfig:
+        """A configuration stored by to_dict (run.json), every value held to the Setting its
+        option and TOML key meet; InvalidInput naming `where` and the key otherwise."""
+        return stored_config(raw, where)
 
 
 def path_option(option: str, text: str | None) -> Path | None:
@@ -447,11 +441,18 @@ def parse_file(path: Path) -> dict[str, Any]:
     }
 
 
-def axis_values(name: str, where: str, value: Any) -> list[Any]:
-    """A recipe axis as given (one value, a TOML list, or command-line text with commas) ->
-    its distinct values in order, each checked against AXES; InvalidInput naming `where`."""
+_WHOLE_NUMBER = re.compile(r"[+-]?\d+")
+
+
+def axis_values(name: str, where: str, value: Any, text: bool = False) -> list[Any]:
+    """A recipe axis as given (one value or a list from TOML or run.json; with `text`, what
+    was typed on the command line: "1,4") -> its distinct values in order, each checked
+    against AXES; InvalidInput naming `where`.
+
+    Only command-line text is read as numbers: in a file, `accumulate = "4"` is a string
+    where a number belongs, and refusing it is how a typo (or a quoted list) gets noticed."""
     items = value if isinstance(value, list) else [value]
-    if isinstance(value, str):
+    if text and isinstance(value, str):
         items = value.split(",")
     if not items:
         raise InvalidInput(f"{where} []: give at least one value")
@@ -463,30 +464,30 @@ def axis_values(name: str, where: str, value: Any) -> list[Any]:
     checked = []
     for item in items:
         if name == "loss_scale":
-            checked.append(loss_scale_value(where, item))
+            checked.append(loss_scale_value(where, item, text))
             continue
-        if isinstance(item, str) and name != "compile":
-            text = item.strip()
-            if not text.lstrip("+").isdigit():
+        if text and isinstance(item, str):
+            if name == "compile" or not _WHOLE_NUMBER.fullmatch(item.strip()):
                 raise InvalidInput(f"{where} {item!r}: must be {_kind_name(AXES[name])}")
-            item = int(text)
+            item = int(item)
         checked.append(AXES[name].check(where, item))
     return list(dict.fromkeys(checked))
 
 
-def loss_scale_value(where: str, value: str | float) -> float | None:
-    """A loss-scale setting as typed ("dynamic", "1024", 1024, 1e30) -> None (dynamic) or the
-    static scale, within LOSS_SCALE_LIMITS; InvalidInput naming `where` otherwise."""
+def loss_scale_value(where: str, value: Any, text: bool = False) -> float | None:
+    """A loss-scale setting ("dynamic", 1024, 1e30; with `text`, "1024" as typed) -> None
+    (dynamic) or the static scale, within LOSS_SCALE_LIMITS; InvalidInput naming `where`."""
     if isinstance(value, str):
-        text = value.strip().lower()
-        if text == "dynamic":
+        word = value.strip().lower()
+        if word == "dynamic":
             return None
+        refused = InvalidInput(f"{where} {value!r}: must be 'dynamic' or a number (a static scale)")
+        if not text:  # in a file, a number is written as a number
+            raise refused
         try:
-            value = float(text)
+            value = float(word)
         except ValueError:
-            raise InvalidInput(
-                f"{where} {value!r}: must be 'dynamic' or a number (a static scale)"
-            ) from None
+            raise refused from None
     if isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     return float(LOSS_SCALE_LIMITS.check(where, value))
@@ -592,6 +593,12 @@ def apply_options(config: RunConfig, options: RunOptions) -> RunConfig:
         if value is not None and value != []:
             setting = RUN_SETTINGS[name]
             value = float(value) if name == "timeout" else value
+            if (
+                name == "repeat"
+                and isinstance(value, str)
+                and _WHOLE_NUMBER.fullmatch(value.strip())
+            ):
+                value = int(value)  # typed on the command line, where all is text
             setattr(merged, target, setting.check(setting.option, value))
     given = [RUN_SETTINGS[n].option for n in _ADAPTIVE_ONLY if getattr(options, n) is not None]
     if given and not merged.adaptive:
@@ -622,7 +629,7 @@ def apply_options(config: RunConfig, options: RunOptions) -> RunConfig:
     for name, setting in AXES.items():
         given = getattr(options, name)
         if given:
-            values = [v for text in given for v in axis_values(name, setting.option, text)]
+            values = [v for t in given for v in axis_values(name, setting.option, t, text=True)]
             setattr(merged, name, list(dict.fromkeys(values)))
     check_combination(merged)
     return merged
@@ -667,6 +674,116 @@ def endpoint_parts(endpoint: str) -> tuple[str, int]:
             f"--rdzv-endpoint {endpoint!r}: must be HOST:PORT with a port from 1 to 65535"
         )
     return host, int(port)
+
+
+# run.json's `config` (RunConfig.to_dict) field -> the Setting of the option or TOML key that
+# sets it: a stored run meets the rules a new one does, and a hand-edited or damaged run.json
+# is one line naming the key, not a traceback or a cell that dies later.
+_STORED_SETTINGS = {
+    "source": Setting(str, "source"),
+    "frameworks": RUN_SETTINGS["frameworks"],
+    "workload_names": RUN_SETTINGS["workloads"],
+    "policies": RUN_SETTINGS["policies"],
+    "device": RUN_SETTINGS["device"],
+    "repeat": RUN_SETTINGS["repeat"],
+    "seed": RUN_SETTINGS["seed"],
+    "data": RUN_SETTINGS["data"],
+    "data_dir": RUN_SETTINGS["data_dir"],
+    "allow_download": RUN_SETTINGS["allow_download"],
+    "timeout": RUN_SETTINGS["timeout"],
+    "loop": TENSORFLOW_SETTINGS["loop"],
+    "jit": TENSORFLOW_SETTINGS["jit"],
+    "out_dir": RUN_SETTINGS["out_dir"],
+    "threads": RUN_SETTINGS["threads"],
+    "on_diverge": RUN_SETTINGS["on_diverge"],
+    "grad_comm": DISTRIBUTED_SETTINGS["grad_comm"],
+    "nnodes": DISTRIBUTED_SETTINGS["nnodes"],
+    "node_rank": DISTRIBUTED_SETTINGS["node_rank"],
+    "rdzv_endpoint": DISTRIBUTED_SETTINGS["rdzv_endpoint"],
+    "precision": RUN_SETTINGS["precision"],
+    "max_repeats": RUN_SETTINGS["max_repeats"],
+    "time_budget": RUN_SETTINGS["time_budget"],
+}
+_STORED_NULLABLE = ("source", "data_dir", "threads", "node_rank", "rdzv_endpoint", "time_budget")
+_STORED_CHOICES = {
+    "data": DATA_MODES,
+    "loop": LOOPS,
+    "on_diverge": ON_DIVERGE,
+    "grad_comm": GRAD_COMMS,
+}
+# WorkloadSettings fields that may be null (None: the workload's default).
+_WORKLOAD_NULLABLE = ("max_steps", "units", "synthetic_train_size", "synthetic_test_size")
+
+
+def stored_config(raw: Any, where: str) -> RunConfig:
+    """RunConfig.from_dict: see there."""
+    if not isinstance(raw, dict):
+        raise InvalidInput(f"{where}: config must be an object")
+    fields = {f.name: f for f in dataclasses.fields(RunConfig)}
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in fields:
+            raise unknown_choice(f"key in {where}: config", key, fields)
+        at = f"{where}: config.{key} ="
+        if key == "workloads":
+            values[key] = _stored_workloads(value, where)
+        elif key in AXES:
+            # None is how to_dict writes a dynamic loss scale; a run.json of a run started
+            # before the axes took lists holds one value.
+            items = value if isinstance(value, list) else [value]
+            items = ["dynamic" if item is None and key == "loss_scale" else item for item in items]
+            values[key] = axis_values(key, at, items)
+        elif value is None and key in _STORED_NULLABLE:
+            values[key] = None
+        else:
+            values[key] = _STORED_SETTINGS[key].check(at, value)
+            if key in _STORED_CHOICES and values[key] not in _STORED_CHOICES[key]:
+                choices = ", ".join(_STORED_CHOICES[key])
+                raise InvalidInput(f"{at} {value!r}: must be one of {choices}")
+    missing = [name for name in _required(RunConfig) if name not in values]
+    if missing:
+        raise InvalidInput(f"{where}: config has no {', '.join(missing)}")
+    lacking = [
+        n for n in values["workload_names"] if n in WORKLOADS and n not in values["workloads"]
+    ]
+    if lacking:
+        raise InvalidInput(f"{where}: config.workloads has no settings for {lacking[0]}")
+    values["source"] = Path(values["source"]) if values["source"] else None
+    values["out_dir"] = Path(values["out_dir"])
+    return RunConfig(**values)
+
+
+def _required(cls: type) -> list[str]:
+    """The fields of a dataclass that have no default."""
+    return [
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+
+
+def _stored_workloads(raw: Any, where: str) -> dict[str, WorkloadSettings]:
+    if not isinstance(raw, dict):
+        raise InvalidInput(f"{where}: config.workloads must be an object")
+    fields = {f.name: f for f in dataclasses.fields(WorkloadSettings)}
+    out = {}
+    for name, table in raw.items():
+        if name not in WORKLOADS:
+            raise unknown_choice(f"workload in {where}: config.workloads", name, WORKLOADS)
+        if not isinstance(table, dict):
+            raise InvalidInput(f"{where}: config.workloads.{name} must be an object")
+        settings = {}
+        for key, value in table.items():
+            if key not in fields:
+                raise unknown_choice(f"key in {where}: config.workloads.{name}", key, fields)
+            at = f"{where}: config.workloads.{name}.{key} ="
+            nullable = value is None and key in _WORKLOAD_NULLABLE
+            settings[key] = None if nullable else WORKLOAD_SETTINGS[key].check(at, value)
+        lacking = [k for k in _required(WorkloadSettings) if k not in settings]
+        if lacking:
+            raise InvalidInput(f"{where}: config.workloads.{name} has no {', '.join(lacking)}")
+        out[name] = WorkloadSettings(**settings)
+    return out
 
 
 def build_config(options: RunOptions) -> RunConfig:

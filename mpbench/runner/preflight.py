@@ -1,9 +1,10 @@
 """Checks made once, in the parent, before any cell runs or any file is written.
 
 A batch larger than the training set, warm-up that leaves no step to time, `--data real`
-with no data, or a corrupt or hostile data file would otherwise fail in every cell's child
-process, one `error` record at a time. Here they are one line and exit 2, and no run
-directory is created.
+with no data, a corrupt or hostile data file, or more replicas per node than the node can
+hold would otherwise fail in every cell's child process, one `error` record at a time. Here
+they are one line and exit 2, and no run directory is created. Settings that change no cell
+of this run (a loss scale without an fp16 cell, ...) are said once, as warnings.
 """
 
 from __future__ import annotations
@@ -13,19 +14,31 @@ from collections.abc import Callable
 from mpbench.backends.base import plan_steps
 from mpbench.detect.system import busy_at_start
 from mpbench.errors import InvalidInput
-from mpbench.runner.cells import Cell
+from mpbench.runner.cells import Cell, available_cores
 from mpbench.runner.config import RunConfig
 from mpbench.telemetry.contention import busy_warning
 from mpbench.workloads import get_workload
 
 
 def preflight(config: RunConfig, cells: list[Cell], warn: Callable[[str], None]) -> None:
-    """InvalidInput if a cell that would run cannot; `warn` gets data fall-back notes and,
-    when other processes already keep the machine busy, one line saying so."""
+    """InvalidInput if a cell that would run cannot; `warn` gets data fall-back notes,
+    settings that change no cell and, when other processes already keep the machine busy,
+    one line saying so. The warnings come once every check has passed: a refusal is then
+    the only line on stderr, not the last of several."""
+    said: list[str] = []
+    _check(config, cells, said.append)
+    for message in said:
+        warn(message)
+
+
+def _check(config: RunConfig, cells: list[Cell], warn: Callable[[str], None]) -> None:
     from mpbench.data import check_data  # numpy: only when a run really starts
 
     running = dict.fromkeys(cell.spec.workload for cell in cells if cell.skip_reason is None)
     parallel = max((cell.spec.nproc for cell in cells if cell.skip_reason is None), default=1)
+    check_ranks_per_node(cells, available_cores(), available_memory())
+    for unused in unused_settings(config, cells):
+        warn(unused)
     tensorflow_parallel = any(
         c.spec.framework == "tensorflow" and c.spec.world_size > 1 and c.skip_reason is None
         for c in cells
@@ -97,3 +110,85 @@ def _recipe_hint(batch: int, configured: int) -> str:
         f" (the batch {configured} grown by --batch-scale-16bit, --accumulate and the world "
         f"size of --nproc to {batch} samples per optimizer step)"
     )
+
+
+# The least one torch rank holds resident: the interpreter, torch and the smallest workload
+# on synthetic data (measured: 322 MiB for mnist_dense at --nproc 2 on a CPU, torch 2.13).
+RANK_MEMORY_BYTES = 320 * 2**20
+
+
+def check_ranks_per_node(cells: list[Cell], cores: int, available: int | None) -> None:
+    """InvalidInput when a node cannot hold the replicas --nproc starts on it.
+
+    On a CPU each replica needs a core of its own (`cores`: those this process may run on):
+    more replicas than cores only take turns, and torchrun starts them all the same, up to
+    the 1024 the option allows. Each torch rank is a process and needs RANK_MEMORY_BYTES of
+    the `available` memory. (GPUs: one per replica, checked where the device is resolved.)"""
+    parallel = [c.spec for c in cells if c.skip_reason is None and c.spec.nproc > 1]
+    if not parallel:
+        return
+    nproc = max(spec.nproc for spec in parallel)
+    if parallel[0].device == "cpu" and nproc > cores:
+        raise InvalidInput(
+            f"--nproc {nproc}: on a CPU each replica needs a core of its own, and this "
+            f"process may run on {cores} (its CPU affinity); pass --nproc {cores} or fewer"
+        )
+    ranks = max((spec.nproc for spec in parallel if spec.framework == "torch"), default=0)
+    if available is not None and ranks * RANK_MEMORY_BYTES > available:
+        fits = available // RANK_MEMORY_BYTES
+        raise InvalidInput(
+            f"--nproc {ranks}: each torch rank is a process that holds at least "
+            f"{RANK_MEMORY_BYTES // 2**20} MiB, and this node has {available / 2**30:.1f} GiB "
+            f"available; it holds --nproc {fits} at most"
+        )
+
+
+def available_memory() -> int | None:
+    """Bytes the node's ranks may still take: the free memory, or less where this process's
+    memory cgroup (a container's limit) leaves less; None where neither can be read."""
+    import psutil
+
+    from mpbench.runner.execute import memory_cgroup
+
+    try:
+        free: int | None = psutil.virtual_memory().available
+    except (OSError, RuntimeError):
+        free = None
+    cgroup = memory_cgroup()
+    if cgroup is None:
+        return free
+    try:
+        limit = (cgroup / "memory.max").read_text().strip()  # "max": no limit
+        used = int((cgroup / "memory.current").read_text())
+    except (OSError, ValueError):
+        return free
+    if not limit.isdigit():
+        return free
+    left = max(int(limit) - used, 0)
+    return left if free is None else min(free, left)
+
+
+def unused_settings(config: RunConfig, cells: list[Cell]) -> list[str]:
+    """Settings that change no cell that runs: each would otherwise pass without a word,
+    and the run would look like it measured them."""
+    running = [cell.spec for cell in cells if cell.skip_reason is None]
+    if not running:
+        return []
+    found = []
+    static = [scale for scale in config.loss_scale if scale is not None]
+    if static and not any(spec.policy == "mixed_float16" for spec in running):
+        found.append(
+            f"--loss-scale {static[0]:g}: applies to mixed_float16 cells only, and none runs "
+            "here; add -p fp16 to measure it"
+        )
+    if config.grad_comm != "fp32" and not any(spec.world_size > 1 for spec in running):
+        found.append(
+            f"--grad-comm {config.grad_comm}: applies to data-parallel cells only, and every "
+            "cell here runs one replica; add --nproc 2 (or more) to measure it"
+        )
+    if True in config.compile and not any(spec.framework == "torch" for spec in running):
+        found.append(
+            "--compile: applies to torch cells only, and none runs here; TensorFlow's "
+            "switch is --jit on"
+        )
+    return found

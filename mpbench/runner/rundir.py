@@ -126,15 +126,18 @@ def read_state(run_dir: Path) -> RunState | None:
         return None
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
-        return RunState(
-            run_id=raw["run_id"],
-            created_at=raw["created_at"],
-            command_line=raw["command_line"],
-            mpbench_version=raw["mpbench_version"],
-            config=RunConfig.from_dict(raw["config"]),
-        )
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise InvalidInput(f"{path}: not a readable run description ({exc})") from None
+    if not isinstance(raw, dict):
+        raise InvalidInput(f"{path}: not a run description (not a JSON object)")
+    texts = {}
+    for key in ("run_id", "created_at", "command_line", "mpbench_version"):
+        value = raw.get(key)
+        if not isinstance(value, str) or (key == "run_id" and not value.strip()):
+            raise InvalidInput(f"{path}: {key} must be a string, got {value!r}")
+        texts[key] = value
+    # The configuration meets the rules a new run's does (runner/config.py, Setting).
+    return RunState(**texts, config=RunConfig.from_dict(raw.get("config"), str(path)))
 
 
 def holds_a_run(run_dir: Path) -> bool:

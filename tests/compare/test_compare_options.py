@@ -45,9 +45,11 @@ def test_points_refuse_percent_because_it_is_ambiguous() -> None:
 
 
 def test_min_speedup_resolves_aliases_and_x_suffix() -> None:
-    parsed = parse_min_speedup(["bf16=1.5", "mixed_float16=1.0x", "AMP_FP16=0.9"])
-    # a later spec for the same policy wins, as with any repeated option
+    parsed = parse_min_speedup(["bf16=1.5", "AMP_FP16=0.9x"])
     assert parsed == {"mixed_bfloat16": 1.5, "mixed_float16": 0.9}
+    # two limits for one policy (an alias is the same policy) are refused, not one dropped
+    with pytest.raises(InvalidInput, match="both set the limit for mixed_float16"):
+        parse_min_speedup(["mixed_float16=1.0x", "AMP_FP16=0.9"])
 
 
 @pytest.mark.parametrize(

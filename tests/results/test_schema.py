@@ -38,6 +38,9 @@ def make_record(cell="torch/mnist_dense/float32/r0", status=Status.OK) -> CellRe
     )
 
 
+DRIFT = ("first_half_median_s", "second_half_median_s", "drifting")
+
+
 def test_step_stats_derive_from_the_raw_samples():
     stats = StepTimeStats.from_samples([0.4, 0.1, 0.3, 0.2, 0.5], warmup_steps=3)
     assert stats.count == 5 and stats.warmup_steps == 3
@@ -91,7 +94,7 @@ def test_unknown_fields_and_missing_files_are_rejected(tmp_path):
         read_records(tmp_path)
     with pytest.raises(SchemaError, match="no such results file"):
         read_records(tmp_path / "missing")
-    assert SCHEMA_VERSION == 6
+    assert SCHEMA_VERSION == 7
 
 
 def test_records_of_versions_1_to_5_read_without_the_contention_fields(tmp_path):
@@ -100,6 +103,8 @@ def test_records_of_versions_1_to_5_read_without_the_contention_fields(tmp_path)
         del raw["contention"], raw["implausible"]
         if version < 5:
             del raw["distributed"]
+        if version < 2:  # drift came with version 2
+            raw["step_time"].update(dict.fromkeys(DRIFT))
         raw["schema_version"] = version
         (tmp_path / "results.jsonl").write_text(json.dumps(raw) + "\n")
         (record,) = read_records(tmp_path)
@@ -159,6 +164,7 @@ def test_a_distributed_record_round_trips_and_its_bounds_are_checked(tmp_path):
         allreduce_s_per_step=0.002,
         unavailable={"allreduce_overlap_s_per_step": "why"},
     )
+    record.config.update(world_size=2, nproc_per_node=2, nnodes=1, grad_comm="bf16")
     path = tmp_path / "results.jsonl"
     path.write_text(json.dumps(record.to_dict()) + "\n")
     (back,) = read_records(tmp_path)
@@ -183,3 +189,47 @@ def test_a_version_3_record_reads_without_the_telemetry_fields(tmp_path):
     (tmp_path / "results.jsonl").write_text(json.dumps(raw) + "\n")
     (record,) = read_records(tmp_path)
     assert (record.telemetry, record.energy, record.divergence, record.fallback_of) == (None,) * 4
+
+
+def _with_nvml_memory(version: int, name: str) -> dict:
+    raw = make_record().to_dict()
+    raw["telemetry"] = {
+        "side_file": None,
+        "numerics_points": 0,
+        "numerics_stride": 1,
+        "steps": 4,
+        "skipped_steps": 0,
+        "nonfinite_steps": 0,
+        name: 512 * 2**20,
+    }
+    raw["schema_version"] = version
+    return raw
+
+
+def test_nvml_device_memory_is_read_under_its_v7_name_from_older_records(tmp_path):
+    """Versions 1-6 called NVML's device-wide `used` peak_gpu_memory_bytes, a name that reads
+    like the allocator's peak; version 7 names it for what it is, and reads the old name."""
+    path = tmp_path / "results.jsonl"
+    path.write_text(json.dumps(_with_nvml_memory(6, "peak_gpu_memory_bytes")) + "\n")
+    (record,) = read_records(tmp_path)
+    assert record.schema_version == 6
+    assert record.telemetry.peak_nvml_device_used_bytes == 512 * 2**20
+    assert "peak_gpu_memory_bytes" not in json.dumps(record.to_dict())
+    path.write_text(json.dumps(_with_nvml_memory(7, "peak_nvml_device_used_bytes")) + "\n")
+    (record,) = read_records(tmp_path)
+    assert record.telemetry.peak_nvml_device_used_bytes == 512 * 2**20
+
+
+@pytest.mark.parametrize(
+    ("version", "name", "message"),
+    [
+        (7, "peak_gpu_memory_bytes", "unknown field"),
+        (6, "peak_nvml_device_used_bytes", "the name schema version 7 gave"),
+    ],
+)
+def test_nvml_device_memory_under_the_other_versions_name_is_refused(
+    tmp_path, version, name, message
+):
+    (tmp_path / "results.jsonl").write_text(json.dumps(_with_nvml_memory(version, name)) + "\n")
+    with pytest.raises(SchemaError, match=message):
+        read_records(tmp_path)
