@@ -29,6 +29,7 @@ from mpbench.compare.estimate import (
 from mpbench.errors import InvalidInput
 from mpbench.policies import BASELINE, POLICIES
 from mpbench.results import CellRecord, Status, StepTimeStats
+from mpbench.results.variant import FALLBACK, GROUP_RECIPE, Layout, row_marks
 
 FRAMEWORK_ORDER = ("torch", "tensorflow")
 WORKLOAD_ORDER = ("mnist_dense", "cifar10_cnn")  # as DESIGN.md introduces them
@@ -40,42 +41,6 @@ _FAILED = (Status.DIVERGED, Status.OOM, Status.TIMEOUT, Status.ERROR)
 # world-size-1 cell has none of them. Each world size is a group of its own (ratios to float32
 # are taken at one world size); the scaling table relates the groups across world sizes.
 PARALLEL_KEYS = ("world_size", "nproc_per_node", "nnodes", "grad_comm")
-
-
-@dataclass(frozen=True, order=True)
-class Layout:
-    """How many replicas a group ran on, and the precision of their gradient all-reduce."""
-
-    world_size: int = 1
-    nnodes: int = 1
-    nproc_per_node: int = 1
-    grad_comm: str = "fp32"
-
-    @classmethod
-    def of(cls, config: dict[str, Any]) -> Layout:
-        def whole(name: str) -> int:
-            value = config.get(name)
-            return value if isinstance(value, int) and not isinstance(value, bool) else 1
-
-        comm = config.get("grad_comm")
-        world = whole("world_size")
-        return cls(world, whole("nnodes"), whole("nproc_per_node"), comm or "fp32")
-
-    @property
-    def parallel(self) -> bool:
-        return self.world_size > 1
-
-    def mark(self) -> str:
-        """`×2`, `×2 [comm bf16]`, `×8 [2 nodes, comm bf16]`; empty at world size 1."""
-        if not self.parallel:
-            return ""
-        extra = [f"{self.nnodes} nodes"] if self.nnodes > 1 else []
-        extra += [f"comm {self.grad_comm}"] if self.grad_comm != "fp32" else []
-        return f"×{self.world_size}" + (f" [{', '.join(extra)}]" if extra else "")
-
-    def order(self) -> tuple[int, int, bool, str]:
-        """World size, nodes, then fp32 all-reduce before the 16-bit ones."""
-        return (self.world_size, self.nnodes, self.grad_comm != "fp32", self.grad_comm)
 
 
 @dataclass(frozen=True, order=True)
@@ -126,38 +91,33 @@ def per_sample(stats: StepTimeStats, batch: int) -> StepTimeStats:
 def cell_key(record: CellRecord) -> CellKey:
     config = {k: v for k, v in record.config.items() if k not in _NOT_IDENTITY}
     config["data"] = _data_kind(record)
-    row = _row(record.policy, config)
-    if record.fallback_of:  # --on-diverge fallback: its own row, never the policy's own cell
-        row += FALLBACK_MARK
+    # --on-diverge fallback: a row of its own, never the policy's own cell
+    row = _row(record.policy, config, fallback=bool(record.fallback_of))
     pairs = tuple(sorted((k, json.dumps(v, sort_keys=True)) for k, v in config.items()))
     device = f"{record.device.kind}: {record.device.name}"
     group = GroupKey(record.hardware_fingerprint, device, record.workload, record.framework, pairs)
     return CellKey(group, row)
 
 
-def _row(policy: str, config: dict[str, Any]) -> str:
-    """The cell's row in its group: the policy, marked with the recipe values that vary
-    *within* one group, which are then taken out of `config` (the group identity).
+def _row(policy: str, config: dict[str, Any], fallback: bool) -> str:
+    """The cell's row in its group: the policy and its row marks (results.variant.row_marks),
+    whose entries are then taken out of `config` (the group identity).
 
     Two recipe axes apply to some policies only, so their cells share float32 as reference:
     the 16-bit batch factor (`mixed_bfloat16 @512` beside float32 at the configured batch,
     kept as `batch_size`) and the static loss scale (`mixed_float16 [loss scale 1024]`).
     Accumulation and compile apply to every policy and stay in the group identity."""
+    marks = row_marks(policy, config, fallback)
     reference = config.pop("reference_batch_size", None)
     config.pop("batch_scale_16bit", None)
     config.pop("effective_batch_size", None)  # batch × accumulate: implied by both
-    marks = ""
-    batch = config.get("batch_size")
-    if isinstance(reference, int) and batch != reference:
-        marks += f" @{batch}"
+    config.pop("loss_scale", None)
+    if isinstance(reference, int):
         config["batch_size"] = reference
-    scale = config.pop("loss_scale", None)
-    if isinstance(scale, (int, float)) and policy == "mixed_float16":
-        marks += f" [loss scale {scale:g}]"
-    return policy + marks
+    return f"{policy} {marks}" if marks else policy
 
 
-FALLBACK_MARK = " (fallback)"
+FALLBACK_MARK = f" {FALLBACK}"
 
 
 def row_policy(row: str) -> str:
@@ -188,16 +148,25 @@ def _adopt_orphans(by_key: dict[CellKey, list[CellRecord]]) -> None:
     A skipped or failed cell has no measurements, so it lacks what a finished cell adds to
     its config (the data kind actually used, TensorFlow's input pipeline and jit state, ...).
     It joins the group that agrees on every config entry it does have; without this, a
-    skipped tf32 cell would form a group, a label and a config line of its own."""
+    skipped tf32 cell would form a group, a label and a config line of its own. A group that
+    has exactly its config keeps it (a diverged cell loaded its data: it knows its group), and
+    a recipe entry it lacks is at its default, not unknown (records leave defaults out), so a
+    plain cell never joins the accumulating or compiled group beside it."""
     trained = [k for k, records in by_key.items() if any(r.status is Status.OK for r in records)]
+    trained_groups = {k.group for k in trained}
     for key in [k for k in by_key if k not in trained]:
+        if key.group in trained_groups:
+            continue
         have = {n: v for n, v in key.group.config if not (n == "data" and v == _UNKNOWN_DATA)}
+        have.update(
+            (n, json.dumps(default)) for n, default in GROUP_RECIPE.items() if n not in have
+        )
         homes = [
             k
             for k in trained
             if (k.group.fingerprint, k.group.device, k.group.workload, k.group.framework)
             == (key.group.fingerprint, key.group.device, key.group.workload, key.group.framework)
-            and all(dict(k.group.config).get(n) == v for n, v in have.items())
+            and all(_entry(k.group, n) == v for n, v in have.items())
             # A data-parallel layout is never unknown: world size 1 records none of it.
             and k.group.layout() == key.group.layout()
         ]
@@ -205,6 +174,14 @@ def _adopt_orphans(by_key: dict[CellKey, list[CellRecord]]) -> None:
         if groups and groups[0] != key.group:
             target = CellKey(groups[0], key.policy)
             by_key.setdefault(target, []).extend(by_key.pop(key))
+
+
+def _entry(group: GroupKey, name: str) -> str | None:
+    """A config entry of a group as JSON text; a recipe entry it lacks at its default."""
+    config = dict(group.config)
+    if name not in config and name in GROUP_RECIPE:
+        return json.dumps(GROUP_RECIPE[name])
+    return config.get(name)
 
 
 RepeatKey = tuple[str, int]  # (run_id, repeat): how repeats of two policies pair up
@@ -660,14 +637,18 @@ def _rank(order: tuple[str, ...], name: str) -> tuple[int, str]:
 
 
 def display_order(key: CellKey) -> tuple:
-    """Machine, workload, torch before TensorFlow, config (each config at world size 1 first,
-    then its data-parallel groups), then the policies' canonical order."""
+    """Machine, workload, torch before TensorFlow, config (the plain recipe before the
+    accumulating or compiled ones; each config at world size 1 first, then its data-parallel
+    groups), then the policies' canonical order."""
     group = key.group
+    config = group.config_dict()
+    recipes = sum(config.get(n, default) != default for n, default in GROUP_RECIPE.items())
     return (
         group.fingerprint,
         group.device,
         _rank(WORKLOAD_ORDER, group.workload),
         _rank(FRAMEWORK_ORDER, group.framework),
+        recipes,
         group.single().config,
         group.layout().order(),
         group.config,

@@ -3,31 +3,29 @@
 Per workload (and machine), two rows:
 - speed-up vs float32, memory and test accuracy per policy: one bar (accuracy: one point)
   per framework, a whisker for the 95 % interval the tables print, the value at its tip;
-- the step-time distribution of every policy (a box per framework, log axis when the
-  policies differ more than tenfold), and per framework the training-loss curve of every
-  policy (points when the cells trained one epoch);
-- where the records name telemetry side files (v4 runs), a third row: per framework the
+- the step-time distribution of every policy (a box per group, log axis when the policies
+  differ more than tenfold), and per group the training-loss curve of every policy (points
+  when the cells trained one epoch), each variant of a policy in its own shade;
+- where the records name telemetry side files (v4 runs), a third row: per group the
   training loss at every kept step, and the loss-scale trajectory of the cells that scale
   (fp16; log2 axis, skipped steps marked). A diverged cell's curve ends where it stopped.
   Without side files (older runs) the figure has the two rows only.
 A value that does not exist (a skipped or failed cell, no float32 to divide by, a ratio that
 overflowed) is named where it would be drawn, never drawn as a zero. Each value axis spans the
 values, not the longest whisker: one past it is cut at the edge and marked with an arrow and
-its true end (plot_style.sane_range, mark_beyond). Drawn with Agg: files only, no display
-needed.
+its true end (plot_style.sane_range, mark_beyond). Groups are named as the tables name them
+(labels.Labeler.group). Text that would not fit once laid out is fixed before the file is
+written (_fit): titles wrapped, crowded policy names staggered, upright or thinned. Drawn with
+Agg: files only, no display needed.
 """
 
 from __future__ import annotations
 
-import math
 import textwrap
-from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
 
-from mpbench.compare.cells import GroupKey
 from mpbench.compare.estimate import Estimate
-from mpbench.compare.labels import config_suffix, short_fingerprint, varying_entries
+from mpbench.compare.labels import short_fingerprint
 from mpbench.compare.plot_bars import accuracy_panel, memory_panel, speedup_panel
 from mpbench.compare.plot_series import (
     has_loss_scales,
@@ -37,7 +35,7 @@ from mpbench.compare.plot_series import (
     step_loss_panel,
     step_time_panel,
 )
-from mpbench.compare.plot_style import Palette
+from mpbench.compare.plot_style import Palette, fit_text, fit_ticks
 from mpbench.compare.report import Report
 from mpbench.compare.rows import WITHIN_RUN_NOTE, config_text, interval_kinds
 from mpbench.errors import InvalidInput
@@ -122,31 +120,30 @@ def build_figure(report: Report):
     heights = [(3 if panels else 2) * ROW_IN + SECTION_TITLE_IN for panels in telemetry]
     height = HEADER_IN + sum(heights) + footer_in
     fig = Figure(figsize=(WIDTH_IN, height), dpi=DPI, layout="constrained")
-    parts = fig.subfigures(
-        len(sections) + 2,
-        1,
-        height_ratios=[HEADER_IN, *heights, footer_in],
-    )
+    # Header, a part per section, footer; _fit may make a section taller later.
+    grid = fig.add_gridspec(len(sections) + 2, 1, height_ratios=[HEADER_IN, *heights, footer_in])
+    parts = [fig.add_subfigure(grid[index]) for index in range(len(sections) + 2)]
     header, footer = parts[0], parts[-1]
     runs = ", ".join(report.runs)
-    header.suptitle(
+    title = header.suptitle(
         "\n".join(textwrap.wrap(f"Mixed precision vs float32 (runs: {runs})", 110)),
         fontsize=14,
         fontweight="bold",
     )
     keys = [g.key for s in sections for g in s.groups]
-    palette = Palette(keys, _group_namer(keys))
-    legend = palette.entries()
-    header.legend(
-        [Patch(color=colour) for _, colour in legend],
-        [label for label, _ in legend],
+    palette = Palette(keys, report.labeler.group)  # the tables' names for the groups
+    entries = palette.entries()
+    legend = header.legend(
+        [Patch(color=colour) for _, colour in entries],
+        [label for label, _ in entries],
         loc="lower center",
-        ncol=max(min(len(legend), 4), 1),
+        ncols=max(min(len(entries), 4), 1),
         fontsize=11,
         frameon=False,
     )
+    titles = [title]
     for section, sub, panels in zip(sections, parts[1:-1], telemetry, strict=True):
-        _draw_section(sub, section, report, palette, panels, side_files)
+        titles.append(_draw_section(sub, section, report, palette, panels, side_files))
     footer.text(
         0.5,
         0.5,
@@ -156,25 +153,108 @@ def build_figure(report: Report):
         fontsize=8.5,
         color="#444444",
     )
+    _fit(fig, grid, [HEADER_IN, *heights, footer_in], titles, legend)
     return fig
 
 
-def _group_namer(keys: list[GroupKey]) -> Callable[[GroupKey], str]:
-    """A framework's name, plus the config entries that tell its groups apart anywhere in the
-    report (`tensorflow [loop="fit"]`) and a data-parallel group's world size (`torch ×2`):
-    one name, one colour, in every workload's panels."""
-    by_place: dict[tuple[str, str], list[dict[str, str]]] = defaultdict(list)
-    for key in keys:
-        by_place[(key.framework, key.workload)].append(dict(key.config))
-    varying: dict[str, set[str]] = defaultdict(set)
-    for (framework, _), configs in by_place.items():
-        varying[framework] |= set(varying_entries(configs))
+def _fit(fig, grid, heights: list[float], titles: list, legend) -> None:
+    """Lay the figure out, measure its text with the renderer that writes the file, and fix
+    what does not fit (plot_style.fit_text, fit_ticks; _grow_rows); then lay it out again,
+    since a wrapped title or an upright label changes the room the panels get. A few passes
+    settle it. `grid`: the figure's parts (header, sections, footer), `heights` theirs in
+    inches; `titles`: the figure's and the sections' titles; `legend`: the figure's."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    def name(key: GroupKey) -> str:
-        entries = sorted(varying.get(key.framework, ()))
-        return key.framework + config_suffix(dict(key.config), entries)
+    canvas = FigureCanvasAgg(fig)
+    _fit_legend(legend, fig.bbox.width, canvas.get_renderer())
+    for _ in range(5):
+        fig.draw_without_rendering()
+        renderer = canvas.get_renderer()
+        changed = _grow_rows(fig, grid, heights, renderer)
+        for ax in fig.axes:
+            changed |= fit_ticks(ax, renderer)
+            if ax.get_title():
+                changed |= fit_text(ax.title, _title_room(ax), renderer)
+            if ax.get_ylabel():  # no taller than its panel, or it runs into the titles
+                changed |= fit_text(ax.yaxis.label, ax.bbox.height, renderer, vertical=True)
+        for title in titles:
+            changed |= fit_text(title, _suptitle_room(title), renderer)
+        if not changed:
+            return
 
-    return name
+
+_MARGIN = 6  # pixels between a text and the edge of its place
+LEVEL_TICKS_PX = 40  # what two lines of level tick labels take below a panel
+
+
+def _grow_rows(fig, grid, heights: list[float], renderer) -> bool:
+    """A row of panels whose tick labels stand upright (fit_ticks) grows by the height they
+    take beyond level ones, and the figure with it, so that its panels keep their height."""
+    extra: dict[tuple[int, int], float] = {}  # (part, row) -> inches
+    parts = list(fig.subfigs)
+    for ax in fig.axes:
+        upright = [
+            t.get_window_extent(renderer).height
+            for t in ax.get_xticklabels()
+            if t.get_visible() and t.get_text() and t.get_rotation() == 90
+        ]
+        if not upright:
+            continue
+        where = (parts.index(ax.figure), _row_of(ax).rowspan.start)
+        grow = max(max(upright) - LEVEL_TICKS_PX, 0.0) / fig.dpi
+        extra[where] = max(extra.get(where, 0.0), grow)
+    sizes = list(heights)
+    changed = False
+    for part, sub in enumerate(parts):
+        own = {row: inches for (p, row), inches in extra.items() if p == part}
+        if not own:
+            continue
+        rows = _row_of(sub.axes[0]).get_gridspec()
+        ratios = [ROW_IN + own.get(row, 0.0) for row in range(rows.nrows)]
+        sizes[part] += sum(ratios) - ROW_IN * rows.nrows
+        if list(rows.get_height_ratios() or []) != ratios:
+            rows.set_height_ratios(ratios)
+            changed = True
+    if changed:
+        grid.set_height_ratios(sizes)
+        fig.set_size_inches(WIDTH_IN, sum(sizes))
+    return changed
+
+
+def _row_of(ax):
+    """The row of its section's grid that a panel is in (_draw_section)."""
+    return ax.get_subplotspec().get_topmost_subplotspec()
+
+
+def _title_room(ax) -> float:
+    """How wide the title of `ax` may be: centred over the panel, it must end halfway across
+    the gap to the panel beside it (the neighbour's title ends there too) and inside the
+    section."""
+    row = [other for other in ax.figure.axes if _row_of(other) == _row_of(ax)]
+    box, section = ax.bbox, ax.figure.bbox
+    left = max([(o.bbox.x1 + box.x0) / 2 for o in row if o.bbox.x1 <= box.x0], default=section.x0)
+    right = min([(o.bbox.x0 + box.x1) / 2 for o in row if o.bbox.x0 >= box.x1], default=section.x1)
+    centre = (box.x0 + box.x1) / 2
+    return 2 * max(min(centre - left, right - centre), 0) - 2 * _MARGIN
+
+
+def _suptitle_room(title) -> float:
+    """The width left to a section's or the figure's title from where it starts (a section's
+    is left-aligned, the figure's centred)."""
+    box = title.figure.bbox  # the (sub)figure it is the title of
+    if title.get_horizontalalignment() == "left":
+        return box.x1 - (box.x0 + title.get_position()[0] * box.width) - _MARGIN
+    return box.width - 2 * _MARGIN
+
+
+def _fit_legend(legend, width: float, renderer) -> None:
+    """The figure's legend in as many columns (at most its own) as fit the figure's width.
+    Its size does not depend on the layout, so it is fitted once, before it."""
+    entries = len(legend.texts)
+    for columns in range(max(min(entries, 4), 1), 0, -1):
+        legend.set_ncols(columns)
+        if legend.get_window_extent(renderer).width <= width - 2 * _MARGIN:
+            return
 
 
 def _telemetry_panels(section, side_files: dict) -> list:
@@ -191,24 +271,29 @@ def _telemetry_panels(section, side_files: dict) -> list:
 
 def _draw_section(
     sub, section, report: Report, palette: Palette, telemetry: list, side_files: dict
-) -> None:
+):
+    """The section's panels in `sub`; returns its title (a Text), for _fit."""
     groups = section.groups
-    lower = 1 + len(groups)  # the step-time panel, then one loss panel per framework
-    columns = math.lcm(3, lower, len(telemetry) or 1)
-    grid = sub.add_gridspec(3 if telemetry else 2, columns)
-    top_span, low_span = columns // 3, columns // lower
-    sub.suptitle(_section_title(section), fontsize=12.5, fontweight="bold", x=0.01, ha="left")
-    speedup_panel(sub.add_subplot(grid[0, 0:top_span]), section, palette)
-    memory_panel(sub.add_subplot(grid[0, top_span : 2 * top_span]), section, palette)
-    accuracy_panel(sub.add_subplot(grid[0, 2 * top_span :]), section, palette)
-    step_time_panel(sub.add_subplot(grid[1, 0:low_span]), section, palette)
+    # A grid per row of panels: the rows' columns are independent, so a wide label in one row
+    # never shifts (or squeezes) a panel of another.
+    rows = sub.add_gridspec(3 if telemetry else 2, 1)
+    top = rows[0].subgridspec(1, 3)
+    low = rows[1].subgridspec(1, 1 + len(groups))  # step time, then a loss panel per group
+    title = sub.suptitle(
+        _section_title(section), fontsize=12.5, fontweight="bold", x=0.01, ha="left"
+    )
+    speedup_panel(sub.add_subplot(top[0, 0]), section, palette)
+    memory_panel(sub.add_subplot(top[0, 1]), section, palette)
+    accuracy_panel(sub.add_subplot(top[0, 2]), section, palette)
+    step_time_panel(sub.add_subplot(low[0, 0]), section, palette)
     for index, group in enumerate(groups, start=1):
-        ax = sub.add_subplot(grid[1, index * low_span : (index + 1) * low_span])
-        loss_panel(ax, section, group, palette.name(group.key))
-    span = columns // max(len(telemetry), 1)
-    for index, (panel, group) in enumerate(telemetry):
-        ax = sub.add_subplot(grid[2, index * span : (index + 1) * span])
-        panel(ax, section, group, palette.name(group.key), side_files)
+        loss_panel(sub.add_subplot(low[0, index]), section, group, palette.name(group.key))
+    if telemetry:
+        third = rows[2].subgridspec(1, len(telemetry))
+        for index, (panel, group) in enumerate(telemetry):
+            ax = sub.add_subplot(third[0, index])
+            panel(ax, section, group, palette.name(group.key), side_files)
+    return title
 
 
 def write_plot(report: Report, path: Path) -> Path:

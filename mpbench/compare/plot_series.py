@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import math
 import statistics
-import textwrap
 
 from mpbench.compare import fmt
-from mpbench.compare.cells import FALLBACK_MARK, CellSummary, PolicyGroup, Section
+from mpbench.compare.cells import FALLBACK_MARK, CellSummary, PolicyGroup, Section, row_policy
 from mpbench.compare.plot_style import (
     LABEL_SIZE,
     NOTE_COLOUR,
@@ -23,8 +22,8 @@ from mpbench.compare.plot_style import (
     missing_text,
     offsets,
     policies,
-    policy_colour,
     policy_label,
+    row_colours,
     sane_range,
     style_axes,
     tick_label,
@@ -183,26 +182,30 @@ def _loss_note(cell: CellSummary) -> str:
 
 
 def loss_panel(ax, section: Section, group: PolicyGroup, name: str) -> None:
+    """`name` is the group's, as the legend says it; wrapped to the panel when the figure is
+    laid out (plot.py)."""
     names = [p for p in policies(section) if p in group.cells]
     curves = {p: _curves(group.cells[p]) for p in names}
     epochs = max((len(c) for cs in curves.values() for c in cs), default=0)
+    colours = row_colours(policies(section))
     style_axes(ax, grid_axis="both")
-    label = "\n".join(textwrap.wrap(name, 28))
     if epochs == 0:
-        ax.set_title(f"{label}\ntraining loss", fontsize=TITLE_SIZE, fontweight="bold")
+        ax.set_title(f"{name}\ntraining loss", fontsize=TITLE_SIZE, fontweight="bold")
         empty_panel(ax, "no training loss recorded")
         return
     if epochs == 1:
-        title = f"{label}\ntraining loss (1 epoch: points)"
-        _loss_points(ax, names, group, curves)
+        title = f"{name}\ntraining loss (1 epoch: points)"
+        _loss_points(ax, names, group, curves, colours)
     else:
-        title = f"{label}\ntraining loss per epoch"
-        _loss_lines(ax, names, group, curves, epochs)
+        title = f"{name}\ntraining loss per epoch"
+        _loss_lines(ax, names, group, curves, epochs, colours)
     ax.set_title(title, fontsize=TITLE_SIZE, fontweight="bold")
     ax.set_ylabel("training loss", fontsize=LABEL_SIZE)
 
 
-def _loss_points(ax, names: list[str], group: PolicyGroup, curves: dict) -> None:
+def _loss_points(
+    ax, names: list[str], group: PolicyGroup, curves: dict, colours: dict[str, str]
+) -> None:
     """One epoch: a point per repeat at its policy, the mean as a bar-less marker."""
     ax.set_xticks(range(len(names)))
     ax.set_xticklabels([tick_label(p) for p in names])
@@ -213,7 +216,7 @@ def _loss_points(ax, names: list[str], group: PolicyGroup, curves: dict) -> None
     span = max(high - low, abs(high) * 0.05, 1e-6)  # 1 % apart must not fill the axis
     ax.set_ylim(low - 0.45 * span, high + 0.35 * span)
     for x, policy in enumerate(names):
-        colour = policy_colour(policy, x)
+        colour = colours[policy]
         finals = [c[0] for c in curves[policy]]
         if not finals:
             ax.text(
@@ -242,17 +245,20 @@ def _loss_points(ax, names: list[str], group: PolicyGroup, curves: dict) -> None
         )
 
 
-def _marker(policy: str) -> str:
-    return POLICY_MARKERS.get(policy, "o")
+def _marker(row: str) -> str:
+    """The policy's marker, for its variants too: the colour tells them apart."""
+    return POLICY_MARKERS.get(row_policy(row), "o")
 
 
-def _loss_lines(ax, names: list[str], group: PolicyGroup, curves: dict, epochs: int) -> None:
+def _loss_lines(
+    ax, names: list[str], group: PolicyGroup, curves: dict, epochs: int, colours: dict[str, str]
+) -> None:
     from matplotlib.lines import Line2D
     from matplotlib.ticker import MaxNLocator
 
     handles, labels = [], []
-    for index, policy in enumerate(names):
-        colour = policy_colour(policy, index)
+    for policy in names:
+        colour = colours[policy]
         marker = _marker(policy)
         own = curves[policy]
         if not own:
@@ -350,12 +356,13 @@ def _stride_text(curves: list[tuple[CellRecord, SideFile]]) -> str:
 
 
 def _per_step_lines(ax, section: Section, group: PolicyGroup, side_files: dict, column: str):
-    """One line per repeat of each policy row (legend once per row), in the policy's colour;
-    a fallback row dashed. Yields the values drawn, for the axis scale."""
+    """One line per repeat of each policy row (legend once per row), in the row's colour
+    (plot_style.row_colours); a fallback row dashed. Yields the values drawn, for the axis scale."""
     names = [p for p in policies(section) if p in group.cells]
+    colours = row_colours(policies(section))
     drawn: list[float] = []
     strides: list[tuple[CellRecord, SideFile]] = []
-    for index, policy in enumerate(names):
+    for policy in names:
         cell = group.cells[policy]
         curves = [(r, s) for r, s in _side_curves(cell, side_files)]
         if column == "loss_scale":
@@ -363,7 +370,7 @@ def _per_step_lines(ax, section: Section, group: PolicyGroup, side_files: dict, 
         if not curves:
             continue
         strides += curves
-        colour = policy_colour(policy, index)
+        colour = colours[policy]
         style = "--" if policy.endswith(FALLBACK_MARK) else "-"
         thin = len(curves) > 1
         label = _curve_label(policy, curves)
@@ -402,8 +409,7 @@ def _per_step_lines(ax, section: Section, group: PolicyGroup, side_files: dict, 
 def step_loss_panel(ax, section: Section, group: PolicyGroup, name: str, side_files: dict):
     """The training loss at every kept step, per policy (telemetry side files)."""
     style_axes(ax, grid_axis="both")
-    label = "\n".join(textwrap.wrap(name, 28))
-    ax.set_title(f"{label}\ntraining loss per step", fontsize=TITLE_SIZE, fontweight="bold")
+    ax.set_title(f"{name}\ntraining loss per step", fontsize=TITLE_SIZE, fontweight="bold")
     drawn, curves = _per_step_lines(ax, section, group, side_files, "loss")
     positive = [v for v in drawn if v > 0]
     if not drawn:
@@ -423,8 +429,7 @@ def loss_scale_panel(ax, section: Section, group: PolicyGroup, name: str, side_f
     from matplotlib.ticker import FuncFormatter
 
     style_axes(ax, grid_axis="both")
-    label = "\n".join(textwrap.wrap(name, 28))
-    ax.set_title(f"{label}\nloss scale (o: skipped step)", fontsize=TITLE_SIZE, fontweight="bold")
+    ax.set_title(f"{name}\nloss scale (o: skipped step)", fontsize=TITLE_SIZE, fontweight="bold")
     drawn, curves = _per_step_lines(ax, section, group, side_files, "loss_scale")
     if not drawn:
         empty_panel(ax, "no loss scale in the telemetry")

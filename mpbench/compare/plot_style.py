@@ -3,7 +3,9 @@ note. Matplotlib is imported by the caller (plot.py), never at import time here.
 
 from __future__ import annotations
 
+import itertools
 import math
+import textwrap
 from collections.abc import Callable, Iterable
 
 from mpbench.compare.cells import (
@@ -46,13 +48,23 @@ def framework_colour(framework: str, index: int) -> str:
     return FRAMEWORK_COLOURS.get(framework, _OTHER[index % len(_OTHER)])
 
 
-def _shade(colour: str, variant: int) -> str:
-    """The framework's colour for its first config, lighter / darker ones for the next."""
+# A family's later members, as fractions of the way to white (+) or black (-): far enough apart
+# to read apart, near enough to read as the same family.
+_SHADES = (0.45, -0.35, 0.7, -0.55, 0.85)
+_LIGHTER = (0.4, 0.6, 0.75, 0.85, 0.92)  # for a dark colour (float32's), which cannot darken
+
+
+def shade(colour: str, variant: int) -> str:
+    """`colour` for a family's first member (variant 0), lighter and darker shades of it for
+    the next ones: a framework's configs, a policy's variants."""
     if variant == 0:
         return colour
-    towards, amount = ((1.0, 0.5), (0.0, 0.4), (1.0, 0.75))[(variant - 1) % 3]
     rgb = [int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5)]
-    mixed = [c + (towards - c) * amount for c in rgb]
+    dark = 0.2126 * rgb[0] + 0.7152 * rgb[1] + 0.0722 * rgb[2] < 0.25
+    shades = _LIGHTER if dark else _SHADES
+    amount = shades[(variant - 1) % len(shades)]
+    towards = 1.0 if amount > 0 else 0.0
+    mixed = [c + (towards - c) * abs(amount) for c in rgb]
     return "#" + "".join(f"{round(c * 255):02x}" for c in mixed)
 
 
@@ -71,7 +83,7 @@ class Palette:
             variant = frameworks.get(key.framework, 0)
             frameworks[key.framework] = variant + 1
             base = framework_colour(key.framework, list(frameworks).index(key.framework))
-            self._colours[label] = _shade(base, variant)
+            self._colours[label] = shade(base, variant)
 
     def colour(self, key: GroupKey) -> str:
         return self._colours[self._label_of(key)]
@@ -84,8 +96,19 @@ class Palette:
         return list(self._colours.items())
 
 
-def policy_colour(policy: str, index: int) -> str:
-    return POLICY_COLOURS.get(row_policy(policy), _OTHER[index % len(_OTHER)])
+def row_colours(rows: Iterable[str]) -> dict[str, str]:
+    """A colour per row of a section: its policy's colour for the policy's first row, shades
+    of it for the others (`fp16 [loss scale 1024]`, `bf16 (fallback)`, `bf16 @512`), so each
+    variant has its own colour and a policy's variants read as one family. Built from every
+    row of the section, a row keeps its colour in each panel."""
+    colours: dict[str, str] = {}
+    members: dict[str, int] = {}
+    for index, row in enumerate(sorted(set(rows), key=policy_rank)):
+        policy = row_policy(row)
+        base = POLICY_COLOURS.get(policy, _OTHER[index % len(_OTHER)])
+        colours[row] = shade(base, members.get(policy, 0))
+        members[policy] = members.get(policy, 0) + 1
+    return colours
 
 
 def policy_label(policy: str) -> str:
@@ -247,3 +270,116 @@ def log_axis(ax, unit: str = "") -> None:
     ax.yaxis.set_major_formatter(FuncFormatter(major))
     ax.yaxis.set_minor_formatter(FuncFormatter(minor))
     ax.tick_params(axis="y", which="minor", labelsize=TICK_SIZE - 1)
+
+
+# --- fitting text into the figure ------------------------------------------------------------
+#
+# Where text goes is known only once the figure is laid out (constrained layout sizes every
+# panel around its labels), so plot.py lays it out, measures with the renderer that writes the
+# file, and fixes what does not fit: a title wider than its place is wrapped, and tick labels
+# that would overprint each other are staggered, stood upright or, as a last resort, thinned.
+
+
+def fit_text(text, room: float, renderer, vertical: bool = False) -> bool:
+    """Wrap `text` (a matplotlib Text) at spaces until it is at most `room` pixels wide (tall,
+    for an upright axis label: `vertical`), keeping its own line breaks. Returns whether it
+    changed."""
+
+    def size() -> float:
+        box = text.get_window_extent(renderer)
+        return box.height if vertical else box.width
+
+    extent = size()
+    if extent <= room:
+        return False
+    lines = text.get_text().split("\n")
+    longest = max(len(line) for line in lines)
+    # A first guess from the size per character, then narrower until it fits.
+    chars = max(int(longest * room / extent), 1)
+    while True:
+        wrapped = [part for line in lines for part in (textwrap.wrap(line, chars) or [""])]
+        text.set_text("\n".join(wrapped))
+        if chars <= 8 or size() <= room:
+            return True
+        chars -= 1
+
+
+_GAP = 3  # pixels that must stay between two tick labels
+
+
+def _label_boxes(ax, renderer, stagger: float) -> list[tuple[float, float, float, float]]:
+    """(left, right, top, bottom) in pixels of each shown x tick label, tops aligned, every
+    other one `stagger` pixels lower: where the next layout will put them."""
+    boxes = []
+    for index, label in enumerate(ax.get_xticklabels()):
+        if not (label.get_visible() and label.get_text()):
+            continue
+        box = label.get_window_extent(renderer)
+        top = -stagger if index % 2 else 0.0
+        boxes.append((box.x0, box.x1, top, top - box.height))
+    return boxes
+
+
+def _overprint(ax, renderer, stagger: float = 0.0) -> bool:
+    """Whether two x tick labels of `ax` would overlap (or come closer than _GAP)."""
+    boxes = _label_boxes(ax, renderer, stagger)
+    return any(
+        a[0] < b[1] + _GAP and b[0] < a[1] + _GAP and a[3] < b[2] + _GAP and b[3] < a[2] + _GAP
+        for a, b in itertools.combinations(boxes, 2)
+    )
+
+
+def _stagger(ax) -> float:
+    """How much lower (pixels) every other tick label sits now (_set_ticks)."""
+    ticks = ax.xaxis.get_major_ticks()
+    if len(ticks) < 2:
+        return 0.0
+    return (ticks[1].get_pad() - ticks[0].get_pad()) * ax.figure.dpi / 72
+
+
+def _set_ticks(ax, labels: list[str], upright: bool, stagger: float = 0.0) -> None:
+    """The labels through the axis (a draw renews the Text objects from its formatter), upright
+    or level, every other one `stagger` pixels lower."""
+    import matplotlib
+
+    ax.set_xticks(ax.get_xticks(), labels=labels, rotation=90 if upright else 0, ha="center")
+    pad = matplotlib.rcParams["xtick.major.pad"]
+    lower = stagger * 72 / ax.figure.dpi
+    for index, tick in enumerate(ax.xaxis.get_major_ticks()):
+        tick.set_pad(pad + (lower if index % 2 else 0.0))
+
+
+def fit_ticks(ax, renderer) -> bool:
+    """Make the x tick labels of `ax` readable side by side. In order, the first that fits:
+    as they are; level with every other one a line of labels lower (staggered); upright
+    (`fp16` / `[loss scale 1024]`, read bottom to top); upright on one line; upright with
+    every k-th one shown, the fewest left out. A later pass (after the layout changed) goes on
+    from where the last one stopped. Returns whether it changed anything."""
+    stagger = _stagger(ax)
+    if not _overprint(ax, renderer, stagger):
+        return False
+    labels = ax.get_xticklabels()
+    texts = [t.get_text() for t in labels]
+    upright = any(t.get_rotation() == 90 for t in labels)
+    one_line = [" ".join(t.split()) for t in texts]
+    options: list[tuple[list[str], bool, bool]] = []  # (labels, upright, staggered)
+    if not upright and not stagger:
+        options.append((texts, False, True))
+    if not upright:
+        options.append((texts, True, False))
+    if one_line != texts or not upright:
+        options.append((one_line, True, False))
+    shown = [i for i, t in enumerate(one_line) if t]
+    for step in range(2, len(shown) + 1):
+        keep = set(shown[::step])
+        options.append(([t if i in keep else "" for i, t in enumerate(one_line)], True, False))
+    for option, stand, staggered in options:
+        _set_ticks(ax, option, stand)
+        lower = 0.0
+        if staggered:
+            boxes = [t.get_window_extent(renderer) for t in ax.get_xticklabels()]
+            lower = max(box.height for box in boxes) + _GAP
+        if not _overprint(ax, renderer, lower):
+            _set_ticks(ax, option, stand, lower)
+            return True
+    return True

@@ -15,7 +15,6 @@ from mpbench.compare.cells import (
     PolicyGroup,
     is_training_memory,
     row_policy,
-    row_variant,
 )
 from mpbench.compare.estimate import Estimate
 from mpbench.compare.gates import BaselineMatch
@@ -67,10 +66,12 @@ def _cell_json(report: Report, group: PolicyGroup, policy: str, cell: CellSummar
     ms = 1000.0
     return {
         "cell": report.labeler.cell(CellKey(key, policy)),
+        "group": report.labeler.group(key),  # the table's and the plot's name of the group
         "framework": key.framework,
         "workload": key.workload,
         "policy": row_policy(policy),
-        "variant": row_variant(policy),  # "@512", "[loss scale 1024]": recipe rows
+        # "[accumulate=2]", "@512", "[loss scale 1024]", "(fallback)": results.variant
+        "variant": report.labeler.variant(CellKey(key, policy)),
         "device": key.device,
         "hardware_fingerprint": key.fingerprint,
         "config": key.config_dict(),
@@ -163,10 +164,11 @@ def _scaling_json(report: Report, row: ScalingRow) -> dict[str, Any]:
     ms = 1000.0
     return {
         "cell": report.labeler.cell(row.key),
+        "group": report.labeler.group(key),
         "framework": key.framework,
         "workload": key.workload,
         "policy": row_policy(row.row),
-        "variant": row_variant(row.row),
+        "variant": report.labeler.variant(row.key),
         "device": key.device,
         "hardware_fingerprint": key.fingerprint,
         "config": key.single().config_dict(),  # without the data-parallel entries below
@@ -281,6 +283,7 @@ def _flat_columns(name: str, value_column: str | None = None) -> list[str]:
 
 _CSV_COLUMNS = [
     "cell",
+    "group",
     "framework",
     "workload",
     "policy",
@@ -361,7 +364,7 @@ def render_csv(report: Report) -> str:
     for group, policy, cell in _cells(report):
         data = _cell_json(report, group, policy, cell)
         row = {
-            **{k: data[k] for k in ("cell", "framework", "workload", "policy", "variant")},
+            **{k: data[k] for k in ("cell", "group", "framework", "workload", "policy", "variant")},
             "device": data["device"],
             "hardware_fingerprint": data["hardware_fingerprint"],
             "config": json.dumps(data["config"], sort_keys=True),

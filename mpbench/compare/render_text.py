@@ -45,7 +45,7 @@ def _section_tables(report: Report) -> list[TextTable]:
     tables = []
     for section in report.sections:
         tables.append(section_table(section, report.labeler))
-        scaling = scaling_table(section)
+        scaling = scaling_table(section, report.labeler)
         if scaling is not None:
             tables.append(scaling)
     return tables

@@ -10,10 +10,11 @@ from mpbench.compare import fmt
 from mpbench.compare.cells import CellKey, CellSummary, PolicyGroup, Section
 from mpbench.compare.estimate import REPEATS, WITHIN_RUN, Estimate
 from mpbench.compare.gates import GateResult
-from mpbench.compare.labels import Labeler, short_fingerprint
+from mpbench.compare.labels import Labeler, short_fingerprint, short_framework
 from mpbench.compare.report import Report
 from mpbench.compare.scaling import NOT_SCALING, ScalingRow, scaling_rows
 from mpbench.policies import BASELINE
+from mpbench.results.variant import GROUP_RECIPE
 
 REF = "ref"
 
@@ -315,10 +316,11 @@ _SCALING_COLUMNS = {  # in display order; 0 is always shown, higher numbers go f
 }
 
 
-def scaling_table(section: Section) -> TextTable | None:
+def scaling_table(section: Section, labeler: Labeler | None = None) -> TextTable | None:
     """Per framework, policy and config, a row per world size: global and per-device
     throughput, weak-scaling efficiency against world size 1, all-reduce share, stragglers.
-    None when the section holds no data-parallel cell."""
+    None when the section holds no data-parallel cell. A row is named by its group at world
+    size 1 (the world column says the rest), as the report's labeler names it."""
     from mpbench.compare.verdict import short
 
     rows = scaling_rows(section)
@@ -331,7 +333,8 @@ def scaling_table(section: Section) -> TextTable | None:
     )
     table = TextTable(title, columns, priorities=list(_SCALING_COLUMNS.values()))
     notes = Footnotes()
-    names = config_names(section)
+    labeler = labeler or Labeler(g.key for g in section.groups)
+    names = {g.key.single(): labeler.group(g.key.single()) for g in section.groups}
     for index, row in enumerate(rows):
         cell, layout = row.cell, row.layout
         if layout.parallel:
@@ -448,39 +451,19 @@ def _not_scaling(rows: list[ScalingRow]) -> dict[str, str]:
 
 
 def group_names(section: Section, labeler: Labeler) -> dict:
-    """Short row names: the framework ("torch", "tf"), with a letter when one framework has
-    several configs in the table ("tf a", "tf b"), and a data-parallel group's world size
-    ("torch ×2", "torch a ×2 [comm bf16]"); the legend says what each stands for. Groups
-    that differ only in their data-parallel layout share the letter of their config."""
-    names = config_names(section)
-    out = {}
-    for group in section.groups:
-        name, mark = names[group.key.single()], group.key.layout().mark()
-        out[group.key] = f"{name} {mark}" if mark else name
-    return out
-
-
-def config_names(section: Section) -> dict:
-    """The name of each config at world size 1 (GroupKey.single): "torch", or "torch a",
-    "torch b" when one framework ran several configs in the section."""
-    names = {}
-    for framework in dict.fromkeys(g.key.framework for g in section.groups):
-        groups = [g for g in section.groups if g.key.framework == framework]
-        label = _SHORT_FRAMEWORKS.get(framework, framework)
-        identities = list(dict.fromkeys(g.key.single() for g in groups))
-        for index, key in enumerate(identities):
-            names[key] = label if len(identities) == 1 else f"{label} {chr(ord('a') + index)}"
-    return names
-
-
-_SHORT_FRAMEWORKS = {"torch": "torch", "tensorflow": "tf"}
+    """Each group's row name (labels.Labeler.group): `torch`, `torch [accumulate=2]`,
+    `tf ×2`; the legend under the table says what each stands for."""
+    return {group.key: labeler.group(group.key) for group in section.groups}
 
 
 def _config_legend(name: str, group: PolicyGroup) -> str:
-    """`torch: batch 128, epochs 1, ...` or `tf = tensorflow: ...`: what a row name stands for."""
+    """`torch [compile]: batch 128, epochs 1, ...` or `tf = tensorflow: ...`: what a row name
+    stands for, the name first as the rows write it."""
     framework = group.key.framework
-    label = name if name == framework else f"{name} = {framework}"
-    return f"{label}: {config_text(group)[1:-1]}"
+    short = short_framework(framework)
+    if short != framework and name.startswith(short):
+        name = f"{name} = {framework}{name[len(short) :]}"
+    return f"{name}: {config_text(group)[1:-1]}"
 
 
 def _column_notes(kinds: set[str], columns: list[str]) -> list[str]:
@@ -507,14 +490,17 @@ def _telemetry_notes(cells: list[CellSummary], columns: list[str]) -> list[str]:
             ", ".join(shown) + ": means over the timed steps (median over repeats); CPU util: "
             "100 % is one core busy"
         )
+    reasons = sorted({c.energy_reason for c in cells if c.energy_reason})
     if ENERGY in columns:
         sources = sorted({c.energy_source for c in cells if c.energy_source})
         text = "mJ/sample: energy over the timed steps per training sample"
         text += f", measured by {'; '.join(sources)}" if sources else ""
-        reasons = sorted({c.energy_reason for c in cells if c.energy_reason})
         if reasons:
             text += f"; — where not measured: {'; '.join(reasons)}"
         lines.append(text)
+    elif reasons:
+        # No cell measured energy, so there is no column to dash: the note still says why.
+        lines.append(f"mJ/sample: not measured: {'; '.join(reasons)}")
     return lines
 
 
@@ -559,9 +545,7 @@ _CONFIG_EXTRA = (
     "jit",
     "reference_batch_size",
     "batch_scale_16bit",
-    "accumulate",
     "loss_scale",
-    "compile",
     "world_size",
     "nproc_per_node",
     "nnodes",
@@ -581,8 +565,11 @@ _CONFIG_NAMES = {
 
 
 def config_text(group: PolicyGroup) -> str:
-    """`(batch 128, epochs 1, max_steps 60, warm-up 5, units 64, data synthetic-mnist)`."""
+    """`(batch 128, epochs 1, max_steps 60, warm-up 5, units 64, data synthetic-mnist)`. The
+    recipe entries are left to the group's name (`torch [accumulate=2]`), which says them."""
     config = group.key.config_dict()
+    for name in GROUP_RECIPE:
+        config.pop(name, None)
     if group.data_names:
         config["data"] = "+".join(group.data_names)
     names = [n for n in (*_CONFIG_ORDER, *_CONFIG_EXTRA) if n in config]

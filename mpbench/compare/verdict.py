@@ -23,6 +23,9 @@ AVOID = "avoid"
 CAREFUL = "use with care"
 UNDECIDED = "inconclusive"
 NOT_MEASURED = "not measured"
+# Measured, but there is nothing to divide by: no finished float32 cell in the group, or no
+# repeat of it to pair with (a `--policy fp16 --on-diverge fallback` run has no float32).
+NO_RATIO = "measured, no ratio to float32"
 FELL_BACK = "fell back"  # diverged, and --on-diverge fallback ran it one step down
 REMEASURE = "re-measure on a quiet machine"  # contended or implausible evidence decides nothing
 
@@ -88,10 +91,11 @@ def policy_verdict(group: PolicyGroup, policy: str) -> PolicyVerdict:
             return PolicyVerdict(policy, story, FELL_BACK, why)
         return PolicyVerdict(policy, f"{cell.status}, no numbers", NOT_MEASURED, why)
     if group.reference is None:
-        return PolicyVerdict(policy, "has no float32 reference to compare with", NOT_MEASURED)
+        return PolicyVerdict(policy, _measured(cell, "no float32 cell to compare with"), NO_RATIO)
     speedup = group.speedup(policy)
     if speedup is None:
-        return PolicyVerdict(policy, "has no step times paired with float32", NOT_MEASURED)
+        why = "no step times paired with float32's"
+        return PolicyVerdict(policy, _measured(cell, why), NO_RATIO)
     parts = [_speed(speedup)]
     accuracy = group.accuracy_delta_pp(policy)
     if accuracy is not None:
@@ -116,6 +120,18 @@ def policy_verdict(group: PolicyGroup, policy: str) -> PolicyVerdict:
         caution = "one repeat: within-run interval only, confirm with --repeat 3"
         why = f"{why}; {caution}" if why else caution
     return PolicyVerdict(policy, ", ".join(parts), advice, why)
+
+
+def _measured(cell: CellSummary, why: str) -> str:
+    """`ran ok: 1.00 ms a step, 128,000 samples/s; no float32 cell to compare with`."""
+    figures = []
+    if cell.step_time_s is not None:
+        figures.append(f"{fmt.ms(cell.step_time_s.value)} ms a step")
+    if cell.throughput is not None:
+        figures.append(f"{fmt.throughput(cell.throughput)} samples/s")
+    done = "ran ok" if cell.all_ok else f"ran ok in {len(cell.ok_records)} of {cell.repeats}"
+    done += f": {', '.join(figures)}" if figures else ""
+    return f"{done}; {why}"
 
 
 def fallback_story(group: PolicyGroup, policy: str) -> str | None:

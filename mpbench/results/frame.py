@@ -9,6 +9,13 @@ empty. The columns follow the record's field order (schema.py), whatever the rec
 Raw per-step times are left out unless asked for (`raw=True`): a 1,000-step cell would make
 every row a kilobyte of numbers that no summary needs.
 
+One column is derived, not a field: `variant`, right after `policy`, says how the cell ran
+beside its policy in the words `mpbench compare` uses (results.variant: `[accumulate=2]`,
+`[compile]`, `×2`, `@512`, `[loss scale 1024]`, `(fallback)`), empty for a plain cell. Without
+it a groupby over framework, workload and policy would average those cells with the plain
+ones: their config entries are left out of the record at the default, so the `config.*`
+columns are empty for the plain cells.
+
 This module imports pandas only inside `to_frame` / `load`: `import mpbench.results` (and so
 the CLI's start-up) stays free of it.
 """
@@ -29,12 +36,15 @@ from typing import TYPE_CHECKING, Any, Union
 
 from mpbench.results.io import read_runs
 from mpbench.results.schema import CellRecord
+from mpbench.results.variant import record_variant
 
 if TYPE_CHECKING:
     import pandas as pd
 
 RAW_STEPS = "step_time.raw_s"
 TIMESTAMP = "timestamp"
+VARIANT = "variant"  # derived (results.variant), placed after POLICY
+POLICY = "policy"
 
 # What a column holds, from the schema's type hints: how it is typed in the frame and
 # written in the CSV.
@@ -133,6 +143,7 @@ def flat_row(record: CellRecord, raw: bool = False) -> dict[str, Any]:
         for key, value in (data.pop(field) or {}).items():
             row[f"{field}.{key}"] = value
     _walk(data, "", row)
+    row[VARIANT] = record_variant(record)
     if not raw:
         row.pop(RAW_STEPS, None)
     return row
@@ -149,6 +160,8 @@ def columns(rows: list[dict[str, Any]], raw: bool = False) -> list[Column]:
             out += [Column(k, _object_kind([row.get(k) for row in rows])) for k in keys]
         elif column.name != RAW_STEPS or raw:
             out.append(column)
+        if column.name == POLICY:
+            out.append(Column(VARIANT, STR))
     return out
 
 
@@ -234,8 +247,10 @@ def load(paths: str | Path | Iterable[str | Path], raw: bool = False) -> pd.Data
 
     Columns: the record's fields flattened with dots (`step_time.median_s`,
     `memory.training_bytes`, `end_to_end.samples_per_s`, `accuracy.train_loss_per_epoch` as a
-    list), `config.<key>` / `precision.<key>` / `threads.<key>` per key; the same columns as
-    results.csv. Whole numbers are `Int64`, other numbers `float64`, flags `boolean` (all
+    list), `config.<key>` / `precision.<key>` / `threads.<key>` per key, and after `policy`
+    the cell's `variant` as compare names it (`[accumulate=2]`, `@512`, `[loss scale 1024]`,
+    `(fallback)`; missing for a plain cell: group by it to keep such cells apart); the same
+    columns as results.csv. Whole numbers are `Int64`, other numbers `float64`, flags `boolean` (all
     nullable: a skipped cell has no step time), text pandas' string dtype, `timestamp` a UTC
     datetime.
     `raw=True` adds `step_time.raw_s`, the timed steps (s) as a list per row: one row per step

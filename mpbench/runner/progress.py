@@ -6,6 +6,7 @@ and after the pilot the rounds it planned (runner/adaptive.py)."""
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -18,6 +19,7 @@ from rich.progress import (
 
 from mpbench.results import CellRecord
 from mpbench.runner.adaptive import Decision, percent
+from mpbench.runner.fallback import MARK as FALLBACK_MARK
 
 _STYLE = {"ok": "green", "skipped": "yellow", "diverged": "red", "oom": "red", "timeout": "red"}
 
@@ -29,8 +31,12 @@ class Reporter:
         self._progress: Progress | None = None
         self._matrix: TaskID | None = None
         self._cell: TaskID | None = None
-        self._total = total_cells
-        self._done = 0
+        self._total = total_cells  # the cells announced, with those add_cell added since
+        self._done = 0  # of those
+        # Fallbacks of diverged cells run so far: cells beyond the announced matrix, so they
+        # are counted apart and never as cell N+1 of N+1 (the runner adds each one through
+        # add_cell before it runs, as it adds --repeat auto's planned rounds).
+        self._fallbacks = 0
         self._warned: set[str] = set()
         if self.live:
             self._progress = Progress(
@@ -94,8 +100,21 @@ class Reporter:
         if self._progress and self._cell is not None:
             self._progress.update(self._cell, completed=step, total=total)
 
+    def _count(self, fallback: bool) -> str:
+        """`[3/8]` for a cell of the matrix, `[fallback of 3/8]` for a fallback run after
+        cell 3: the matrix's count, never grown past the cells the run announced."""
+        if fallback:
+            self._fallbacks += 1
+            if self._progress is not None and self._matrix is not None:
+                extra = f"{self._fallbacks} fallback{'s' if self._fallbacks > 1 else ''}"
+                self._progress.update(self._matrix, description=f"cells (+{extra})")
+        else:
+            self._done += 1
+        of = f"{self._done}/{self._total - self._fallbacks}"
+        return f"[fallback of {of}]" if fallback else f"[{of}]"
+
     def cell_finished(self, record: CellRecord) -> None:
-        self._done += 1
+        count = self._count(fallback=bool(record.fallback_of))
         style = _STYLE.get(record.status.value, "red")
         detail = ""
         if record.step_time and record.step_time.median_s:
@@ -104,10 +123,8 @@ class Reporter:
                 detail += f", accuracy {record.accuracy.test_accuracy:.3f}"
         if record.reason:
             detail = f"{detail}; {record.reason}" if detail else record.reason
-        line = (
-            f"[{self._done}/{self._total}] {record.cell_id}: "
-            f"[{style}]{record.status.value}[/{style}] {detail}"
-        )
+        status = f"[{style}]{record.status.value}[/{style}]"
+        line = f"{escape(count)} {escape(record.cell_id)}: {status} {escape(detail)}"
         self.console.print(line, highlight=False, soft_wrap=True)
         if self._progress and self._matrix is not None:
             self._progress.advance(self._matrix)
@@ -119,8 +136,8 @@ class Reporter:
             self.console.print(f"[yellow]warning:[/yellow] {message}", highlight=False)
 
     def cell_resumed(self, cell_id: str) -> None:
-        self._done += 1
-        self.console.print(f"[{self._done}/{self._total}] {cell_id}: already done (--resume)")
+        count = self._count(fallback=FALLBACK_MARK in cell_id)
+        self.console.print(f"{count} {cell_id}: already done (--resume)", markup=False)
         if self._progress and self._matrix is not None:
             self._progress.advance(self._matrix)
 

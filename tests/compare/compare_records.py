@@ -22,6 +22,7 @@ from mpbench.results import (
     CellRecord,
     DataInfo,
     DeviceInfo,
+    DivergenceInfo,
     EndToEndStats,
     LossScaleStats,
     MemoryStats,
@@ -286,3 +287,45 @@ def write_run(run_dir: Path, records: list[CellRecord]) -> Path:
     for rec in records:
         append_record(run_dir, rec)
     return run_dir
+
+
+# The recipe axes of docs/recipes.md as `mpbench run` records them: the config entries each
+# one adds (left out at their default) and the mark it puts in the cell id.
+ACCUMULATE_2 = {"accumulate": 2, "effective_batch_size": 256}
+COMPILED = {"compile": True}
+BATCH_SCALED_2 = {"batch_scale_16bit": 2, "reference_batch_size": 128, "batch_size": 256}
+
+
+def variant_run(run_id: str = "20260305-120000-cpu") -> list[CellRecord]:
+    """torch/mnist_dense run every way a policy can run on this CPU: plain float32, fp16 and
+    bf16; float32 and bf16 with 2 accumulated micro-batches and compiled; fp16 at a static
+    loss scale of 1024; bf16 at twice the batch; and fp16 at a static scale of 1e30, which
+    diverged and fell back to bf16 (`--on-diverge fallback`)."""
+
+    def cell(policy: str, ms: float, overrides: dict | None = None, recipe: str = "", **kw):
+        return record("torch", "mnist_dense", policy, median_ms=ms, accuracy=0.97, rss_mib=600,
+                      training_mib=40, run_id=run_id, config_overrides=overrides,
+                      recipe=recipe, **kw)  # fmt: skip
+
+    records = [
+        cell("float32", 2.40),
+        cell("mixed_float16", 13.1, loss_scale=(65536.0, 1)),
+        cell("mixed_bfloat16", 0.98),
+        cell("float32", 4.70, ACCUMULATE_2, "@acc2"),
+        cell("mixed_bfloat16", 1.90, ACCUMULATE_2, "@acc2"),
+        cell("float32", 2.10, COMPILED, "@compiled"),
+        cell("mixed_bfloat16", 0.81, COMPILED, "@compiled"),
+        cell("mixed_float16", 12.2, {"loss_scale": 1024.0}, "@ls1024", loss_scale=(1024.0, 0)),
+        cell("mixed_bfloat16", 1.92, BATCH_SCALED_2, "@bs2"),
+    ]
+    diverged = record("torch", "mnist_dense", "mixed_float16", status=Status.DIVERGED,
+                      reason="more than 50 % of the last 20 steps were skipped",
+                      run_id=run_id, config_overrides={"loss_scale": 1e30},
+                      recipe="@ls1e+30")  # fmt: skip
+    diverged.divergence = DivergenceInfo("skipped_fraction", 20, {"skipped_fraction": 0.9})
+    # runner/fallback.py: the same cell one step down, without the static scale, its id the
+    # diverged one's with the fallback's policy after it.
+    fallback = cell("mixed_bfloat16", 1.00)
+    fallback.cell_id = "torch/mnist_dense/mixed_float16@ls1e+30~fallback-mixed_bfloat16/r0"
+    fallback.fallback_of = diverged.cell_id
+    return [*records, diverged, fallback]

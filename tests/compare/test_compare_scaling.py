@@ -161,7 +161,7 @@ def test_world_size_one_groups_keep_their_place_before_the_data_parallel_ones():
     assert [g.key.layout().world_size for g in section.groups] == [1, 2, 1, 2]
 
 
-def test_another_config_keeps_its_letter_at_every_world_size():
+def test_another_config_keeps_its_name_at_every_world_size():
     acc = {"accumulate": 4, "effective_batch_size": 4 * BATCH}
     records = [
         *two_worlds()[:4],
@@ -173,7 +173,7 @@ def test_another_config_keeps_its_letter_at_every_world_size():
     by_layout = {}
     for key, name in names.items():
         by_layout.setdefault(key.single(), {})[key.layout().world_size] = name
-    assert sorted(by_layout[k][1] for k in by_layout) == ["torch a", "torch b"]
+    assert sorted(by_layout[k][1] for k in by_layout) == ["torch", "torch [accumulate=4]"]
     for worlds in by_layout.values():
         assert worlds[2] == f"{worlds[1]} ×2 [comm bf16]"
 
@@ -424,7 +424,7 @@ def test_gate_keys_parse():
         (["--min-speedup", "fp32@2=1.2"], "against float32 itself"),
         (["--min-scaling-efficiency", "1=0.8"], "world size 1 is the reference"),
         (["--min-scaling-efficiency", "two=0.8"], "bad world size 'two'"),
-        (["--min-scaling-efficiency", "2=80"], "is ambiguous"),
+        (["--min-scaling-efficiency", "2=80"], "at most 1; write a fraction like 0.8 or"),
         (["--min-scaling-efficiency", "2=0"], "must be positive"),
         (["--min-scaling-efficiency", "2"], "expected WORLD_SIZE=EFFICIENCY"),
         (["--min-scaling-efficiency", "all@2=0.8"], "name one policy"),

@@ -143,6 +143,18 @@ def test_no_energy_says_why_in_json_and_adds_no_column(tmp_path: Path) -> None:
     assert row["energy_reason"] == NO_COUNTER
 
 
+def test_no_energy_anywhere_is_still_explained_under_the_table(tmp_path: Path) -> None:
+    """docs/compare.md: a note under the table says why a cell has no energy, also when no
+    cell has any (then there is no mJ/sample column to put a dash in)."""
+    run = tmp_path / "run"
+    _telemetry_run(run, energy=False)
+    report = build_report(read_records(run), CompareOptions())
+    for fmt in ("table", "markdown"):
+        lines = render(report, fmt, terminal=False).splitlines()
+        (note,) = [line for line in lines if NO_COUNTER in line]
+        assert note.strip().startswith("mJ/sample: not measured"), fmt
+
+
 def test_old_records_have_null_telemetry_fields_and_no_columns(tmp_path: Path) -> None:
     records = [record("torch", "mnist_dense", "float32", median_ms=2.4, accuracy=0.97)]
     report = build_report(records, CompareOptions())

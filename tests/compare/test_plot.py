@@ -81,7 +81,7 @@ def test_the_figure_has_every_panel_per_workload(tmp_path: Path) -> None:
         assert sum(t.startswith(expected) for t in titles) == 2, expected
     assert sum(t.startswith("step time per policy") for t in titles) == 2
     assert sum(t.startswith("torch\ntraining loss") for t in titles) == 2
-    assert sum(t.startswith("tensorflow\ntraining loss") for t in titles) == 2
+    assert sum(t.startswith("tf\ntraining loss") for t in titles) == 2
     sections = [t for t in _figure_texts(fig) if " · cpu: AMD EPYC" in t]
     assert [s.split(" · ")[0] for s in sections] == ["mnist_dense", "cifar10_cnn"]
     assert "batch 128" in sections[0] and "units 64" in sections[0]
@@ -91,7 +91,7 @@ def test_the_figure_has_every_panel_per_workload(tmp_path: Path) -> None:
     assert not labels & {"float32", "mixed_float16", "mixed_bfloat16"}
     # The frameworks' legend, once for the figure.
     legend_texts = [t.get_text() for sub in fig.subfigs for lg in sub.legends for t in lg.texts]
-    assert legend_texts == ["torch", "tensorflow"]
+    assert legend_texts == ["torch", "tf"]  # the tables' row names (labels.Labeler.group)
 
 
 def test_skipped_and_failed_cells_are_named_not_drawn(tmp_path: Path) -> None:
@@ -101,7 +101,7 @@ def test_skipped_and_failed_cells_are_named_not_drawn(tmp_path: Path) -> None:
     assert _texts(speedup).count("skipped") == 2  # tf32 in torch and in tensorflow
     cifar = axes["speed-up vs fp32 (synced step) #2"]
     assert "timeout" in _texts(cifar)  # tensorflow's fp16 cell on the CNN timed out
-    for name in ("step time per policy #2", "test accuracy #2", "tensorflow #2"):
+    for name in ("step time per policy #2", "test accuracy #2", "tf #2"):
         assert "timeout" in _texts(axes[name]), name
     # Nothing is drawn for them: no bar at tf32's tick in the speed-up panel.
     assert all(abs(bar.get_x() + bar.get_width() / 2 - 1) > 0.3 for bar in speedup.patches)
@@ -243,7 +243,7 @@ def test_one_framework_with_two_configs_gets_two_colours_and_names(tmp_path: Pat
     ]  # fmt: skip
     fig = build_figure(_report([*cpu_run(), *custom], tmp_path))
     legend = [t.get_text() for sub in fig.subfigs for lg in sub.legends for t in lg.texts]
-    assert legend == ["torch", 'tensorflow [loop="custom"]', 'tensorflow [loop="fit"]']
+    assert legend == ["torch", "tf [loop=custom]", "tf [loop=fit]"]
     colours = {
         p.get_facecolor() for sub in fig.subfigs for lg in sub.legends for p in lg.legend_handles
     }

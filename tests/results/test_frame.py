@@ -18,9 +18,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compare"))
 
-from compare_records import MIB, cpu_run, record, write_run  # noqa: E402
+from compare_records import MIB, cpu_run, record, variant_run, write_run
 
-from mpbench.results import (  # noqa: E402
+from mpbench.results import (
     CellRecord,
     DeviceInfo,
     SchemaError,
@@ -262,3 +262,52 @@ def test_import_stays_pandas_free_and_the_one_liner_works(cpu_dir: Path) -> None
     done = subprocess.run([sys.executable, "-c", one_liner], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(load(cpu_dir).shape)
+
+
+# How each cell of the variant run ran beside its policy, as compare's row names write it.
+VARIANTS = {
+    "torch/mnist_dense/float32/r0": None,
+    "torch/mnist_dense/mixed_float16/r0": None,
+    "torch/mnist_dense/mixed_bfloat16/r0": None,
+    "torch/mnist_dense/float32@acc2/r0": "[accumulate=2]",
+    "torch/mnist_dense/mixed_bfloat16@acc2/r0": "[accumulate=2]",
+    "torch/mnist_dense/float32@compiled/r0": "[compile]",
+    "torch/mnist_dense/mixed_bfloat16@compiled/r0": "[compile]",
+    "torch/mnist_dense/mixed_float16@ls1024/r0": "[loss scale 1024]",
+    "torch/mnist_dense/mixed_bfloat16@bs2/r0": "@256",
+    "torch/mnist_dense/mixed_float16@ls1e+30/r0": "[loss scale 1e+30]",
+    "torch/mnist_dense/mixed_float16@ls1e+30~fallback-mixed_bfloat16/r0": "(fallback)",
+}
+
+
+def test_the_variant_column_tells_recipe_and_fallback_cells_from_the_plain_ones(
+    tmp_path: Path,
+) -> None:
+    from mpbench.compare import CompareOptions, build_report
+    from mpbench.compare.run import render
+
+    run = write_run(tmp_path / "variants", variant_run())
+    write_csv(run, read_records(run))
+    frame = load(run)
+    assert list(frame.columns[frame.columns.get_loc("policy") :][:2]) == ["policy", "variant"]
+    found = frame.set_index("cell_id")["variant"]
+    assert {k: None if pd.isna(v) else v for k, v in found.items()} == VARIANTS
+    assert pd.api.types.is_string_dtype(frame["variant"])
+    _csv_matches_frame(run)  # results.csv holds the same column
+
+    # The same string compare's JSON gives each cell (and its row name ends with).
+    report = build_report(read_records(run), CompareOptions())
+    cells = json.loads(render(report, "json", terminal=False))["cells"]
+    by_cell = {}
+    for cell in cells:
+        by_cell[(cell["policy"], cell["variant"])] = cell
+    for _, row in frame.iterrows():
+        variant = None if pd.isna(row["variant"]) else row["variant"]
+        assert (row["policy"], variant) in by_cell, (row["cell_id"], variant)
+
+    # Grouped by it, the plain bf16 cell is no longer averaged with its variants.
+    ok = frame[frame["status"] == "ok"].copy()
+    ok["variant"] = ok["variant"].fillna("")
+    medians = ok.groupby(["policy", "variant"])["step_time.median_s"].median()
+    assert medians["mixed_bfloat16", ""] == pytest.approx(0.98e-3)
+    assert medians["mixed_bfloat16", "@256"] == pytest.approx(1.92e-3)

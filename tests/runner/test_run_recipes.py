@@ -109,7 +109,7 @@ def test_accumulation_with_a_static_loss_scale_trains_ok_and_compares_in_both_fr
         timeout=120,
     )
     cells = json.loads(compared.stdout)["cells"]
-    static = [c for c in cells if c["variant"] == "[loss scale 1024]"]
+    static = [c for c in cells if c["variant"] == "[accumulate=2] [loss scale 1024]"]
     assert {c["framework"] for c in static} == {"torch", "tensorflow"}, compared.stderr
     for cell in static:
         assert cell["policy"] == "mixed_float16" and cell["config"]["accumulate"] == 2
