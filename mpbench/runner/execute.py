@@ -24,6 +24,10 @@ from typing import Any
 from mpbench.backends.base import CellSpec
 from mpbench.detect.cuda_order import in_pci_order
 
+# The cell's timeout, in seconds, in its environment: a torchrun job gives up waiting for
+# other nodes before it (launchers/torchrun.py), so that it can still say why.
+CELL_TIMEOUT_ENV = "MPBENCH_CELL_TIMEOUT_S"
+
 
 @dataclass
 class Outcome:
@@ -106,7 +110,7 @@ def run_in_child(
                 stdout=log,
                 stderr=subprocess.STDOUT if log else None,
                 start_new_session=True,
-                env=cell_environment(spec),
+                env={**cell_environment(spec), CELL_TIMEOUT_ENV: f"{timeout_s:g}"},
             )
         finally:
             os.close(write_fd)  # the child has its copy; ours would hide the child's exit

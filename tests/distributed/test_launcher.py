@@ -8,10 +8,14 @@ from pathlib import Path
 import pytest
 
 from mpbench.backends.base import CellSpec
+from mpbench.runner.execute import CELL_TIMEOUT_ENV
 from mpbench.runner.launchers.torchrun import (
+    RDZV_TIMEOUT_ENV,
     RankFailure,
     job_outcome,
+    other_failures,
     rank_spec,
+    rendezvous_timeout,
     root_cause,
     torchrun_command,
 )
@@ -50,6 +54,61 @@ def test_the_root_cause_is_the_killed_rank_not_the_one_torchrun_ended():
     assert failure.describe() == "rank 1 (pid 1956) was killed by SIGKILL"
 
 
+# torchrun 2.13's report after `kill -9` of rank 1 where the agent looked only after rank 0
+# had failed on its own at losing its peer (captured here with PET_MONITOR_INTERVAL=5): both
+# seen in the same second, the lowest rank is named the root cause.
+LATE_REPORT = """\
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+mpbench.runner.launchers.rank FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-11-23_18:12:08
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 31035)  (SIGKILL)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 31035
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-23_18:12:08
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 31034)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+============================================================
+"""
+PEER_RESET = (
+    "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error "
+    "[127.0.0.1]:4318: Connection reset by peer. This is typically caused by a remote worker "
+    "hanging or bugs in the application."
+)
+
+
+def test_the_other_failures_of_the_report():
+    assert root_cause(LATE_REPORT) == RankFailure(rank=0, exitcode=1, pid=31034)
+    assert other_failures(LATE_REPORT) == [RankFailure(rank=1, exitcode=-9, pid=31035)]
+    assert other_failures(REPORT) == [RankFailure(rank=0, exitcode=-15, pid=1955)]
+    assert other_failures("no report") == []
+
+
+def test_a_rank_that_only_lost_its_peer_is_not_blamed_for_the_peer_killed():
+    final = {0: {"event": "failed", "status": "error", "reason": PEER_RESET}}
+    _, payload = job_outcome(final, LATE_REPORT, 1, spec())
+    assert payload == {
+        "status": "error",
+        "reason": "rank 1 (pid 31035) was killed by SIGKILL; torchrun ended the job's other ranks",
+    }
+    # A failure of its own stays the root cause, and so does one no other rank's death explains.
+    own = {0: {"event": "failed", "status": "error", "reason": "ValueError: bad"}}
+    assert job_outcome(own, LATE_REPORT, 1, spec())[1]["reason"] == "rank 0: ValueError: bad"
+    ended = LATE_REPORT.replace("-9 (pid: 31035)  (SIGKILL)", "-15 (pid: 31035)  (SIGTERM)")
+    assert job_outcome(final, ended, 1, spec())[1]["reason"] == f"rank 0: {PEER_RESET}"
+
+
 def test_no_report_no_root_cause():
     assert root_cause("Traceback (most recent call last):\n  ValueError: x") is None
     assert RankFailure(0, 3).describe() == "rank 0 exited with code 3"
@@ -81,9 +140,13 @@ def test_the_failing_rank_own_event_wins_and_is_prefixed_with_its_rank():
     assert job_outcome(final, "", 1, spec())[1] == {"status": "skipped", "reason": "no gloo"}
 
 
-def test_a_node_without_rank_zero_says_where_the_record_is():
-    _, payload = job_outcome({}, "", 0, spec(nnodes=2, rdzv_endpoint="h:1"))
-    assert payload["status"] == "skipped" and "global rank 0" in payload["reason"]
+def test_on_a_node_without_rank_zero_its_first_rank_has_the_result():
+    # Global ranks 2 and 3 on the second node: rank 2 (LOCAL_RANK 0) relays the job's figures.
+    final = {2: {"event": "done", "measurements": {"x": 1}}}
+    assert job_outcome(final, "", 0, spec(nnodes=2, rdzv_endpoint="h:1")) == (
+        "done",
+        {"measurements": {"x": 1}},
+    )
 
 
 def test_torchrun_without_a_report_gives_its_last_line():
@@ -91,6 +154,93 @@ def test_torchrun_without_a_report_gives_its_last_line():
     assert payload["reason"] == (
         "torchrun exited with code 1 without a result: error: bad rendezvous"
     )
+
+
+def test_the_killed_torchrun_agent_is_named_not_its_output():
+    # Its ranks' lines run together in the output it leaves: nothing to quote from it.
+    output = "mpbench: rank 0 of 2 trainingmpbench: rank 1 of 2 training\n"
+    _, payload = job_outcome({}, output, -9, spec(), agent_pid=4242)
+    assert payload == {
+        "status": "error",
+        "reason": "the torchrun agent (pid 4242) was killed by SIGKILL; its ranks died with it",
+    }
+    _, payload = job_outcome({}, output, -9, spec(), oom_killed=True, agent_pid=4242)
+    assert (
+        payload["status"] == "oom" and "SIGKILL from the out-of-memory killer" in payload["reason"]
+    )
+    _, payload = job_outcome({}, output, -15, spec(), oom_killed=True, agent_pid=4242)
+    assert payload["status"] == "error" and "was killed by SIGTERM;" in payload["reason"]
+
+
+# torchrun 2.13's last line where the rendezvous never completed (captured on this machine):
+# node 0 of a static rendezvous, a static node other than 0, a c10d rendezvous.
+STORE_WAIT = (
+    "torch.distributed.DistStoreError: Timed out after 6 seconds waiting for clients. "
+    "1/2 clients joined.\n"
+)
+CLIENT_WAIT = (
+    "torch.distributed.DistNetworkError: The client socket has timed out after 5000ms while "
+    "trying to connect to (127.0.0.1, 29500).\n"
+)
+JOIN_TIMEOUT = "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError\n"
+
+
+@pytest.mark.parametrize(
+    ("output", "changes", "reason"),
+    [
+        (STORE_WAIT, {"node_rank": 0}, "for 1 more node (1 of 2 joined)"),
+        (
+            STORE_WAIT.replace("1/2", "1/4"),
+            {"node_rank": 0, "nnodes": 4},
+            "for 3 more nodes (1 of 4 joined)",
+        ),
+        (CLIENT_WAIT, {"node_rank": 1}, "for node 0, which holds it: nothing answered there"),
+        (JOIN_TIMEOUT, {}, "for the other nodes (fewer than 2 of 2 joined)"),
+    ],
+)
+def test_a_node_left_at_the_rendezvous_says_what_it_waited_for(output, changes, reason):
+    node = spec(**{"nnodes": 2, "rdzv_endpoint": "head:29500", **changes})
+    _, payload = job_outcome({}, output, 1, node, rdzv_timeout=5)
+    assert payload == {
+        "status": "timeout",
+        "reason": f"waited 5 s at rendezvous head:29500 {reason}",
+    }
+    # Without a timeout of mpbench's, torchrun's own (600 s) was the wait.
+    assert job_outcome({}, output, 1, node)[1]["reason"].startswith("waited 600 s at")
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({}, None),
+        ({CELL_TIMEOUT_ENV: "900"}, 840),  # torchrun gives up a minute before the cell
+        ({CELL_TIMEOUT_ENV: "40"}, 30),
+        ({CELL_TIMEOUT_ENV: "12"}, 6),  # short: half of it
+        ({CELL_TIMEOUT_ENV: "900", RDZV_TIMEOUT_ENV: "5"}, 5),
+        ({CELL_TIMEOUT_ENV: "40", RDZV_TIMEOUT_ENV: "600"}, 30),  # never past the cell's
+        ({RDZV_TIMEOUT_ENV: "2.5"}, 2),
+    ],
+)
+def test_the_rendezvous_timeout_comes_before_the_cell_timeout(environ, expected):
+    assert rendezvous_timeout(environ) == expected
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "soon"])
+def test_a_bad_rendezvous_timeout_is_refused_with_one_line(value):
+    with pytest.raises(ValueError, match=f"{RDZV_TIMEOUT_ENV}='{value}': must be a number"):
+        rendezvous_timeout({RDZV_TIMEOUT_ENV: value})
+
+
+@pytest.mark.parametrize(
+    ("changes", "flag"),
+    [
+        ({"nnodes": 2, "node_rank": 0, "rdzv_endpoint": "head:29500"}, "--rdzv-conf=timeout=5"),
+        ({"nnodes": 2, "rdzv_endpoint": "head:29500"}, "--rdzv-conf=join_timeout=5"),
+    ],
+)
+def test_the_rendezvous_timeout_reaches_torchrun(changes, flag):
+    assert flag in torchrun_command(spec(**changes), rdzv_timeout=5)
+    assert not any(a.startswith("--rdzv-conf") for a in torchrun_command(spec(**changes)))
 
 
 @pytest.mark.parametrize(

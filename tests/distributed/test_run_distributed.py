@@ -111,7 +111,9 @@ def _rank_process(mark: str, rank: str) -> psutil.Process | None:
     return None
 
 
-def _start_and_wait_for_training(tmp_path: Path, out: Path, *extra: str) -> subprocess.Popen:
+def _start_and_wait_for_training(
+    tmp_path: Path, out: Path, *extra: str, env: dict[str, str] | None = None
+) -> subprocess.Popen:
     """A run whose first cell is a long two-rank job, once both ranks train."""
     long_config = config(tmp_path, mnist_steps=100000, mnist_train=60000)
     process = subprocess.Popen(
@@ -119,7 +121,7 @@ def _start_and_wait_for_training(tmp_path: Path, out: Path, *extra: str) -> subp
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "MPBENCH_MARK": str(out)},
+        env={**os.environ, **(env or {}), "MPBENCH_MARK": str(out)},
     )
     log = out / "logs" / "torch__mnist_dense__float32@np2__r0.log"
     deadline = time.monotonic() + 120
@@ -130,11 +132,18 @@ def _start_and_wait_for_training(tmp_path: Path, out: Path, *extra: str) -> subp
     return process
 
 
+# torchrun's agent looks at its ranks every 0.1 s; on a busy machine it may look much later,
+# after rank 0 has failed on its own at losing its peer (gloo's "Connection reset by peer").
+# PET_MONITOR_INTERVAL (torchrun's --monitor-interval) makes that the rule.
 @pytest.mark.slow
-def test_a_rank_killed_with_sigkill_ends_the_cell_as_an_error_and_later_cells_run(tmp_path):
+@pytest.mark.parametrize("monitor_interval", [None, "5"], ids=["watched", "agent-looks-late"])
+def test_a_rank_killed_with_sigkill_ends_the_cell_as_an_error_and_later_cells_run(
+    tmp_path, monitor_interval
+):
     out = tmp_path / "run"
+    env = {"PET_MONITOR_INTERVAL": monitor_interval} if monitor_interval else {}
     process = _start_and_wait_for_training(
-        tmp_path, out, "-w", "mnist_dense", "-w", "cifar10_cnn", "-p", "fp32"
+        tmp_path, out, "-w", "mnist_dense", "-w", "cifar10_cnn", "-p", "fp32", env=env
     )
     victim = _rank_process(str(out), "1")
     assert victim is not None
@@ -147,10 +156,48 @@ def test_a_rank_killed_with_sigkill_ends_the_cell_as_an_error_and_later_cells_ru
     assert killed["reason"] == (
         f"rank 1 (pid {victim.pid}) was killed by SIGKILL; torchrun ended the job's other ranks"
     )
+    log = (out / "logs" / "torch__mnist_dense__float32@np2__r0.log").read_text()
+    assert "terminate called" not in log  # a failing rank exits with its code, never SIGABRT
     later = found["torch/cifar10_cnn/float32@np2/r0"]
     assert later["status"] == "ok", later["reason"]
     assert later["distributed"]["world_size"] == 2
     assert not marked(str(out)), "a rank outlived its job"
+
+
+def _agent_process(mark: str) -> psutil.Process | None:
+    """The torchrun agent: the process running torch.distributed.run (the ranks are its
+    children)."""
+    for process in marked(mark):
+        try:
+            if "torch.distributed.run" in process.cmdline():
+                return process
+        except psutil.NoSuchProcess:
+            continue
+    return None
+
+
+@pytest.mark.slow
+def test_the_torchrun_agent_killed_with_sigkill_is_named_with_its_signal(tmp_path):
+    out = tmp_path / "run"
+    process = _start_and_wait_for_training(
+        tmp_path, out, "-w", "mnist_dense", "-w", "cifar10_cnn", "-p", "fp32"
+    )
+    agent = _agent_process(str(out))
+    assert agent is not None
+    ranks = [p for p in agent.children() if "launchers.rank" in " ".join(p.cmdline())]
+    assert len(ranks) == 2
+    agent.send_signal(signal.SIGKILL)
+    stdout, stderr = process.communicate(timeout=240)
+    assert process.returncode == 1, stdout + stderr
+    found = records(out)
+    killed = found["torch/mnist_dense/float32@np2/r0"]
+    assert killed["status"] == "error"
+    assert killed["reason"] == (
+        f"the torchrun agent (pid {agent.pid}) was killed by SIGKILL; its ranks died with it"
+    )
+    assert found["torch/cifar10_cnn/float32@np2/r0"]["status"] == "ok"
+    psutil.wait_procs(ranks, timeout=10)
+    assert not marked(str(out)), "a rank outlived its agent"
 
 
 @pytest.mark.slow

@@ -5,6 +5,10 @@ gives the spec and the events directory (MPBENCH_RANK_DIR). The rank trains the 
 DistributedDataParallel (backends/torch/distributed.py) and writes the same events a
 single-process cell sends to rank<R>.jsonl. A rank that fails writes why and exits 1, so
 torchrun ends the job at once instead of leaving the others waiting in an all-reduce.
+
+The first rank of each node (LOCAL_RANK 0) speaks for its node: progress, and the final
+`done` with the job's figures. Those are rank 0's: on several nodes rank 0 sends them to
+the others at the end, so every node's run records the same job.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import Any, NoReturn
 
 from mpbench.backends.base import CellSpec
 from mpbench.runner.child import PR_SET_PDEATHSIG, Events, send_failure
@@ -59,19 +64,19 @@ def _alive(pid: int) -> bool:
 
 
 class RankEvents(Events):
-    """Events into this rank's file; progress from rank 0 only (one bar for the job)."""
+    """Events into this rank's file; progress from the node's first rank only (one bar)."""
 
-    def __init__(self, path: Path, rank: int, world: int) -> None:
+    def __init__(self, path: Path, rank: int, world: int, speaks: bool) -> None:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         super().__init__(fd)
-        self.rank, self.world = rank, world
+        self.rank, self.world, self.speaks = rank, world, speaks
         self.announced = False
 
     def progress(self, step: int, total: int) -> None:
         if not self.announced:  # into the log: tests and users see training has begun
             self.announced = True
             print(f"mpbench: rank {self.rank} of {self.world} training", flush=True)
-        if self.rank == 0:
+        if self.speaks:
             super().progress(step, total)
 
 
@@ -79,8 +84,9 @@ def main() -> int:
     die_with_launcher()
     rank_dir = Path(os.environ[RANK_DIR_ENV])
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    speaks = int(os.environ["LOCAL_RANK"]) == 0  # for its node
     spec = CellSpec(**json.loads((rank_dir / SPEC_FILE).read_text(encoding="utf-8")))
-    events = RankEvents(rank_dir / f"rank{rank}.jsonl", rank, world)
+    events = RankEvents(rank_dir / f"rank{rank}.jsonl", rank, world, speaks)
     try:
         fault = requested_fault(f"{spec.cell_id}#rank{rank}")  # tests: one rank's fault
         if fault:
@@ -90,13 +96,39 @@ def main() -> int:
         measurements = backend.run_cell(
             spec, events.progress, lambda message: events.send("warning", message=message)
         )
+        figures = dataclasses.asdict(measurements)
+        if spec.nnodes > 1:
+            figures = _from_rank_zero(figures)
     except Exception as exc:
         send_failure(events, exc)
-        return 1
-    if rank == 0:
-        events.send("done", measurements=dataclasses.asdict(measurements))
+        _exit_at_once(1)
+    if speaks:
+        events.send("done", measurements=figures)
     _finish()
     return 0
+
+
+def _from_rank_zero(figures: dict[str, Any]) -> dict[str, Any]:
+    """Rank 0's figures, on every rank (a collective: every rank calls it). They are the
+    job's (its step time is the slowest rank's; its loss, memory and telemetry are rank 0's)
+    and so the record of every node, whose own ranks trained the same model."""
+    import torch.distributed as dist
+
+    box = [figures]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def _exit_at_once(code: int) -> NoReturn:
+    """End a failed rank without the interpreter's teardown. Its process group may be in use
+    still (a collective that failed, gloo's threads holding its work), and tearing it down
+    at exit aborts the process: "terminate called without an active exception", SIGABRT,
+    which torchrun would report instead of this rank's exit code. Destroying the group first
+    is no way out: it may block on a collective its peers never finish."""
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(code)
 
 
 def _finish() -> None:
