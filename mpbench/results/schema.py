@@ -73,14 +73,14 @@ def upgrade(raw: dict[str, Any]) -> dict[str, Any]:
         for path, new in renames.items():
             parent, old = path.rsplit(".", 1)
             inner = out.get(parent)
-            if isinstance(inner, dict) and new in inner:
+            if isinstance(inner, dict) and inner.get(new) is not None:
                 raise SchemaError(
                     f"{parent}.{new} is the name schema version {since} gave {path}, but the "
                     f"record says version {version}"
                 )
-            if isinstance(inner, dict) and old in inner:
+            if isinstance(inner, dict) and (old in inner or new in inner):
                 inner = dict(inner)
-                inner[new] = inner.pop(old)
+                inner[new] = inner.pop(old, None)
                 out[parent] = inner
     return out
 

@@ -80,7 +80,7 @@ class RankEvents(Events):
             super().progress(step, total)
 
 
-def main() -> int:
+def main() -> NoReturn:
     die_with_launcher()
     rank_dir = Path(os.environ[RANK_DIR_ENV])
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -105,7 +105,6 @@ def main() -> int:
     if speaks:
         events.send("done", measurements=figures)
     _finish()
-    return 0
 
 
 def _from_rank_zero(figures: dict[str, Any]) -> dict[str, Any]:
@@ -131,13 +130,20 @@ def _exit_at_once(code: int) -> NoReturn:
     os._exit(code)
 
 
-def _finish() -> None:
+def _finish() -> NoReturn:
+    """End a rank that finished: wait until every rank has (so none leaves while a peer still
+    needs it for a collective), then exit without tearing the process group down. Its
+    teardown, in destroy_process_group or at interpreter exit, can abort the process with
+    "terminate called without an active exception" (seen in a two-node loopback job on
+    torch 2.13 with gloo), which torchrun reports as the job's failure; exiting closes the
+    sockets anyway."""
     import torch.distributed as dist
 
     with contextlib.suppress(Exception):
         if dist.is_initialized():
-            dist.destroy_process_group()
+            dist.barrier()
+    _exit_at_once(0)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
