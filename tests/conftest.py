@@ -1,7 +1,25 @@
 """Shared by every test folder: this file puts tests/ on sys.path (pytest's default import
-mode), so helpers such as tests/processes.py import as top-level modules."""
+mode), so helpers such as tests/processes.py import as top-level modules.
 
+It also files every test into a tier, automatically (docs/development.md):
+- `slow`: the test took at least SLOW_S seconds (setup, call and teardown) when last
+  measured. The measurements live in tests/tiers.json, written by
+  `python -m pytest --record-tiers` (the whole suite, on a quiet machine). A test not yet
+  measured is filed by where it lives: slow if its module starts processes or trains.
+- `torch`, `tensorflow`: the test's module uses the framework (read from its source, without
+  importing anything).
+The inner loop is `python -m pytest -m "not slow"`; CI runs everything.
+"""
+
+from __future__ import annotations
+
+import json
+import re
 import signal
+import time
+from pathlib import Path
+
+import pytest
 
 # A shell starts a background job (`pytest ... &`) with SIGINT ignored, and exec keeps an
 # ignored signal ignored: every `mpbench run` the tests start would then ignore the Ctrl-C
@@ -9,3 +27,106 @@ import signal
 # children get Python's usual KeyboardInterrupt.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+TIERS = Path(__file__).with_name("tiers.json")
+SLOW_S = 0.5  # a second Python process alone (interpreter, mpbench's CLI) takes about this
+
+# What in a module's source says its tests start processes or train (unmeasured tests only).
+_SLOW_SOURCE = re.compile(
+    r"\bsubprocess\b|\bPopen\b|\bmpbench_cli\b|\brun_cell\(|\.fit\(|torchrun|\bstart\(|"
+    r"\bmpbench\(|\brun\(tiny"
+)
+_FRAMEWORKS = {
+    "torch": re.compile(r"^\s*(import|from) torch\b|importorskip\(\"torch|[\"']torch[\"']", re.M),
+    "tensorflow": re.compile(
+        r"^\s*(import|from) (tensorflow|keras)\b|importorskip\(\"(tensorflow|keras)|"
+        r"[\"']tensorflow[\"']",
+        re.M,
+    ),
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--record-tiers",
+        action="store_true",
+        help="time every test and rewrite tests/tiers.json (run the whole suite, quietly)",
+    )
+
+
+def _measured() -> dict[str, float]:
+    try:
+        return json.loads(TIERS.read_text(encoding="utf-8"))["seconds"]
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
+_sources: dict[Path, str] = {}
+
+
+def _source(path: Path) -> str:
+    if path not in _sources:
+        _sources[path] = path.read_text(encoding="utf-8")
+    return _sources[path]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    measured = _measured()
+    unmeasured = 0
+    for item in items:
+        source = _source(item.path)
+        for marker, pattern in _FRAMEWORKS.items():
+            if pattern.search(source):
+                item.add_marker(marker)
+        seconds = measured.get(item.nodeid)
+        if seconds is None:
+            unmeasured += 1
+            slow = bool(_SLOW_SOURCE.search(source))
+        else:
+            slow = seconds >= SLOW_S
+        if slow and not item.get_closest_marker("slow"):
+            item.add_marker("slow")
+    config.stash[_UNMEASURED] = unmeasured
+
+
+_UNMEASURED = pytest.StashKey[int]()
+_TIMES = pytest.StashKey[dict[str, float]]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    started = time.perf_counter()
+    try:
+        return (yield)
+    finally:
+        times = item.config.stash.setdefault(_TIMES, {})
+        times[item.nodeid] = round(time.perf_counter() - started, 3)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    times = config.stash.get(_TIMES, {})
+    if config.getoption("--record-tiers") and times:
+        # A partial run updates its own tests and keeps the others' times; a test whose file
+        # is gone is dropped (renamed tests: the whole suite's run drops their old names).
+        measured = _measured()
+        if session.config.args == [] or set(session.config.args) == {"tests"}:
+            measured = {}
+        measured.update(times)
+        root = session.config.rootpath
+        kept = {
+            k: v for k, v in sorted(measured.items()) if (root / k.split("::")[0]).exists()
+        }
+        TIERS.write_text(
+            json.dumps({"slow_s": SLOW_S, "seconds": kept}, indent=0, sort_keys=True) + "\n",
+            encoding="utf-8",
+        )
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    unmeasured = config.stash.get(_UNMEASURED, 0)
+    if unmeasured and not config.getoption("--record-tiers"):
+        terminalreporter.write_line(
+            f"tiers: {unmeasured} tests have no time in tests/tiers.json and were filed by "
+            "their module; `python -m pytest --record-tiers` measures them"
+        )
