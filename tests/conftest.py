@@ -114,9 +114,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             measured = {}
         measured.update(times)
         root = session.config.rootpath
-        kept = {
-            k: v for k, v in sorted(measured.items()) if (root / k.split("::")[0]).exists()
-        }
+        kept = {k: v for k, v in sorted(measured.items()) if (root / k.split("::")[0]).exists()}
         TIERS.write_text(
             json.dumps({"slow_s": SLOW_S, "seconds": kept}, indent=0, sort_keys=True) + "\n",
             encoding="utf-8",

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import io
-import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from forked import run_mpbench
 
 from mpbench.compare import CompareOptions, compare
 
@@ -24,16 +23,13 @@ class Outcome:
 
 
 def run_cli(*args: object, cwd: Path | None = None, env: dict | None = None) -> Outcome:
-    """`python -m mpbench compare ARGS` in a child process, as CI would run it."""
-    full_env = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}
-    full_env.update(env or {})
-    done = subprocess.run(
-        [sys.executable, "-m", "mpbench", "compare", *map(str, args)],
-        capture_output=True,
-        text=True,
+    """`mpbench compare ARGS` in a process of its own, as CI would run it (forked.py)."""
+    done = run_mpbench(
+        ["compare", *args],
+        env=env,
         cwd=cwd or REPO,
-        env=full_env,
         timeout=120,
+        unset=("GITHUB_STEP_SUMMARY",),
     )
     return Outcome(done.returncode, done.stdout, done.stderr)
 

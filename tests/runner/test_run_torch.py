@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from forked import run_mpbench
 from processes import marked
 
 from mpbench.telemetry.sidefile import read_side_file
@@ -49,13 +50,7 @@ def tiny_config(tmp_path: Path) -> Path:
 
 
 def mpbench(*args: str, env: dict | None = None, timeout: float = 300):
-    return subprocess.run(
-        [sys.executable, "-m", "mpbench", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
+    return run_mpbench(args, env=env, timeout=timeout)  # a process of its own (forked.py)
 
 
 def torch_args(config: Path, out: Path, *args: str, workload: str = "mnist_dense") -> list[str]:

@@ -1,0 +1,129 @@
+"""mpbench in a process of its own, started in a few milliseconds: a fork of the test
+process, which imported mpbench's CLI once, runs `mpbench.cli.main(ARGS)` with its own pid,
+environment, working directory and file descriptors 1 and 2, and exits with its code. It is
+`python -m mpbench ARGS` less the ~0.3 s of a new interpreter and mpbench's imports; tests
+that send the process signals, or need an interpreter's start (the streams' encoding), start
+`python -m mpbench` itself."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def run_mpbench(
+    args: tuple | list,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 300,
+    unset: tuple[str, ...] = (),
+) -> subprocess.CompletedProcess[str]:
+    """Run mpbench with ARGS in a process of its own and capture everything it printed;
+    `env` is added to this process's environment, `unset` removed from it.
+
+    The process is a fork of this one, which has imported the CLI already: it skips the
+    ~0.3 s of a new interpreter and mpbench's imports, and is otherwise what
+    `python -m mpbench ARGS` is (its own pid, environment, working directory, file
+    descriptors 1 and 2, exit code; cells it starts are new processes as always). A few tests
+    still start `python -m mpbench` itself: those that send it signals or need its start."""
+    args = [str(arg) for arg in args]
+    if any(key.startswith(_READ_AT_START) for key in env or {}):
+        return _python_m_mpbench(args, env, cwd, timeout, unset)
+    import mpbench.cli  # imported before the fork, once per test session
+
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 70
+        try:
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            for fd in (out_r, out_w, err_r, err_w):
+                os.close(fd)
+            sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+            sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+            os.environ.update(env or {})
+            for key in unset:
+                os.environ.pop(key, None)
+            if cwd is not None:
+                os.chdir(cwd)
+            sys.argv = [str(Path(mpbench.cli.__file__).with_name("__main__.py")), *args]
+            code = _main(args)
+        except BaseException:  # whatever happened, say it as python would
+            import traceback
+
+            traceback.print_exc()
+            code = 1
+        finally:
+            with contextlib.suppress(Exception):
+                sys.stdout.flush()
+                sys.stderr.flush()
+            os._exit(code)
+    os.close(out_w)
+    os.close(err_w)
+    stdout, stderr = _read_both(out_r, err_r, pid, timeout, args)
+    _, status = os.waitpid(pid, 0)
+    return subprocess.CompletedProcess(
+        ["mpbench", *args], os.waitstatus_to_exitcode(status), stdout, stderr
+    )
+
+
+# What an interpreter reads as it starts (the streams' encoding): a fork has started already.
+_READ_AT_START = ("PYTHON", "LC_", "LANG")
+
+
+def _python_m_mpbench(args, env, cwd, timeout, unset) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in {**os.environ, **(env or {})}.items() if k not in unset}
+    return subprocess.run(
+        [sys.executable, "-m", "mpbench", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env=environ,
+    )
+
+
+def _main(argv: list[str]) -> int:
+    """`python -m mpbench`'s main, as its __main__ runs it (SystemExit becomes the code)."""
+    from mpbench.cli import main
+
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+
+
+def _read_both(out_r: int, err_r: int, pid: int, timeout: float, args) -> tuple[str, str]:
+    """Everything written to both pipes until every writer (the child, its cells) closed
+    them, as subprocess.run's capture does; past `timeout` the child is killed."""
+    chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
+    open_fds = [out_r, err_r]
+    deadline = time.monotonic() + timeout
+    while open_fds:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            for fd in open_fds:
+                os.close(fd)
+            raise subprocess.TimeoutExpired(["mpbench", *args], timeout)
+        ready, _, _ = select.select(open_fds, [], [], left)
+        for fd in ready:
+            data = os.read(fd, 65536)
+            if data:
+                chunks[fd].append(data)
+            else:
+                open_fds.remove(fd)
+                os.close(fd)
+    return (
+        b"".join(chunks[out_r]).decode("utf-8", "replace"),
+        b"".join(chunks[err_r]).decode("utf-8", "replace"),
+    )
