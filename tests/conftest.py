@@ -1,7 +1,7 @@
 """Shared by every test folder: this file puts tests/ on sys.path (pytest's default import
 mode), so helpers such as tests/processes.py import as top-level modules.
 
-It also files every test into a tier, automatically (docs/development.md):
+It also files every test into a tier, automatically (README, "Development"):
 - `slow`: the test took at least SLOW_S seconds (setup, call and teardown) when last
   measured. The measurements live in tests/tiers.json, written by
   `python -m pytest --record-tiers` (the whole suite, on a quiet machine). A test not yet
