@@ -13,9 +13,11 @@ The inner loop is `python -m pytest -m "not slow"`; CI runs everything.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -27,6 +29,27 @@ import pytest
 # children get Python's usual KeyboardInterrupt.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+FAKE_PYNVML = Path(__file__).with_name("fakes") / "pynvml_fake.py"
+
+
+@pytest.fixture
+def fake_nvml(monkeypatch):
+    """Install a fresh, configured pynvml fake: fake_nvml("V100", call_errors=...)
+    (tests/detect has its own, which also records the fake's source)."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+
+    def install(*gpus, **config):
+        spec = importlib.util.spec_from_file_location("pynvml", FAKE_PYNVML)
+        fake = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(fake)
+        fake.configure(gpus=gpus, **config)
+        monkeypatch.setitem(sys.modules, "pynvml", fake)
+        return fake
+
+    return install
+
 
 TIERS = Path(__file__).with_name("tiers.json")
 SLOW_S = 0.5  # a second Python process alone (interpreter, mpbench's CLI) takes about this

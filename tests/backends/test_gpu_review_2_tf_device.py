@@ -17,33 +17,12 @@ get_memory_info raising ValueError where the allocator keeps no statistics
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from mpbench.backends.base import CellSpec, Unsupported
 from mpbench.backends.tensorflow import device as tf_device
-
-FAKE_PYNVML = Path(__file__).resolve().parents[1] / "fakes" / "pynvml_fake.py"
-
-
-@pytest.fixture
-def fake_nvml(monkeypatch):
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
-
-    def install(*gpus, **config):
-        spec = importlib.util.spec_from_file_location("pynvml", FAKE_PYNVML)
-        fake = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(fake)
-        fake.configure(gpus=gpus, **config)
-        monkeypatch.setitem(sys.modules, "pynvml", fake)
-        return fake
-
-    return install
 
 
 class FakeTF:
