@@ -109,7 +109,12 @@ def run(
         "(repeatable) (default: auto).",
     ),
     device: str | None = typer.Option(None, "--device", help="auto, cpu, cuda, cuda:N, mps."),
-    epochs: int | None = typer.Option(None, "--epochs", help="Training epochs per cell."),
+    epochs: int | None = typer.Option(
+        None,
+        "--epochs",
+        help="Epochs of timed steps per cell (at most --max-steps of them); the end-to-end "
+        "window then trains about as many again (docs/measurement.md, 'Steps trained').",
+    ),
     max_steps: int | None = typer.Option(
         None,
         "--max-steps",
