@@ -3,8 +3,10 @@ mode), so helpers such as tests/processes.py import as top-level modules.
 
 It also files every test into a tier, automatically (README, "Development"):
 - `slow`: the test took at least SLOW_S seconds (setup, call and teardown) when last
-  measured. The measurements live in tests/tiers.json, written by
-  `python -m pytest --record-tiers` (the whole suite, on a quiet machine). A test not yet
+  measured, or it shares a fixture whose setup took that long (module- or session-scoped:
+  whichever of its tests runs first pays for it). The measurements live in
+  tests/tiers.json, written by `python -m pytest --record-tiers` (the whole suite, on a
+  quiet machine). A test not yet
   measured is filed by where it lives: slow if its module starts processes or trains.
 - `torch`, `tensorflow`: the test's module uses the framework (read from its source, without
   importing anything).
@@ -77,11 +79,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def _measured() -> dict[str, float]:
+def _tiers() -> dict:
     try:
-        return json.loads(TIERS.read_text(encoding="utf-8"))["seconds"]
-    except (OSError, ValueError, KeyError):
+        return json.loads(TIERS.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
         return {}
+
+
+def _shared_fixtures(item: pytest.Item) -> set[str]:
+    """The fixtures of this suite (not pytest's own, such as tmp_path_factory) that `item`
+    shares with other tests: those of a scope wider than the function."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return set()
+    return {
+        f"{defs[-1].baseid}::{name}"
+        for name, defs in info.name2fixturedefs.items()
+        if defs and defs[-1].scope != "function" and defs[-1].baseid
+    }
 
 
 _sources: dict[Path, str] = {}
@@ -94,7 +109,14 @@ def _source(path: Path) -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    measured = _measured()
+    tiers = _tiers()
+    measured = tiers.get("seconds", {})
+    # A shared fixture that took seconds to set up was timed in the first test that used it;
+    # whichever of its tests runs first pays it, so all of them are slow.
+    by_id = {item.nodeid: item for item in items}
+    costly = set().union(
+        *(_shared_fixtures(by_id[i]) for i in tiers.get("slow_setup", []) if i in by_id)
+    )
     unmeasured = 0
     for item in items:
         source = _source(item.path)
@@ -106,7 +128,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             unmeasured += 1
             slow = bool(_SLOW_SOURCE.search(source))
         else:
-            slow = seconds >= SLOW_S
+            slow = seconds >= SLOW_S or bool(costly & _shared_fixtures(item))
         if slow and not item.get_closest_marker("slow"):
             item.add_marker("slow")
     config.stash[_UNMEASURED] = unmeasured
@@ -114,6 +136,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 _UNMEASURED = pytest.StashKey[int]()
 _TIMES = pytest.StashKey[dict[str, float]]()
+_slow_setups: set[str] = set()  # tests whose setup took SLOW_S or more, this session
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "setup" and report.duration >= SLOW_S:
+        _slow_setups.add(report.nodeid)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -132,16 +160,23 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if config.getoption("--record-tiers") and times:
         # A partial run updates its own tests and keeps the others' times; a test whose file
         # is gone is dropped (renamed tests: the whole suite's run drops their old names).
-        measured = _measured()
+        tiers = _tiers()
+        measured, slow_setup = tiers.get("seconds", {}), set(tiers.get("slow_setup", []))
         if session.config.args == [] or set(session.config.args) == {"tests"}:
-            measured = {}
+            measured, slow_setup = {}, set()
         measured.update(times)
+        slow_setup = (slow_setup - set(times)) | _slow_setups
         root = session.config.rootpath
-        kept = {k: v for k, v in sorted(measured.items()) if (root / k.split("::")[0]).exists()}
-        TIERS.write_text(
-            json.dumps({"slow_s": SLOW_S, "seconds": kept}, indent=0, sort_keys=True) + "\n",
-            encoding="utf-8",
-        )
+
+        def exists(nodeid: str) -> bool:
+            return (root / nodeid.split("::")[0]).exists()
+
+        written = {
+            "slow_s": SLOW_S,
+            "seconds": {k: v for k, v in sorted(measured.items()) if exists(k)},
+            "slow_setup": sorted(k for k in slow_setup if exists(k)),
+        }
+        TIERS.write_text(json.dumps(written, indent=0, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
