@@ -53,6 +53,18 @@ def fake_nvml(monkeypatch):
     return install
 
 
+@pytest.fixture
+def group(tmp_path):
+    """A gloo process group of one rank on this CPU, for as long as the test runs (torch
+    imported here, not at collection)."""
+    import torch.distributed as dist
+
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
 TIERS = Path(__file__).with_name("tiers.json")
 SLOW_S = 0.5  # a second Python process alone (interpreter, mpbench's CLI) takes about this
 
@@ -135,8 +147,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 _UNMEASURED = pytest.StashKey[int]()
-_TIMES = pytest.StashKey[dict[str, float]]()
-_slow_setups: set[str] = set()  # tests whose setup took SLOW_S or more, this session
+# This session's timings: every test's whole run, and the tests whose setup took SLOW_S or more.
+_times: dict[str, float] = {}
+_slow_setups: set[str] = set()
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -150,13 +163,12 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     try:
         return (yield)
     finally:
-        times = item.config.stash.setdefault(_TIMES, {})
-        times[item.nodeid] = round(time.perf_counter() - started, 3)
+        _times[item.nodeid] = round(time.perf_counter() - started, 3)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
-    times = config.stash.get(_TIMES, {})
+    times = _times
     if config.getoption("--record-tiers") and times:
         # A partial run updates its own tests and keeps the others' times; a test whose file
         # is gone is dropped (renamed tests: the whole suite's run drops their old names).
