@@ -53,18 +53,6 @@ def fake_nvml(monkeypatch):
     return install
 
 
-@pytest.fixture
-def group(tmp_path):
-    """A gloo process group of one rank on this CPU, for as long as the test runs (torch
-    imported here, not at collection)."""
-    import torch.distributed as dist
-
-    store = dist.FileStore(str(tmp_path / "store"), 1)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
-
-
 TIERS = Path(__file__).with_name("tiers.json")
 SLOW_S = 0.5  # a second Python process alone (interpreter, mpbench's CLI) takes about this
 
@@ -147,9 +135,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 _UNMEASURED = pytest.StashKey[int]()
-# This session's timings: every test's whole run, and the tests whose setup took SLOW_S or more.
-_times: dict[str, float] = {}
-_slow_setups: set[str] = set()
+_TIMES = pytest.StashKey[dict[str, float]]()
+_slow_setups: set[str] = set()  # tests whose setup took SLOW_S or more, this session
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -163,12 +150,13 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     try:
         return (yield)
     finally:
-        _times[item.nodeid] = round(time.perf_counter() - started, 3)
+        times = item.config.stash.setdefault(_TIMES, {})
+        times[item.nodeid] = round(time.perf_counter() - started, 3)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
-    times = _times
+    times = config.stash.get(_TIMES, {})
     if config.getoption("--record-tiers") and times:
         # A partial run updates its own tests and keeps the others' times; a test whose file
         # is gone is dropped (renamed tests: the whole suite's run drops their old names).

@@ -29,6 +29,14 @@ STALLS = [False, True, False, True, False, True]  # per step; the last one is a 
 WARMUP = 2
 
 
+@pytest.fixture
+def group(tmp_path):
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
 def stalling_all_reduce(stalls: list[bool], calls: list[int]):
     def hook(state, bucket):
         if stalls[len(calls)]:

@@ -12,6 +12,14 @@ from mpbench.backends.torch.backend import _Batches  # noqa: E402
 from mpbench.backends.torch.distributed import DataParallel, job_step_times  # noqa: E402
 
 
+@pytest.fixture
+def group(tmp_path):
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
 def parallel(grad_comm: str) -> DataParallel:
     return DataParallel(0, 0, 1, 1, 1, "gloo", grad_comm)
 
