@@ -13,7 +13,7 @@ from mpbench.compare.options import (
     parse_min_speedup,
     parse_points,
 )
-from mpbench.compare.render_text import print_run_summary
+from mpbench.compare.render.terminal import print_run_summary
 from mpbench.compare.report import Report, build_report
 from mpbench.compare.run import compare, latest_run, render, run_compare
 

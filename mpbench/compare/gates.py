@@ -11,9 +11,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from mpbench.compare import fmt
-from mpbench.compare.cells import CellKey, CellSummary, PolicyGroup, Section, row_policy
-from mpbench.compare.estimate import (
+from mpbench.compare.options import CompareOptions, split_world
+from mpbench.compare.render import fmt
+from mpbench.compare.summary.cells import CellKey, CellSummary, PolicyGroup, Section, row_policy
+from mpbench.compare.summary.estimate import (
     Estimate,
     Verdict,
     judge,
@@ -21,9 +22,8 @@ from mpbench.compare.estimate import (
     two_sample_difference,
     two_sample_ratio,
 )
-from mpbench.compare.labels import Labeler
-from mpbench.compare.options import CompareOptions, split_world
-from mpbench.compare.scaling import ScalingRow, all_scaling_rows
+from mpbench.compare.summary.labels import Labeler
+from mpbench.compare.summary.scaling import ScalingRow, all_scaling_rows
 from mpbench.errors import InvalidInput
 from mpbench.policies import BASELINE
 

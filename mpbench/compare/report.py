@@ -9,14 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mpbench.compare.cells import (
-    CellKey,
-    CellSummary,
-    Section,
-    build_sections,
-    display_order,
-    summarize_all,
-)
 from mpbench.compare.gates import (
     ADD_REPEATS,
     REMEASURE,
@@ -25,8 +17,17 @@ from mpbench.compare.gates import (
     check_baseline,
     check_ratios,
 )
-from mpbench.compare.labels import Labeler, short_fingerprint
 from mpbench.compare.options import CompareOptions
+from mpbench.compare.summary.cells import (
+    CellKey,
+    CellSummary,
+    PolicyGroup,
+    Section,
+    build_sections,
+    display_order,
+    summarize_all,
+)
+from mpbench.compare.summary.labels import Labeler, short_fingerprint
 from mpbench.errors import InvalidInput
 from mpbench.policies import BASELINE
 from mpbench.results import CellRecord
@@ -58,13 +59,11 @@ class Report:
         """The readable side files of the compared records, read once; one that cannot be
         used adds a note (telemetry.load_side_files) instead of stopping the comparison."""
         if self.loaded_side_files is None:
-            from mpbench.compare.telemetry import load_side_files
+            from mpbench.compare.summary.side_files import load_side_files
 
             records = [
                 (CellKey(g.key, policy), r)
-                for s in self.sections
-                for g in s.groups
-                for policy, cell in g.cells.items()
+                for g, policy, cell in self.policy_cells()
                 for r in cell.records
             ]
             self.loaded_side_files, notes = load_side_files(
@@ -72,6 +71,15 @@ class Report:
             )
             self.notes += notes
         return self.loaded_side_files
+
+    def policy_cells(self) -> list[tuple[PolicyGroup, str, CellSummary]]:
+        """Every cell of every section, with its group and policy row, in table order."""
+        return [
+            (group, policy, cell)
+            for section in self.sections
+            for group in section.groups
+            for policy, cell in group.cells.items()
+        ]
 
     @property
     def failures(self) -> list[GateResult]:

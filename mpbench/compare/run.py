@@ -18,8 +18,8 @@ from mpbench.compare.destinations import (
     input_files,
     write_text,
 )
-from mpbench.compare.encoding import safe_stream
 from mpbench.compare.options import CompareOptions, parse_format
+from mpbench.compare.render.encoding import safe_stream
 from mpbench.compare.report import Report, build_report
 from mpbench.errors import InvalidInput
 from mpbench.results import CellRecord
@@ -53,7 +53,7 @@ def _run_dirs(paths: list[Path], options: CompareOptions) -> dict[str, list[Path
     """Where each run's telemetry side files are; only --plot reads them."""
     if options.plot is None:
         return None
-    from mpbench.compare.telemetry import run_dirs
+    from mpbench.compare.summary.side_files import run_dirs
 
     return run_dirs(paths)
 
@@ -134,7 +134,7 @@ def write_outputs(
 ) -> None:
     """The chosen format to --output or stdout; markdown to the step summary; the plot."""
     if options.plot is not None:
-        from mpbench.compare.plot import write_plot
+        from mpbench.compare.plot.figure import write_plot
 
         write_plot(report, options.plot)
     if options.output is not None:
@@ -145,7 +145,7 @@ def write_outputs(
         stdout.write(render(report, options.format, terminal=False))
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
-        from mpbench.compare.render_text import render_markdown
+        from mpbench.compare.render.markdown import render_markdown
 
         warning = append_step_summary(Path(summary), render_markdown(report) + "\n", inputs or [])
         if warning:
@@ -162,15 +162,17 @@ def render(report: Report, format: str, terminal: bool) -> str:
         _print_table(report, buffer, terminal=terminal)
         return buffer.getvalue()
     if format == "markdown":
-        from mpbench.compare.render_text import render_markdown
+        from mpbench.compare.render.markdown import render_markdown
 
         return render_markdown(report)
-    from mpbench.compare import render_data
+    from mpbench.compare.render.benchmark_action import render_benchmark_action
+    from mpbench.compare.render.csv_report import render_csv
+    from mpbench.compare.render.json_report import render_json
 
     renderers = {
-        "json": render_data.render_json,
-        "csv": render_data.render_csv,
-        "benchmark-action": render_data.render_benchmark_action,
+        "json": render_json,
+        "csv": render_csv,
+        "benchmark-action": render_benchmark_action,
     }
     return renderers[format](report)
 
@@ -178,7 +180,7 @@ def render(report: Report, format: str, terminal: bool) -> str:
 def _print_table(report: Report, out: TextIO, terminal: bool | None = None) -> None:
     from rich.console import Console
 
-    from mpbench.compare.render_text import print_report
+    from mpbench.compare.render.terminal import print_report
 
     console = Console(file=out, force_terminal=terminal, soft_wrap=False)
     if not console.is_terminal:

@@ -207,7 +207,7 @@ def log_speedups(records: Iterable[CellRecord]) -> dict[str, dict[int, float]]:
     differ (--batch-scale-16bit). A repeat that is not ok on either side has no ratio. A cell
     skipped in every repeat (unsupported here, framework missing) is left out: more rounds
     cannot measure it."""
-    from mpbench.compare.cells import cell_key  # compare's pairing, so the numbers agree
+    from mpbench.compare.summary.cells import cell_key  # compare's pairing, so the numbers agree
 
     records = [r for r in records if r.fallback_of is None]
     reference: dict[tuple[Any, str, int], float] = {}

@@ -9,10 +9,10 @@ import json
 import pytest
 from compare_records import record
 
-from mpbench.compare.cells import build_sections, summarize_all
-from mpbench.compare.labels import Labeler
-from mpbench.compare.render_data import render_json
-from mpbench.compare.rows import section_table
+from mpbench.compare.render.json_report import render_json
+from mpbench.compare.render.tables import section_table
+from mpbench.compare.summary.cells import build_sections, summarize_all
+from mpbench.compare.summary.labels import Labeler
 
 # What the runner writes on a 16-bit cell at twice the batch of 128.
 SCALED = {"batch_scale_16bit": 2, "reference_batch_size": 128, "batch_size": 256}

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from compare_records import CPU_FINGERPRINT, MIB, cpu_run, record, write_run
 
-from mpbench.compare.cells import build_sections, cell_key, summarize_all
-from mpbench.compare.estimate import (
+from mpbench.compare.summary.cells import build_sections, cell_key, summarize_all
+from mpbench.compare.summary.estimate import (
     REPEATS,
     WITHIN_RUN,
     Estimate,

@@ -13,7 +13,7 @@ from compare_helpers import run_cli, run_inprocess
 from compare_records import cpu_run, record, write_run
 
 from mpbench.compare import CompareOptions, build_report
-from mpbench.compare.plot import _caption
+from mpbench.compare.plot.figure import _caption
 from mpbench.results import CellRecord, Status, StepTimeStats
 
 BF16 = "torch/mnist_dense/mixed_bfloat16"

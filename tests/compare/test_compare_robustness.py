@@ -11,9 +11,11 @@ import pytest
 from compare_records import cpu_run, record, write_run
 
 from mpbench.compare import CompareOptions, build_report, print_run_summary
-from mpbench.compare.cells import summarize_all
-from mpbench.compare.render_data import render_benchmark_action, render_csv, render_json
-from mpbench.compare.render_text import print_report
+from mpbench.compare.render.benchmark_action import render_benchmark_action
+from mpbench.compare.render.csv_report import render_csv
+from mpbench.compare.render.json_report import render_json
+from mpbench.compare.render.terminal import print_report
+from mpbench.compare.summary.cells import summarize_all
 from mpbench.errors import InvalidInput
 from mpbench.results import read_records
 

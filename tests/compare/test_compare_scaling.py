@@ -16,12 +16,12 @@ from compare_records import TF32_SKIP, cpu_run, record, write_run
 
 from mpbench.cli import main
 from mpbench.compare import CompareOptions, build_report
-from mpbench.compare.cells import build_sections, summarize_all
-from mpbench.compare.estimate import REPEATS, WITHIN_RUN
-from mpbench.compare.labels import Labeler
 from mpbench.compare.options import parse_min_scaling_efficiency, parse_min_speedup
-from mpbench.compare.rows import group_names, scaling_table
-from mpbench.compare.scaling import scaling_rows
+from mpbench.compare.render.tables import group_names, scaling_table
+from mpbench.compare.summary.cells import build_sections, summarize_all
+from mpbench.compare.summary.estimate import REPEATS, WITHIN_RUN
+from mpbench.compare.summary.labels import Labeler
+from mpbench.compare.summary.scaling import scaling_rows
 from mpbench.errors import InvalidInput
 from mpbench.results import DistributedStats, Status
 from mpbench.results.scaling import weak_scaling_efficiency

@@ -15,7 +15,7 @@ from compare_records import record, write_run
 
 from mpbench.compare import CompareOptions, build_report
 from mpbench.compare.run import render
-from mpbench.compare.telemetry import run_dirs
+from mpbench.compare.summary.side_files import run_dirs
 from mpbench.results import (
     CellRecord,
     DivergenceInfo,
@@ -181,7 +181,7 @@ def _legend_lines(ax) -> list:
 
 
 def test_plot_draws_per_step_loss_and_the_fp16_loss_scale(tmp_path: Path) -> None:
-    from mpbench.compare.plot import build_figure
+    from mpbench.compare.plot.figure import build_figure
 
     run = tmp_path / "run"
     _telemetry_run(run, diverge=True)
@@ -200,7 +200,7 @@ def test_plot_draws_per_step_loss_and_the_fp16_loss_scale(tmp_path: Path) -> Non
 
 
 def test_plot_without_side_files_is_as_before(tmp_path: Path) -> None:
-    from mpbench.compare.plot import build_figure
+    from mpbench.compare.plot.figure import build_figure
 
     records = [
         record("torch", "mnist_dense", p, median_ms=ms, accuracy=0.97, loss_scale=scale)
@@ -227,7 +227,7 @@ def test_missing_and_malformed_side_files_give_notes_not_a_crash(tmp_path: Path)
     assert len(malformed) == 1 and "mixed_float16" in malformed[0]
     assert by_policy["mixed_float16"].telemetry.side_file.split("/")[-1] in malformed[0]
 
-    from mpbench.compare.plot import build_figure
+    from mpbench.compare.plot.figure import build_figure
 
     report = _plot_report(run)
     fig = build_figure(report)

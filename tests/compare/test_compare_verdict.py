@@ -6,7 +6,7 @@ from __future__ import annotations
 from compare_records import cpu_run, record
 
 from mpbench.compare import CompareOptions, build_report
-from mpbench.compare.verdict import (
+from mpbench.compare.summary.verdict import (
     AVOID,
     CAREFUL,
     NOT_MEASURED,

@@ -11,8 +11,9 @@ import pytest
 from compare_helpers import whiskers
 from compare_records import record, write_run
 
-from mpbench.compare import CompareOptions, build_report, fmt, render
-from mpbench.compare.estimate import REPEATS, WITHIN_RUN, Estimate
+from mpbench.compare import CompareOptions, build_report, render
+from mpbench.compare.render import fmt
+from mpbench.compare.summary.estimate import REPEATS, WITHIN_RUN, Estimate
 from mpbench.results import CellRecord, StepTimeStats, read_records
 
 # --- the formatting rule -------------------------------------------------------------------
@@ -155,7 +156,7 @@ def test_rendered_intervals_never_show_a_positive_bound_as_zero(tmp_path: Path) 
 
 
 def test_verdict_of_a_tiny_ratio_keeps_its_figures(tmp_path: Path) -> None:
-    from mpbench.compare.verdict import _speed, policy_verdict
+    from mpbench.compare.summary.verdict import _speed, policy_verdict
 
     tiny = Estimate(0.0031, 0.0012, 0.0079, REPEATS, 3)
     assert _speed(tiny) == "323× slower (0.0031×), 95 % 0.0012–0.0079×"
@@ -182,8 +183,8 @@ def _axes(fig) -> dict[str, object]:
 
 
 def _arrows(ax, marker: str) -> list[tuple[float, float]]:
-    """(x, y) of the arrowheads plot_style.mark_beyond drew in `ax` (^ up, v down)."""
-    from mpbench.compare.plot_style import CLIPPED
+    """(x, y) of the arrowheads style.mark_beyond drew in `ax` (^ up, v down)."""
+    from mpbench.compare.plot.style import CLIPPED
 
     return [
         (float(line.get_xdata()[0]), float(line.get_ydata()[0]))
@@ -198,8 +199,8 @@ def _texts(ax) -> list[str]:
 
 def test_plot_axes_are_clipped_and_far_whiskers_marked(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    from mpbench.compare.plot import build_figure
-    from mpbench.compare.plot_style import REACH, sane_range
+    from mpbench.compare.plot.figure import build_figure
+    from mpbench.compare.plot.style import REACH, sane_range
 
     report = _wild_report(tmp_path)
     group = report.sections[0].groups[0]  # torch
@@ -242,7 +243,7 @@ def test_plot_axes_are_clipped_and_far_whiskers_marked(tmp_path: Path) -> None:
 def test_plot_step_time_outlier_is_cut_and_marked(tmp_path: Path) -> None:
     """One 2 s step among ~2 ms steps: the boxes keep the axis, the step gets an arrow."""
     pytest.importorskip("matplotlib")
-    from mpbench.compare.plot import build_figure
+    from mpbench.compare.plot.figure import build_figure
 
     records = [r for r in _wild_records() if r.framework == "tensorflow"]
     records = read_records(write_run(tmp_path / "run", records))
@@ -259,7 +260,7 @@ def test_plot_without_far_whiskers_draws_no_arrow(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     from compare_records import cpu_run
 
-    from mpbench.compare.plot import build_figure
+    from mpbench.compare.plot.figure import build_figure
 
     report = build_report(read_records(write_run(tmp_path / "run", cpu_run())), CompareOptions())
     fig = build_figure(report)

@@ -20,7 +20,7 @@ from compare_records import record, variant_run, write_run
 
 from mpbench.compare import CompareOptions, build_report
 from mpbench.compare.run import render
-from mpbench.compare.verdict import FELL_BACK, NO_RATIO, NOT_MEASURED, group_verdicts
+from mpbench.compare.summary.verdict import FELL_BACK, NO_RATIO, NOT_MEASURED, group_verdicts
 from mpbench.results import Status, StepTimeStats, read_records
 
 GROUPS = ["torch", "torch [accumulate=2]", "torch [compile]"]
@@ -78,7 +78,7 @@ def test_each_group_has_one_name_in_the_table_verdicts_json_and_csv(tmp_path: Pa
 
 def test_the_plot_names_the_groups_as_the_table_does(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    from mpbench.compare.plot import build_figure
+    from mpbench.compare.plot.figure import build_figure
 
     report = _report(tmp_path)
     fig = build_figure(report)

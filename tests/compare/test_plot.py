@@ -11,7 +11,7 @@ from compare_helpers import run_cli, whiskers
 from compare_records import cpu_run, record, write_run
 
 from mpbench.compare import CompareOptions, build_report
-from mpbench.compare.plot import build_figure, write_plot
+from mpbench.compare.plot.figure import build_figure, write_plot
 from mpbench.results import CellRecord, Status, read_records
 
 pytest.importorskip("matplotlib")

@@ -26,7 +26,7 @@ LONG_CPU = DeviceInfo(
 def _figure(tmp_path: Path, records):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    from mpbench.compare.plot import build_figure
+    from mpbench.compare.plot.figure import build_figure
 
     run = write_run(tmp_path / "run", records)
     fig = build_figure(build_report(read_records(run), CompareOptions()))

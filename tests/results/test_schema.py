@@ -134,7 +134,7 @@ def test_a_version_6_record_round_trips_its_contention(tmp_path):
     raw = original.to_dict()
     raw["contention"]["other_cores"] = -1
     (tmp_path / "results.jsonl").write_text(json.dumps(raw) + "\n")
-    with pytest.raises(SchemaError, match="contention.other_cores"):
+    with pytest.raises(SchemaError, match=r"contention\.other_cores"):
         read_records(tmp_path)
 
 

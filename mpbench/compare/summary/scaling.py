@@ -19,7 +19,7 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from mpbench.compare.cells import (
+from mpbench.compare.summary.cells import (
     CellKey,
     CellSummary,
     GroupKey,
@@ -29,7 +29,7 @@ from mpbench.compare.cells import (
     Section,
     policy_rank,
 )
-from mpbench.compare.estimate import Estimate, of_repeats, step_ratio
+from mpbench.compare.summary.estimate import Estimate, of_repeats, step_ratio
 from mpbench.results import CellRecord
 from mpbench.results.scaling import weak_scaling_efficiency
 

@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from mpbench.compare.cells import CellKey
+from mpbench.compare.summary.cells import CellKey
 from mpbench.results import CellRecord
 from mpbench.results.io import results_file
 from mpbench.telemetry.sidefile import SideFile, SideFileError, read_side_file

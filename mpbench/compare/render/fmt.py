@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from mpbench.compare.estimate import REPEATS, WITHIN_RUN, Estimate
+from mpbench.compare.summary.estimate import REPEATS, WITHIN_RUN, Estimate
 
 DASH = "—"
 WITHIN_RUN_MARK = "†"  # every within-run-only interval carries it; the footnote says why

@@ -6,13 +6,13 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 
-from mpbench.compare import fmt
-from mpbench.compare.cells import CellKey, CellSummary, PolicyGroup, Section
-from mpbench.compare.estimate import REPEATS, WITHIN_RUN, Estimate
 from mpbench.compare.gates import GateResult
-from mpbench.compare.labels import Labeler, short_fingerprint, short_framework
+from mpbench.compare.render import fmt
 from mpbench.compare.report import Report
-from mpbench.compare.scaling import NOT_SCALING, ScalingRow, scaling_rows
+from mpbench.compare.summary.cells import CellKey, CellSummary, PolicyGroup, Section
+from mpbench.compare.summary.estimate import REPEATS, WITHIN_RUN, Estimate
+from mpbench.compare.summary.labels import Labeler, short_fingerprint, short_framework
+from mpbench.compare.summary.scaling import NOT_SCALING, ScalingRow, scaling_rows
 from mpbench.policies import BASELINE
 from mpbench.results.variant import GROUP_RECIPE
 
@@ -214,7 +214,7 @@ class Footnotes:
 def section_table(section: Section, labeler: Labeler) -> TextTable:
     """One workload on one machine: a row per framework × policy, numbers only; names,
     configs and reasons go to a legend and numbered footnotes so that no column is wide."""
-    from mpbench.compare.verdict import group_verdicts, short
+    from mpbench.compare.summary.verdict import group_verdicts, short
 
     cells = _cells(section)
     kinds = {c.memory_kind for c in cells if c.memory_kind}
@@ -321,7 +321,7 @@ def scaling_table(section: Section, labeler: Labeler | None = None) -> TextTable
     throughput, weak-scaling efficiency against world size 1, all-reduce share, stragglers.
     None when the section holds no data-parallel cell. A row is named by its group at world
     size 1 (the world column says the rest), as the report's labeler names it."""
-    from mpbench.compare.verdict import short
+    from mpbench.compare.summary.verdict import short
 
     rows = scaling_rows(section)
     if not rows:
@@ -669,3 +669,46 @@ def _summary(results: list[GateResult]) -> list[str]:
     if closest.pressure() is None:
         return [f"{len(results)} cells", closest.message]
     return [f"{len(results)} cells", f"closest to the limit: {closest.cell}: {closest.message}"]
+
+
+# --- what the terminal and markdown renderers print ----------------------------------------
+
+TEXT_COLUMNS = {
+    "framework",
+    "policy",
+    "status",
+    "status: baseline → now",
+    "cell",
+    "result",
+    "gate",
+    "numbers",
+    "devices",
+    "grad comm",
+}
+
+
+def section_tables(report: Report) -> list[TextTable]:
+    """Per workload and machine: its table, then its scaling table (data-parallel cells)."""
+    tables = []
+    for section in report.sections:
+        tables.append(section_table(section, report.labeler))
+        scaling = scaling_table(section, report.labeler)
+        if scaling is not None:
+            tables.append(scaling)
+    return tables
+
+
+def report_tables(report: Report) -> list[TextTable]:
+    tables = section_tables(report)
+    if report.matches:
+        tables.append(baseline_table(report))
+    if report.results:
+        tables.append(gates_table(report))
+    return tables
+
+
+def report_header(report: Report) -> str:
+    text = "runs: " + ", ".join(report.runs)
+    if report.baseline_runs:
+        text += " · baseline: " + ", ".join(report.baseline_runs)
+    return text

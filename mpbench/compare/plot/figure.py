@@ -13,7 +13,7 @@ Per workload (and machine), two rows:
 A value that does not exist (a skipped or failed cell, no float32 to divide by, a ratio that
 overflowed) is named where it would be drawn, never drawn as a zero. Each value axis spans the
 values, not the longest whisker: one past it is cut at the edge and marked with an arrow and
-its true end (plot_style.sane_range, mark_beyond). Groups are named as the tables name them
+its true end (style.sane_range, mark_beyond). Groups are named as the tables name them
 (labels.Labeler.group). Text that would not fit once laid out is fixed before the file is
 written (_fit): titles wrapped, crowded policy names staggered, upright or thinned. Drawn with
 Agg: files only, no display needed.
@@ -24,10 +24,8 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from mpbench.compare.estimate import Estimate
-from mpbench.compare.labels import short_fingerprint
-from mpbench.compare.plot_bars import accuracy_panel, memory_panel, speedup_panel
-from mpbench.compare.plot_series import (
+from mpbench.compare.plot.bars import accuracy_panel, memory_panel, speedup_panel
+from mpbench.compare.plot.series import (
     has_loss_scales,
     has_step_losses,
     loss_panel,
@@ -35,9 +33,11 @@ from mpbench.compare.plot_series import (
     step_loss_panel,
     step_time_panel,
 )
-from mpbench.compare.plot_style import Palette, fit_text, fit_ticks
+from mpbench.compare.plot.style import Palette, fit_text, fit_ticks
+from mpbench.compare.render.tables import WITHIN_RUN_NOTE, config_text, interval_kinds
 from mpbench.compare.report import Report
-from mpbench.compare.rows import WITHIN_RUN_NOTE, config_text, interval_kinds
+from mpbench.compare.summary.estimate import Estimate
+from mpbench.compare.summary.labels import short_fingerprint
 from mpbench.errors import InvalidInput
 
 __all__ = ["build_figure", "write_plot"]
@@ -159,7 +159,7 @@ def build_figure(report: Report):
 
 def _fit(fig, grid, heights: list[float], titles: list, legend) -> None:
     """Lay the figure out, measure its text with the renderer that writes the file, and fix
-    what does not fit (plot_style.fit_text, fit_ticks; _grow_rows); then lay it out again,
+    what does not fit (style.fit_text, fit_ticks; _grow_rows); then lay it out again,
     since a wrapped title or an upright label changes the room the panels get. A few passes
     settle it. `grid`: the figure's parts (header, sections, footer), `heights` theirs in
     inches; `titles`: the figure's and the sections' titles; `legend`: the figure's."""

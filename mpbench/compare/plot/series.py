@@ -7,9 +7,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from mpbench.compare import fmt
-from mpbench.compare.cells import FALLBACK_MARK, CellSummary, PolicyGroup, Section, row_policy
-from mpbench.compare.plot_style import (
+from mpbench.compare.plot.style import (
     LABEL_SIZE,
     NOTE_COLOUR,
     POLICY_MARKERS,
@@ -27,6 +25,14 @@ from mpbench.compare.plot_style import (
     sane_range,
     style_axes,
     tick_label,
+)
+from mpbench.compare.render import fmt
+from mpbench.compare.summary.cells import (
+    FALLBACK_MARK,
+    CellSummary,
+    PolicyGroup,
+    Section,
+    row_policy,
 )
 from mpbench.results import CellRecord, Status
 from mpbench.telemetry.sidefile import SideFile
@@ -121,7 +127,7 @@ def step_time_panel(ax, section: Section, palette: Palette) -> None:
         patch.set_alpha(0.75)
         flier.set_markerfacecolor(colour)
     log = _wide(data)
-    # The boxes (quartiles) set the scale (plot_style.sane_range); a box whisker or outlier
+    # The boxes (quartiles) set the scale (style.sane_range); a box whisker or outlier
     # step past it (a GC pause of 2 s among 2 ms steps) is cut at the edge and marked.
     quartiles = [y for line in boxes["whiskers"] for y in line.get_ydata()[:1]]
     ends = [y for line in boxes["whiskers"] for y in line.get_ydata()[1:]]
@@ -357,7 +363,7 @@ def _stride_text(curves: list[tuple[CellRecord, SideFile]]) -> str:
 
 def _per_step_lines(ax, section: Section, group: PolicyGroup, side_files: dict, column: str):
     """One line per repeat of each policy row (legend once per row), in the row's colour
-    (plot_style.row_colours); a fallback row dashed. Yields the values drawn, for the axis scale."""
+    (style.row_colours); a fallback row dashed. Yields the values drawn, for the axis scale."""
     names = [p for p in policies(section) if p in group.cells]
     colours = row_colours(policies(section))
     drawn: list[float] = []

@@ -1,22 +1,23 @@
-"""Human-readable renderers: a rich table for the terminal and GitHub-flavoured markdown."""
+"""The terminal renderer: the report's tables as rich tables that fit the console's width
+(columns left out by priority, or one block per row), the verdicts and the notes."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import TYPE_CHECKING
 
-from mpbench.compare import fmt
-from mpbench.compare.encoding import safe_console, spell_for
 from mpbench.compare.options import CompareOptions
-from mpbench.compare.report import Report, build_report
-from mpbench.compare.rows import (
+from mpbench.compare.render import fmt
+from mpbench.compare.render.encoding import safe_console, spell_for
+from mpbench.compare.render.tables import (
     INCONCLUSIVE,
+    TEXT_COLUMNS,
     TextTable,
-    baseline_table,
-    gates_table,
-    scaling_table,
-    section_table,
+    report_header,
+    report_tables,
+    section_tables,
 )
+from mpbench.compare.report import Report, build_report
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -24,51 +25,8 @@ if TYPE_CHECKING:
 
     from mpbench.results import CellRecord
 
-_TEXT_COLUMNS = {
-    "framework",
-    "policy",
-    "status",
-    "status: baseline → now",
-    "cell",
-    "result",
-    "gate",
-    "numbers",
-    "devices",
-    "grad comm",
-}
 # Prose columns (gate messages, statuses) may wrap between words; numbers and names never do.
 _WRAPPING = {"status: baseline → now", "numbers", "gate"}
-
-
-def _section_tables(report: Report) -> list[TextTable]:
-    """Per workload and machine: its table, then its scaling table (data-parallel cells)."""
-    tables = []
-    for section in report.sections:
-        tables.append(section_table(section, report.labeler))
-        scaling = scaling_table(section, report.labeler)
-        if scaling is not None:
-            tables.append(scaling)
-    return tables
-
-
-def _tables(report: Report) -> list[TextTable]:
-    tables = _section_tables(report)
-    if report.matches:
-        tables.append(baseline_table(report))
-    if report.results:
-        tables.append(gates_table(report))
-    return tables
-
-
-def _header(report: Report) -> str:
-    text = "runs: " + ", ".join(report.runs)
-    if report.baseline_runs:
-        text += " · baseline: " + ", ".join(report.baseline_runs)
-    return text
-
-
-# --- terminal -----------------------------------------------------------------------------
-
 _ROW_STYLE = {"dim": "dim", "failed": "red"}
 
 
@@ -77,8 +35,8 @@ def print_report(report: Report, console: Console) -> None:
 
     with safe_console(console):
         # Everything from the records is escaped: "[Errno 2]" in a reason is text, not markup.
-        console.print(f"[bold]mpbench compare[/bold] · {escape(_header(report))}")
-        _print_tables(_tables(report), console)
+        console.print(f"[bold]mpbench compare[/bold] · {escape(report_header(report))}")
+        _print_tables(report_tables(report), console)
         _print_notes(report, console)
 
 
@@ -87,7 +45,7 @@ def print_run_summary(records: list[CellRecord], console: Console) -> None:
     if records:
         report = build_report(records, CompareOptions())
         with safe_console(console):
-            _print_tables(_section_tables(report), console)
+            _print_tables(section_tables(report), console)
 
 
 def _print_tables(tables: list[TextTable], console: Console) -> None:
@@ -172,7 +130,7 @@ def _rich_table(text_table: TextTable, left_out: list[str] | None = None) -> Tab
         pad_edge=False,
     )
     for column, header in enumerate(text_table.headers):
-        numeric = header not in _TEXT_COLUMNS
+        numeric = header not in TEXT_COLUMNS
         values = [header, *(row[column] for row in text_table.rows)]
         longest = max(cell_len(value) for value in values)
         table.add_column(
@@ -234,7 +192,7 @@ def _print_stacked(text_table: TextTable, console: Console) -> None:
 def _name_columns(headers: list[str]) -> int:
     """How many leading columns name a row (framework and policy; result and gate; cell)."""
     count = 0
-    while count < min(2, len(headers) - 1) and headers[count] in _TEXT_COLUMNS:
+    while count < min(2, len(headers) - 1) and headers[count] in TEXT_COLUMNS:
         count += 1
     return max(count, 1)
 
@@ -243,7 +201,6 @@ _VERDICT_MARKUP = {
     "FAIL": "[bold red]FAIL[/bold red]",
     INCONCLUSIVE: "[yellow]inconclusive[/yellow]",
 }
-_VERDICT_MARKDOWN = {"FAIL": "❌ **FAIL**", INCONCLUSIVE: "⚠️ inconclusive"}
 
 
 def _verdict_markup(result: str) -> str:
@@ -262,43 +219,3 @@ def _print_notes(report: Report, console: Console) -> None:
         style = "bold red" if report.failures else "bold green"
         console.print()
         console.print(f"[{style}]{escape(report.verdict)}[/{style}]")
-
-
-# --- markdown -----------------------------------------------------------------------------
-
-
-def _md_cell(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|")
-
-
-def _md_table(table: TextTable) -> list[str]:
-    lines = [f"### {_md_cell(table.title)}", ""]
-    lines.append("| " + " | ".join(_md_cell(h) for h in table.headers) + " |")
-    aligns = ["---" if h in _TEXT_COLUMNS else "---:" for h in table.headers]
-    lines.append("| " + " | ".join(aligns) + " |")
-    for row in table.rows:
-        if table.headers[0] == "result":
-            row = [_VERDICT_MARKDOWN.get(row[0], "✅ pass"), *row[1:]]
-        lines.append("| " + " | ".join(_md_cell(c) for c in row) + " |")
-    caption = table.caption.splitlines() if table.caption else []
-    for line in [*caption, *table.footnotes]:
-        lines += ["", _md_cell(line)]
-    if table.verdicts:
-        lines += ["", "**Verdict**", ""]
-        lines += [f"- {_md_cell(line)}" for line in table.verdicts]
-    lines.append("")
-    return lines
-
-
-def render_markdown(report: Report) -> str:
-    lines = ["## mpbench compare", "", _md_cell(_header(report)), ""]
-    for table in _tables(report):
-        lines += _md_table(table)
-    if report.notes:
-        lines += ["### Notes", ""]
-        lines += [f"- {_md_cell(note)}" for note in report.notes]
-        lines.append("")
-    if report.results:
-        mark = "❌" if report.failures else "✅"
-        lines += [f"**{mark} {report.verdict}**", ""]
-    return "\n".join(lines)

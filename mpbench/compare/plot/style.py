@@ -8,7 +8,7 @@ import math
 import textwrap
 from collections.abc import Callable, Iterable
 
-from mpbench.compare.cells import (
+from mpbench.compare.summary.cells import (
     CellSummary,
     GroupKey,
     PolicyGroup,
@@ -16,8 +16,8 @@ from mpbench.compare.cells import (
     policy_rank,
     row_policy,
 )
-from mpbench.compare.estimate import Estimate
-from mpbench.compare.verdict import short
+from mpbench.compare.summary.estimate import Estimate
+from mpbench.compare.summary.verdict import short
 
 # Fixed colours per framework, far apart so the two read apart at a glance (and in grey).
 FRAMEWORK_COLOURS = {"torch": "#d1495b", "tensorflow": "#2e6f9e"}
@@ -39,7 +39,7 @@ VALUE_SIZE = 8
 
 def policies(section: Section) -> list[str]:
     """The rows of a section in the contract's order (float32, tf32, fp16, bf16), each
-    policy's recipe rows after it (`bf16 @512`, compare/cells.py)."""
+    policy's recipe rows after it (`bf16 @512`, compare/summary/cells.py)."""
     seen = {p for g in section.groups for p in g.cells}
     return sorted(seen, key=policy_rank)
 

@@ -13,10 +13,7 @@ import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mpbench.compare import fmt
-from mpbench.compare.cells import CellSummary, PolicyGroup, Section
-from mpbench.compare.estimate import WITHIN_RUN, Estimate
-from mpbench.compare.plot_style import (
+from mpbench.compare.plot.style import (
     LABEL_SIZE,
     NOTE_COLOUR,
     TITLE_SIZE,
@@ -33,6 +30,9 @@ from mpbench.compare.plot_style import (
     style_axes,
     tick_label,
 )
+from mpbench.compare.render import fmt
+from mpbench.compare.summary.cells import CellSummary, PolicyGroup, Section
+from mpbench.compare.summary.estimate import WITHIN_RUN, Estimate
 from mpbench.policies import BASELINE
 
 # Ratios spanning more than this (largest / smallest) are drawn on a log axis, from 1.
@@ -102,7 +102,7 @@ def _labels(ax, labels: list[Label]) -> None:
     placed: list[tuple[float, float]] = []  # (x, axes height) of the labels drawn so far
     for label in sorted(labels, key=lambda item: item.x):
         tip = height(label.tip)
-        # A whisker cut at the axis edge (plot_style.mark_beyond) has its tip outside.
+        # A whisker cut at the axis edge (style.mark_beyond) has its tip outside.
         far = abs(tip - height(label.value)) > _FAR or not 0.0 <= tip <= 1.0
         anchor = label.value if far else label.tip
         # Side by side at one policy and about one height, two labels would overprint: the
@@ -155,7 +155,7 @@ def _clipped(ax, entries_: list[Entry], text: Callable[[float], str]) -> None:
 
 
 def _limits(values: list[Estimate], **rule) -> tuple[float, float]:
-    """plot_style.sane_range of the values (points) and their whiskers' ends."""
+    """style.sane_range of the values (points) and their whiskers' ends."""
     ends = [v for e in values for v in (e.low, e.high)]
     return sane_range([e.value for e in values], ends, **rule)
 

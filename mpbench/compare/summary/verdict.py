@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mpbench.compare import fmt
-from mpbench.compare.cells import CellSummary, PolicyGroup, is_training_memory, row_policy
-from mpbench.compare.estimate import WITHIN_RUN, Estimate
+from mpbench.compare.render import fmt
+from mpbench.compare.summary.cells import CellSummary, PolicyGroup, is_training_memory, row_policy
+from mpbench.compare.summary.estimate import WITHIN_RUN, Estimate
 from mpbench.policies import BASELINE, DeviceTraits, Rating, rate
 
 # An accuracy drop beyond this many points (point estimate) turns "recommended" into "use with
@@ -38,7 +38,7 @@ SHORT_NAMES = {
 
 
 def short(row: str) -> str:
-    """`mixed_float16 [loss scale 1024]` -> `fp16 [loss scale 1024]` (rows: compare/cells.py)."""
+    """`mixed_float16 [loss scale 1024]` -> `fp16 [loss scale 1024]` (rows: summary/cells.py)."""
     policy, _, variant = row.partition(" ")
     name = SHORT_NAMES.get(policy, policy)
     return f"{name} {variant}" if variant else name

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from mpbench.compare.estimate import (
+from mpbench.compare.summary.estimate import (
     Estimate,
     of_repeats,
     paired_difference,

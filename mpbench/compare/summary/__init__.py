@@ -1,0 +1,2 @@
+"""Summarising the records: repeats merged into cells and groups, each ratio estimated with
+its interval, one name per group, the scaling rows and the verdicts (docs/architecture.md)."""
