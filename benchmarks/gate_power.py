@@ -33,7 +33,7 @@ import time
 from itertools import permutations
 from pathlib import Path
 
-from mpbench.results import CellRecord, StepTimeStats
+from mpbench.results import StepTimeStats, load_record
 
 # The gate script's default limit (.github/mpbench-gate.sh, MPBENCH_MAX_SLOWDOWN).
 GATE_SCRIPT = Path(__file__).resolve().parents[1] / ".github" / "mpbench-gate.sh"
@@ -67,7 +67,7 @@ def slowed_copy(run: Path, factor: float, out: Path) -> Path:
     shutil.copytree(run, out)
     lines = []
     for line in (run / "results.jsonl").read_text().splitlines():
-        record = CellRecord.from_dict(json.loads(line))
+        record = load_record(json.loads(line))
         if record.policy == "float32" and record.step_time and record.step_time.raw_s:
             stats = record.step_time
             slowed = StepTimeStats.from_samples(

@@ -21,6 +21,7 @@ from mpbench.results.schema import (
     StepTimeStats,
     TelemetryStats,
 )
+from mpbench.results.versions import load_record
 from mpbench.results.writer import append_record, write_csv, write_environment
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "TelemetryStats",
     "append_record",
     "load",
+    "load_record",
     "read_records",
     "write_csv",
     "write_environment",

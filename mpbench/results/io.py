@@ -1,4 +1,4 @@
-"""Reading result files: results.jsonl (the truth), validated where it enters.
+"""Reading result files: results.jsonl (the truth), validated and upgraded where it enters.
 
 Everything that can be wrong with a file is refused here, as a SchemaError (exit 2) naming the
 file and line: bytes that are not UTF-8, a line that is not JSON, NaN or Infinity (which
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mpbench.results.schema import CellRecord, SchemaError
+from mpbench.results.versions import load_record
 
 RESULTS_FILE = "results.jsonl"
 CSV_FILE = "results.csv"
@@ -117,7 +118,7 @@ def _read_file(file: Path) -> list[tuple[_Origin, CellRecord]]:
         if not line.strip():
             continue
         try:
-            records.append((_Origin(file, number), CellRecord.from_dict(_parse(line))))
+            records.append((_Origin(file, number), load_record(_parse(line))))
         except SchemaError as exc:
             raise SchemaError(f"{file} line {number}: {exc}") from None
     if not records:
@@ -142,7 +143,7 @@ def _parse(line: str) -> Any:
         # Say which field holds it: read the line as Python's json would (NaN as a float) and
         # let the validator name the field; it refuses every non-finite number.
         try:
-            CellRecord.from_dict(json.loads(line))
+            load_record(json.loads(line))
         except json.JSONDecodeError as later:  # broken further on, too
             raise SchemaError(f"not valid JSON ({later.msg})") from None
         raise SchemaError(f"{exc} is not a number (JSON has no NaN or Infinity)") from None

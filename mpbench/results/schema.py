@@ -1,7 +1,9 @@
-"""The result record (DESIGN.md §7): one per cell, the contract between `run` and `compare`.
+"""The result record: one per cell, the contract between `run` and `compare`
+(docs/architecture.md, "The result contract").
 
-Records are plain dataclasses; `to_dict`/`from_dict` are the only (de)serialisation, and
-`from_dict` is strict about the schema version so that old readers never misread new files.
+Records are plain dataclasses written with `to_dict`. Reading one back goes through
+versions.load_record, which knows every schema version and checks every value (validate.py);
+this module imports neither, so the imports run one way: io → versions → validate → schema.
 """
 
 from __future__ import annotations
@@ -16,73 +18,6 @@ from typing import Any
 from mpbench.errors import InvalidInput
 
 SCHEMA_VERSION = 7
-# Versions this reader understands. A reader of version 4 refuses version 5 records by their
-# version, not by a field.
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
-# The fields each version added, as dotted paths (an object a version added is one path). An
-# older record lacks them, and they read as None (or empty); one that holds a value in them
-# is not what its version says, and is refused (validate.check_record).
-FIELDS_SINCE: dict[int, tuple[str, ...]] = {
-    # training memory, end-to-end throughput, drift, threads, measured-peak MFU
-    2: (
-        "end_to_end",
-        "measured_peak_tflops",
-        "mfu_measured",
-        "threads",
-        "memory.training_bytes",
-        "memory.training_start_bytes",
-        "memory.training_peak_bytes",
-        "memory.training_source",
-        "memory.sample_interval_s",
-        "memory.samples",
-        "memory.dataset_device_bytes",
-        "step_time.first_half_median_s",
-        "step_time.second_half_median_s",
-        "step_time.drifting",
-    ),
-    # the training recipes: loss-scale mode and counts, accumulation, torch.compile
-    3: (
-        "compile",
-        "loss_scale.mode",
-        "loss_scale.initial_scale",
-        "loss_scale.counted_steps",
-        "loss_scale.skip_unit",
-        "step_time.micro_batches_per_step",
-        "step_time.micro_batch_median_s",
-    ),
-    4: ("telemetry", "energy", "divergence", "fallback_of"),
-    5: ("distributed",),
-    6: ("contention", "implausible"),
-}
-# Fields a version renamed: {version: {old dotted path: new name}}. Read older records by
-# moving the value to its new name before the checks (upgrade()).
-RENAMED_IN: dict[int, dict[str, str]] = {
-    # NVML's device-wide `used` (every process, contexts, reserves), not an allocator peak
-    7: {"telemetry.peak_gpu_memory_bytes": "peak_nvml_device_used_bytes"},
-}
-
-
-def upgrade(raw: dict[str, Any]) -> dict[str, Any]:
-    """A parsed record of an older readable version with its renamed fields under today's
-    names (a shallow copy; the version it says stays, so its checks are its own)."""
-    version = raw["schema_version"]
-    out = dict(raw)
-    for since, renames in RENAMED_IN.items():
-        if version >= since:
-            continue
-        for path, new in renames.items():
-            parent, old = path.rsplit(".", 1)
-            inner = out.get(parent)
-            if isinstance(inner, dict) and inner.get(new) is not None:
-                raise SchemaError(
-                    f"{parent}.{new} is the name schema version {since} gave {path}, but the "
-                    f"record says version {version}"
-                )
-            if isinstance(inner, dict) and (old in inner or new in inner):
-                inner = dict(inner)
-                inner[new] = inner.pop(old, None)
-                out[parent] = inner
-    return out
 
 
 class Status(str, Enum):
@@ -386,22 +321,3 @@ class CellRecord:
         out = dataclasses.asdict(self)
         out["status"] = self.status.value
         return out
-
-    @classmethod
-    def from_dict(cls, raw: Any) -> CellRecord:
-        """A record from parsed JSON, every value checked (validate.py); SchemaError if not."""
-        # Imported here: validate.py builds on the dataclasses of this module.
-        from mpbench.results.validate import build, check_record, shown
-
-        if not isinstance(raw, dict):
-            raise SchemaError("a record must be a JSON object")
-        version = raw.get("schema_version")
-        # The version first: a newer record may differ in any field, so say that, not which.
-        if isinstance(version, bool) or version not in READABLE_VERSIONS:
-            readable = ", ".join(str(v) for v in READABLE_VERSIONS)
-            raise SchemaError(
-                f"unknown schema version {shown(version)} (this mpbench reads versions {readable})"
-            )
-        record = build(cls, upgrade(raw))
-        check_record(record)
-        return record

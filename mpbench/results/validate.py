@@ -13,9 +13,10 @@ read (DESIGN.md §4: user data is validated once, where it enters). The checks:
 - free-form objects (`dict[str, Any]`: config, precision, threads): objects, and every number
   in them finite.
 
-Then the record against itself (check_record): no field newer than its schema version, and
-one world size, which the config (compare's grouping and scaling efficiency) and the
-distributed figures agree on. Across records (a fallback naming its diverged cell): io.py.
+Then the record against itself (check_record): one world size, which the config (compare's
+grouping and scaling efficiency) and the distributed figures agree on. Against its version (no
+field newer than it): versions.py, which calls this module. Across records (a fallback naming
+its diverged cell): io.py.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, TypeVar, Union
 
-from mpbench.results.schema import FIELDS_SINCE, CellRecord, SchemaError, Status
+from mpbench.results.schema import CellRecord, SchemaError, Status
 
 T = TypeVar("T")
 
@@ -211,20 +212,11 @@ def shown(value: Any) -> str:
 
 
 def check_record(record: CellRecord) -> None:
-    """SchemaError unless the record agrees with its version and with itself."""
-    for version, paths in FIELDS_SINCE.items():
-        if record.schema_version >= version:
-            continue
-        for path in paths:
-            if _held(record, path):
-                raise SchemaError(
-                    f"{path} is a field of schema version {version}, but the record says "
-                    f"version {record.schema_version}"
-                )
+    """SchemaError unless the record agrees with itself (its version: versions.load_record)."""
     _check_world_size(record)
 
 
-def _held(record: Any, path: str) -> bool:
+def held(record: Any, path: str) -> bool:
     """Whether the dotted field holds a value (not None, not empty)."""
     value = record
     for name in path.split("."):

@@ -29,6 +29,7 @@ from mpbench.results import (
     Status,
     StepTimeStats,
     append_record,
+    load_record,
 )
 
 CPU = DeviceInfo(kind="cpu", name="AMD EPYC")
@@ -268,7 +269,7 @@ def slower(records: list[CellRecord], factor: float, **where: str) -> list[CellR
     """Copies of `records` whose cells matching `where` take `factor` times as long per step."""
     out = []
     for rec in records:
-        rec = CellRecord.from_dict(rec.to_dict())
+        rec = load_record(rec.to_dict())
         if rec.step_time is not None and all(getattr(rec, k) == v for k, v in where.items()):
             raw = [t * factor for t in rec.step_time.raw_s]
             rec.step_time = StepTimeStats.from_samples(raw, rec.step_time.warmup_steps)

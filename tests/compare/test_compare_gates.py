@@ -20,7 +20,7 @@ from compare_records import (
 
 from mpbench.compare import CompareOptions, build_report
 from mpbench.errors import InvalidInput
-from mpbench.results import CellRecord, Status, read_records
+from mpbench.results import CellRecord, Status, load_record, read_records
 
 F32 = "torch/mnist_dense/float32"
 
@@ -36,7 +36,7 @@ def _failed(report) -> dict[tuple[str, str], object]:
 def _with(records: list[CellRecord], change, **where: str) -> list[CellRecord]:
     out = []
     for rec in records:
-        rec = CellRecord.from_dict(rec.to_dict())
+        rec = load_record(rec.to_dict())
         if all(getattr(rec, k) == v for k, v in where.items()):
             change(rec)
         out.append(rec)

@@ -12,11 +12,11 @@ import pytest
 from test_schema import DRIFT, make_record
 
 from mpbench.results import (
-    CellRecord,
     EndToEndStats,
     MemoryStats,
     SchemaError,
     append_record,
+    load_record,
     read_records,
 )
 from mpbench.results.io import read_runs
@@ -167,7 +167,7 @@ def test_a_full_record_and_an_old_one_read_back_unchanged(tmp_path) -> None:
     old["schema_version"] = 1
     old["step_time"].update(dict.fromkeys(DRIFT))  # a version 1 record has no drift
     append_record(tmp_path, record)
-    append_record(tmp_path, CellRecord.from_dict(old))
+    append_record(tmp_path, load_record(old))
     back = read_records(tmp_path)
     assert [r.to_dict() for r in back] == [record.to_dict(), old]
 
