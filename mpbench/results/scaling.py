@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import statistics
+from mpbench.results.step_stats import StepStats
 
 
 def weak_scaling_efficiency(
@@ -22,4 +22,5 @@ def straggler_ratio(rank_medians: list[float]) -> float | None:
     None with fewer than two ranks."""
     if len(rank_medians) < 2:
         return None
-    return max(rank_medians) / statistics.median(rank_medians)
+    ranks = StepStats(rank_medians)
+    return ranks.max / ranks.median

@@ -9,13 +9,12 @@ this module imports neither, so the imports run one way: io → versions → val
 from __future__ import annotations
 
 import dataclasses
-import math
-import statistics
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 from mpbench.errors import InvalidInput
+from mpbench.results.step_stats import StepStats
 
 SCHEMA_VERSION = 7
 
@@ -57,35 +56,23 @@ class StepTimeStats:
 
     @classmethod
     def from_samples(cls, raw_s: list[float], warmup_steps: int) -> StepTimeStats:
-        # Imported here: the stats need numpy, and reading records must not pay for it.
-        from mpbench.results.stats import drift
-
-        raw = [float(t) for t in raw_s]
-        if not raw:
+        """The record's step statistics of the timed steps (step_stats.StepStats)."""
+        stats = StepStats(raw_s)
+        if not stats.count:
             return cls(raw_s=[], warmup_steps=warmup_steps)
-        first_half, second_half, drifting = drift(raw)
         return cls(
-            raw_s=raw,
+            raw_s=stats.raw_s,
             warmup_steps=warmup_steps,
-            count=len(raw),
-            median_s=statistics.median(raw),
-            mean_s=statistics.fmean(raw),
-            p10_s=_percentile(raw, 10),
-            p90_s=_percentile(raw, 90),
-            stdev_s=statistics.stdev(raw) if len(raw) > 1 else 0.0,
-            first_half_median_s=first_half,
-            second_half_median_s=second_half,
-            drifting=drifting,
+            count=stats.count,
+            median_s=stats.median,
+            mean_s=stats.mean,
+            p10_s=stats.p10,
+            p90_s=stats.p90,
+            stdev_s=stats.stdev,
+            first_half_median_s=stats.first_half_median,
+            second_half_median_s=stats.second_half_median,
+            drifting=stats.drifting,
         )
-
-
-def _percentile(values: list[float], pct: float) -> float:
-    """Linear-interpolated percentile (numpy's default method), without numpy."""
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * pct / 100
-    low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 @dataclass

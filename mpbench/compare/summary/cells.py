@@ -12,9 +12,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import statistics
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -29,6 +28,7 @@ from mpbench.compare.summary.estimate import (
 from mpbench.errors import InvalidInput
 from mpbench.policies import BASELINE, POLICIES
 from mpbench.results import CellRecord, Status, StepTimeStats
+from mpbench.results.step_stats import StepStats, median_of_present
 from mpbench.results.variant import FALLBACK, GROUP_RECIPE, Layout, row_marks
 
 FRAMEWORK_ORDER = ("torch", "tensorflow")
@@ -375,20 +375,19 @@ def summarize(key: CellKey, records: list[CellRecord]) -> CellSummary:
     cell.memory_kind = _memory_kind(ok)
     if cell.memory_kind is not None:
         cell.memory_bytes = of_repeats([float(b) for b in cell.memory_values().values()])
-    cell.dataset_device_bytes = _median(r.memory.dataset_device_bytes for r in ok)
+    cell.dataset_device_bytes = median_of_present(r.memory.dataset_device_bytes for r in ok)
     accuracies = list(cell.accuracies().values())
     if accuracies:
         cell.accuracy = of_repeats(accuracies, log=False)
     scales = [r.loss_scale for r in ok if r.loss_scale is not None]
-    finals = [s.final_scale for s in scales if s.final_scale is not None]
-    skipped = [s.skipped_steps for s in scales if s.skipped_steps is not None]
-    cell.loss_scale = statistics.median(finals) if finals else None
-    cell.skipped_steps = round(statistics.median(skipped)) if skipped else None
-    cell.achieved_tflops = _median(r.achieved_tflops for r in ok)
-    cell.mfu = _median(r.mfu for r in ok)
-    cell.mfu_measured = _median(r.mfu_measured for r in ok)
-    cell.peak_tflops = _median(r.peak_tflops for r in ok)
-    cell.measured_peak_tflops = _median(r.measured_peak_tflops for r in ok)
+    cell.loss_scale = median_of_present(s.final_scale for s in scales)
+    skipped = median_of_present(s.skipped_steps for s in scales)
+    cell.skipped_steps = round(skipped) if skipped is not None else None
+    cell.achieved_tflops = median_of_present(r.achieved_tflops for r in ok)
+    cell.mfu = median_of_present(r.mfu for r in ok)
+    cell.mfu_measured = median_of_present(r.mfu_measured for r in ok)
+    cell.peak_tflops = median_of_present(r.peak_tflops for r in ok)
+    cell.measured_peak_tflops = median_of_present(r.measured_peak_tflops for r in ok)
     rates = cell.end_to_end_rates()
     if rates:
         cell.end_to_end = of_repeats([rate for rate, _ in rates.values()])
@@ -408,12 +407,12 @@ def summarize(key: CellKey, records: list[CellRecord]) -> CellSummary:
 def _summarize_telemetry(cell: CellSummary, ok: list[CellRecord]) -> None:
     """Device utilisation, power and energy per sample of the finished repeats (v4)."""
     telemetry = [r.telemetry for r in ok if r.telemetry is not None]
-    cell.cpu_util_pct = _median(t.mean_cpu_util_pct for t in telemetry)
-    cell.gpu_util_pct = _median(t.mean_gpu_util_pct for t in telemetry)
-    cell.power_w = _median(t.mean_power_w for t in telemetry)
+    cell.cpu_util_pct = median_of_present(t.mean_cpu_util_pct for t in telemetry)
+    cell.gpu_util_pct = median_of_present(t.mean_gpu_util_pct for t in telemetry)
+    cell.power_w = median_of_present(t.mean_power_w for t in telemetry)
     energy = [r.energy for r in ok if r.energy is not None]
     measured = [e for e in energy if e.joules_per_sample is not None]
-    cell.energy_per_sample_j = _median(e.joules_per_sample for e in measured)
+    cell.energy_per_sample_j = median_of_present(e.joules_per_sample for e in measured)
     if measured:
         cell.energy_source = "; ".join(dict.fromkeys(e.source for e in measured if e.source))
         cell.energy_source = cell.energy_source or None
@@ -442,11 +441,6 @@ def _summarize_trust(cell: CellSummary, ok: list[CellRecord]) -> None:
         ]
 
 
-def _median(values: Iterable[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return statistics.median(present) if present else None
-
-
 def _memory_kind(ok: list[CellRecord]) -> str | None:
     """The preferred memory kind that every finished repeat recorded (one kind per cell)."""
     if not ok:
@@ -457,21 +451,15 @@ def _memory_kind(ok: list[CellRecord]) -> str | None:
 
 def _pooled_p10_p90(timed: list[CellRecord], raw: list[float]) -> tuple[float | None, float | None]:
     if raw and len(timed) > 1:
-        ordered = sorted(raw)
-        return _percentile(ordered, 10), _percentile(ordered, 90)
+        pooled = StepStats(raw)
+        return pooled.p10, pooled.p90
     stats = timed[0].step_time if len(timed) == 1 else None
     if stats is not None:
         return stats.p10_s, stats.p90_s
-    p10 = [r.step_time.p10_s for r in timed if r.step_time.p10_s is not None]
-    p90 = [r.step_time.p90_s for r in timed if r.step_time.p90_s is not None]
-    return (statistics.median(p10) if p10 else None, statistics.median(p90) if p90 else None)
-
-
-def _percentile(ordered: list[float], pct: float) -> float:
-    rank = (len(ordered) - 1) * pct / 100
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+    return (
+        median_of_present(r.step_time.p10_s for r in timed),
+        median_of_present(r.step_time.p90_s for r in timed),
+    )
 
 
 V = TypeVar("V")

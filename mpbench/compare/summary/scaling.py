@@ -15,8 +15,6 @@ Weak-scaling efficiency is `mpbench.results.scaling.weak_scaling_efficiency`, th
 
 from __future__ import annotations
 
-import statistics
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from mpbench.compare.summary.cells import (
@@ -32,6 +30,7 @@ from mpbench.compare.summary.cells import (
 from mpbench.compare.summary.estimate import Estimate, of_repeats, step_ratio
 from mpbench.results import CellRecord
 from mpbench.results.scaling import weak_scaling_efficiency
+from mpbench.results.step_stats import median_of_present
 
 # devices (DistributedStats.devices) that do not measure scaling, and what to say about them.
 NOT_SCALING = {
@@ -146,11 +145,6 @@ def efficiency(
     return Estimate(point, times.low * scale, times.high * scale, times.kind, 1), lone
 
 
-def _median(values: Iterable[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return statistics.median(present) if present else None
-
-
 def _fill_distributed(row: ScalingRow) -> None:
     """The record's data-parallel figures, medians over the repeats that have them."""
     stats = [r.distributed for r in row.cell.ok_records if r.distributed is not None]
@@ -158,10 +152,10 @@ def _fill_distributed(row: ScalingRow) -> None:
     row.devices = "; ".join(dict.fromkeys(s.devices for s in every)) or None
     row.launcher = "; ".join(dict.fromkeys(s.launcher for s in every)) or None
     row.backend = "; ".join(dict.fromkeys(s.backend for s in every)) or None
-    row.allreduce_s = _median(s.allreduce_s_per_step for s in stats)
-    row.allreduce_overlap_s = _median(s.allreduce_overlap_s_per_step for s in stats)
-    row.allreduce_share = _median(s.allreduce_share for s in stats)
-    row.straggler_ratio = _median(s.straggler_ratio for s in stats)
+    row.allreduce_s = median_of_present(s.allreduce_s_per_step for s in stats)
+    row.allreduce_overlap_s = median_of_present(s.allreduce_overlap_s_per_step for s in stats)
+    row.allreduce_share = median_of_present(s.allreduce_share for s in stats)
+    row.straggler_ratio = median_of_present(s.straggler_ratio for s in stats)
     for s in stats:
         for name, reason in s.unavailable.items():
             row.unavailable.setdefault(name, reason)
