@@ -33,7 +33,7 @@ from mpbench.policies import BASELINE
 from mpbench.results import CellRecord
 
 if TYPE_CHECKING:
-    from mpbench.telemetry.sidefile import SideFile
+    from mpbench.results.sidefile import SideFile
 
 MIN_GATE_REPEATS = 3
 

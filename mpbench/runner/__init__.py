@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from mpbench.runner.execute import Outcome, run_in_child
 from rich.console import Console
 from rich.text import Text
 
@@ -23,11 +24,11 @@ from mpbench.errors import InvalidInput
 from mpbench.results import CellRecord, Status, append_record, write_csv, write_environment
 from mpbench.results.io import RESULTS_FILE, read_records
 from mpbench.results.scaling import weak_scaling_efficiency
+from mpbench.results.sidefile import write_side_file
 from mpbench.results.writer import ResultsWriteError, drop_torn_tail, write_atomically
 from mpbench.runner.adaptive import AdaptiveRepeats, widest
 from mpbench.runner.cells import Cell, expand
 from mpbench.runner.config import RunConfig, RunOptions, build_config, contradictions
-from mpbench.runner.execute import Outcome, run_in_child
 from mpbench.runner.fallback import fallback_spec
 from mpbench.runner.preflight import preflight
 from mpbench.runner.progress import Reporter
@@ -43,7 +44,6 @@ from mpbench.runner.rundir import (
     write_state,
 )
 from mpbench.runner.signals import interrupted_exit_code, stop_on_termination
-from mpbench.telemetry.sidefile import write_side_file
 
 __all__ = ["RunOptions", "run_matrix"]
 

@@ -1,5 +1,6 @@
-"""Per-step numerics of a training cell (issue 14): loss, loss scale, skipped steps, and the
-health of the gradients, kept in bounded memory and written to the cell's side file.
+"""Per-step numerics of a training cell (docs/telemetry.md): loss, loss scale, skipped steps,
+and the health of the gradients, kept in bounded memory and written to the cell's side file
+(its format: mpbench.results.sidefile).
 
 `NumericsLog` stores evenly spaced points however long the run (stride doubling) and counts
 the things that must be exact (steps, skipped steps, non-finite steps) on every step.
@@ -19,18 +20,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-COLUMNS = ("step", "loss", "loss_scale", "skipped", "grad_norm", "nonfinite_grads")
-TOTALS = (
-    "total_steps",
-    "skipped_steps",
-    "nonfinite_steps",
-    "nonfinite_loss_steps",
-    "nonfinite_grad_steps",
-    "grad_checked_steps",
-    "first_nonfinite_step",
-    "last_step",
-    "min_loss_scale",
-)
+from mpbench.results.sidefile import NUMERICS_COLUMNS, NUMERICS_TOTALS
 
 
 class NumericsLog:
@@ -55,7 +45,7 @@ class NumericsLog:
         self.max_points = max_points
         self.stride = every
         self._calls = 0
-        self._columns: dict[str, list[Any]] = {name: [] for name in COLUMNS}
+        self._columns: dict[str, list[Any]] = {name: [] for name in NUMERICS_COLUMNS}
         self.total_steps = 0
         self.skipped_steps = 0
         self.nonfinite_steps = 0
@@ -124,7 +114,7 @@ class NumericsLog:
         return {name: list(values) for name, values in self._columns.items()}
 
     def totals(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in TOTALS}
+        return {name: getattr(self, name) for name in NUMERICS_TOTALS}
 
     def to_dict(self) -> dict[str, Any]:
         """The side file's `numerics` object."""

@@ -24,8 +24,8 @@ from mpbench.results import (
     TelemetryStats,
     read_records,
 )
-from mpbench.telemetry.numerics import TOTALS
-from mpbench.telemetry.sidefile import write_side_file
+from mpbench.results.sidefile import NUMERICS_TOTALS as TOTALS
+from mpbench.results.sidefile import write_side_file
 
 RUN_ID = "20260301-101500-cpu"
 NO_COUNTER = "no energy counter on this machine"

@@ -15,7 +15,7 @@ import pytest
 from forked import run_mpbench
 from processes import marked
 
-from mpbench.telemetry.sidefile import read_side_file
+from mpbench.results.sidefile import read_side_file
 
 pytest.importorskip("torch")
 

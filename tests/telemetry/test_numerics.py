@@ -10,7 +10,8 @@ import math
 import numpy as np
 import pytest
 
-from mpbench.telemetry.numerics import COLUMNS, NumericsLog, torch_grad_health
+from mpbench.results.sidefile import NUMERICS_COLUMNS as COLUMNS
+from mpbench.telemetry.numerics import NumericsLog, torch_grad_health
 
 # --- NumericsLog ---------------------------------------------------------------------------
 

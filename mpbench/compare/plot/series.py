@@ -35,7 +35,7 @@ from mpbench.compare.summary.cells import (
     row_policy,
 )
 from mpbench.results import CellRecord, Status
-from mpbench.telemetry.sidefile import SideFile
+from mpbench.results.sidefile import SideFile
 
 # Medians of the policies spanning more than this (slowest / fastest): a log axis.
 LOG_SPREAD = 10.0

@@ -15,7 +15,7 @@ from pathlib import Path
 from mpbench.compare.summary.cells import CellKey
 from mpbench.results import CellRecord
 from mpbench.results.io import results_file
-from mpbench.telemetry.sidefile import SideFile, SideFileError, read_side_file
+from mpbench.results.sidefile import SideFile, SideFileError, read_side_file
 
 Identity = tuple[str, str, int]  # (run_id, cell_id, repeat)
 

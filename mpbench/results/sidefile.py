@@ -1,4 +1,6 @@
-"""The telemetry side file of a cell (DESIGN §7): the time series a record does not hold.
+"""The telemetry side file of a cell: the time series a record does not hold. Its format is
+part of the result contract (docs/architecture.md, docs/telemetry.md): `run` writes it from what
+`mpbench.telemetry` measured, `compare` reads it, and neither needs the other.
 
 One strict JSON object per cell, `telemetry/<name>.json` in the run directory, referenced
 from the cell's record by its path relative to the run directory:
@@ -32,12 +34,26 @@ from typing import Any
 
 from mpbench.errors import InvalidInput
 from mpbench.results.writer import write_atomically
-from mpbench.telemetry.numerics import COLUMNS, TOTALS
 
 FORMAT = "mpbench-telemetry"
 VERSION = 1
 TELEMETRY_DIR = "telemetry"
 MAX_BYTES = 64 * 2**20  # far above any real side file; a bigger one is not ours
+
+# The per-step numerics (telemetry.numerics.NumericsLog writes them): its columns, all of one
+# length, and its exact totals.
+NUMERICS_COLUMNS = ("step", "loss", "loss_scale", "skipped", "grad_norm", "nonfinite_grads")
+NUMERICS_TOTALS = (
+    "total_steps",
+    "skipped_steps",
+    "nonfinite_steps",
+    "nonfinite_loss_steps",
+    "nonfinite_grad_steps",
+    "grad_checked_steps",
+    "first_nonfinite_step",
+    "last_step",
+    "min_loss_scale",
+)
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _SLUG_CHARS = 80
@@ -216,14 +232,14 @@ def _numerics(doc: dict[str, Any]) -> NumericsSeries:
     if stride < 1:
         raise _Malformed(f"numerics.stride must be >= 1, not {stride}")
     columns_doc = _require(doc, "columns", dict, "numerics")
-    missing = [name for name in COLUMNS if name not in columns_doc]
+    missing = [name for name in NUMERICS_COLUMNS if name not in columns_doc]
     if missing:
         raise _Malformed(f"numerics.columns lacks {', '.join(missing)}")
-    unknown = sorted(set(columns_doc) - set(COLUMNS))
+    unknown = sorted(set(columns_doc) - set(NUMERICS_COLUMNS))
     if unknown:
         raise _Malformed(f"numerics.columns has unknown column(s) {', '.join(unknown)}")
     columns = {}
-    for name in COLUMNS:
+    for name in NUMERICS_COLUMNS:
         values = _expect(columns_doc[name], f"numerics.columns.{name}", list)
         check = _COLUMN_CHECKS[name]
         for index, value in enumerate(values):
@@ -239,7 +255,7 @@ def _numerics(doc: dict[str, Any]) -> NumericsSeries:
             raise _Malformed(f"numerics.columns.step is not increasing at [{index}]")
     totals_doc = _require(doc, "totals", dict, "numerics")
     totals = {}
-    for name in TOTALS:
+    for name in NUMERICS_TOTALS:
         if name not in totals_doc:
             raise _Malformed(f"numerics.totals lacks {name}")
         value = totals_doc[name]

@@ -11,9 +11,7 @@ from pathlib import Path
 import pytest
 
 from mpbench.errors import InvalidInput
-from mpbench.results.writer import ResultsWriteError
-from mpbench.telemetry.numerics import NumericsLog
-from mpbench.telemetry.sidefile import (
+from mpbench.results.sidefile import (
     FORMAT,
     VERSION,
     SideFile,
@@ -22,6 +20,8 @@ from mpbench.telemetry.sidefile import (
     side_file_path,
     write_side_file,
 )
+from mpbench.results.writer import ResultsWriteError
+from mpbench.telemetry.numerics import NumericsLog
 
 RUN_ID = "20260101-120000-abcd"
 CELL_ID = "torch/mnist_dense/mixed_float16/r0"
