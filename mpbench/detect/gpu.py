@@ -273,7 +273,7 @@ def _read_mig_slices(pynvml, calls: _Calls, handle, parent: dict) -> tuple[GpuIn
     return tuple(slices)
 
 
-def _read_gpu(pynvml, index: int) -> GpuInfo:
+def read_gpu(pynvml, index: int) -> GpuInfo:
     """One GPU. Only a failing nvmlDeviceGetHandleByIndex loses it (raised to the caller)."""
     handle = pynvml.nvmlDeviceGetHandleByIndex(index)
     calls = _Calls(pynvml)
@@ -327,7 +327,7 @@ def probe_nvidia() -> NvidiaProbe:
         count = pynvml.nvmlDeviceGetCount()
         for index in range(count):
             try:
-                probe.gpus.append(_read_gpu(pynvml, index))
+                probe.gpus.append(read_gpu(pynvml, index))
             except pynvml.NVMLError as error:
                 probe.unreadable += 1
                 probe.notes.append(f"NVML: GPU {index} skipped ({error})")

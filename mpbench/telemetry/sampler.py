@@ -37,13 +37,8 @@ from typing import Any
 
 import psutil
 
-from mpbench.telemetry.energy import (
-    MIG_NO_ENERGY,
-    NvmlDevice,
-    NvmlUnavailable,
-    cuda_index,
-    open_nvml_device,
-)
+from mpbench.telemetry.energy import MIG_NO_ENERGY
+from mpbench.telemetry.nvml import NvmlDevice, NvmlUnavailable, cuda_index, open_nvml_device
 
 BASE_COLUMNS = ("t_s", "cpu_util_pct", "rss_bytes")
 GPU_COLUMNS = (

@@ -11,8 +11,8 @@ from mpbench.backends.base import Unsupported, cpu_device_info
 from mpbench.detect.cuda_order import CudaMapping
 from mpbench.detect.gpu import GpuInfo
 from mpbench.results.schema import DeviceInfo
-from mpbench.telemetry.energy import nvml_cuda_mapping
 from mpbench.telemetry.memory import TrainingMemory, rss_sampler
+from mpbench.telemetry.nvml import nvml_cuda_mapping
 
 NO_GPU = "TensorFlow sees no GPU (CPU-only build?): pip install 'tensorflow[and-cuda]'"
 
