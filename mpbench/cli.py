@@ -6,14 +6,17 @@ what it needs inside its own function.
 
 from __future__ import annotations
 
+import inspect
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 from typer.exceptions import Abort, Exit, TyperException
 
 from mpbench import __version__
 from mpbench.errors import InvalidInput
+from mpbench.settings import COMMAND_LINE, command_line_default, command_line_type
 
 app = typer.Typer(
     name="mpbench",
@@ -90,192 +93,31 @@ def data(
         print_status(statuses)
 
 
-@app.command()
-def run(
-    config: str | None = typer.Option(
-        None, "--config", "-c", help="TOML run configuration (default: configs/default.toml)."
-    ),
-    framework: list[str] | None = typer.Option(
-        None, "--framework", "-f", help="torch, tensorflow or all (default: installed ones)."
-    ),
-    workload: list[str] | None = typer.Option(
-        None, "--workload", "-w", help="mnist_dense, cifar10_cnn (repeatable) (default: both)."
-    ),
-    policy: list[str] | None = typer.Option(
-        None,
-        "--policy",
-        "-p",
-        help="float32|fp32, tf32, mixed_float16|fp16, mixed_bfloat16|bf16, auto, all "
-        "(repeatable) (default: auto).",
-    ),
-    device: str | None = typer.Option(None, "--device", help="auto, cpu, cuda, cuda:N, mps."),
-    epochs: int | None = typer.Option(
-        None,
-        "--epochs",
-        help="Epochs of timed steps per cell (at most --max-steps of them); the end-to-end "
-        "window then trains about as many again (docs/measurement.md, 'Steps trained').",
-    ),
-    max_steps: int | None = typer.Option(
-        None,
-        "--max-steps",
-        help="Cap on the timed steps per cell (warm-up included). After them the end-to-end "
-        "window trains about as many again, in whole epochs (rounded up) once that is an "
-        "epoch or more: the record's end_to_end.steps.",
-    ),
-    warmup_steps: int | None = typer.Option(
-        None, "--warmup-steps", help="Leading steps left out of the timing statistics."
-    ),
-    batch_size: int | None = typer.Option(None, "--batch-size", help="Samples per step."),
-    units: int | None = typer.Option(None, "--units", help="Dense width (mnist_dense)."),
-    repeat: str | None = typer.Option(
-        None,
-        "--repeat",
-        help="Runs of each cell, each its own process, interleaved across policies; "
-        "intervals come from them (3 or more for gates that mean something). auto: a pilot "
-        "of 5 rounds sizes the run for --precision (Stein's two-stage rule).",
-    ),
-    precision: str | None = typer.Option(
-        None,
-        "--precision",
-        help="--repeat auto: target half-width of every speed-up's 95 % interval, 5% or "
-        "0.05 (default: 5%).",
-    ),
-    max_repeats: int | None = typer.Option(
-        None, "--max-repeats", help="--repeat auto: the most rounds (default: 10)."
-    ),
-    time_budget: str | None = typer.Option(
-        None,
-        "--time-budget",
-        help="--repeat auto: no round starts that would end past this, in seconds or with a "
-        "unit: 600, 10m, 1.5h (default: none).",
-    ),
-    seed: int | None = typer.Option(None, "--seed", help="Seed for data, weights and order."),
-    data_mode: str | None = typer.Option(None, "--data", help="auto, real or synthetic."),
-    data_dir: str | None = typer.Option(
-        None, "--data-dir", help="Look for datasets here first (a folder or the file itself)."
-    ),
-    loop: str | None = typer.Option(None, "--loop", help="TensorFlow training loop: fit|custom."),
-    jit: str | None = typer.Option(None, "--jit", help="TensorFlow XLA jit_compile: on|off."),
-    loss_scale: list[str] | None = typer.Option(
-        None,
-        "--loss-scale",
-        help="mixed_float16 loss scale: dynamic, or a number for a static scale (steps with "
-        "non-finite gradients are skipped and counted; more than half skipped: diverged). "
-        "Several (dynamic,1024 or repeated): one fp16 cell each (default: dynamic).",
-    ),
-    accumulate: list[str] | None = typer.Option(
-        None,
-        "--accumulate",
-        help="Micro-batches per optimizer step (gradient accumulation); --batch-size stays "
-        "the micro-batch, the effective batch is N times it. Several (1,4): one cell each "
-        "(default: 1).",
-    ),
-    batch_scale_16bit: list[str] | None = typer.Option(
-        None,
-        "--batch-scale-16bit",
-        help="Run the 16-bit policies (fp16, bf16) at K times the batch size; float32 and "
-        "tf32 stay at 1x, and compare shows the speed-ups at the larger batch. Several (1,2): "
-        "one 16-bit cell each (default: 1).",
-    ),
-    compile_model: bool | None = typer.Option(
-        None,
-        "--compile/--no-compile",
-        help="PyTorch: torch.compile the model (compile time and recompiles recorded, the "
-        "compiling step left out of the statistics). TensorFlow's switch is --jit.",
-    ),
-    also_eager: bool = typer.Option(
-        False,
-        "--also-eager",
-        help="With --compile: run every torch cell eager too, as its own cell, so compare "
-        "shows both.",
-    ),
-    on_diverge: str | None = typer.Option(
-        None,
-        "--on-diverge",
-        help="A cell that diverges (non-finite loss, loss scale below 1, most steps skipped): "
-        "stop there, or fallback: run it again one step down the precision ladder the device "
-        "supports (fp16 -> bf16 -> fp32), recorded as a fallback of it (default: stop).",
-    ),
-    nproc: list[str] | None = typer.Option(
-        None,
-        "--nproc",
-        help="Data-parallel replicas per node: torch runs the cell as a torchrun job (DDP; "
-        "gloo on CPU, nccl on CUDA), TensorFlow under MirroredStrategy (logical CPUs on a "
-        "CPU). Several (1,2): one cell each, scaling efficiency against 1 (default: 1).",
-    ),
-    grad_comm: str | None = typer.Option(
-        None,
-        "--grad-comm",
-        help="torch DDP gradient all-reduce precision: fp32 (no hook), fp16 or bf16 "
-        "(compression hooks) (default: fp32).",
-    ),
-    nnodes: int | None = typer.Option(
-        None, "--nnodes", help="torch: nodes of each data-parallel job (needs --rdzv-endpoint)."
-    ),
-    node_rank: int | None = typer.Option(
-        None, "--node-rank", help="torch: this node's rank among --nnodes (static rendezvous)."
-    ),
-    rdzv_endpoint: str | None = typer.Option(
-        None, "--rdzv-endpoint", help="torch: HOST:PORT where the nodes meet (every node the same)."
-    ),
-    out: str | None = typer.Option(
-        None, "--out", "-o", help="Run directory (default: results/<run-id>)."
-    ),
-    timeout: float | None = typer.Option(None, "--timeout", help="Seconds per cell."),
-    threads: int | None = typer.Option(
-        None, "--threads", help="Intra/inter-op threads per cell (default: the cores)."
-    ),
-    measure_peak: bool = typer.Option(
-        False,
-        "--measure-peak",
-        help="Measure the device's matmul peak (detect --measure) if not cached, for mfu_measured.",
-    ),
-    resume: bool = typer.Option(False, "--resume", help="Skip cells already done in --out."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show framework logs."),
-) -> None:
+def run(**given: Any) -> None:
     """Train the reference workloads under each precision policy, one process per cell."""
-    from mpbench.runner import RunOptions, run_matrix
-    from mpbench.runner.config import compile_axis, path_option
+    from mpbench.runner import run_matrix
+    from mpbench.runner.config import command_line_options
 
-    options = RunOptions(
-        config=path_option("--config", config),
-        frameworks=framework or [],
-        workloads=workload or [],
-        policies=policy or [],
-        device=device,
-        epochs=epochs,
-        max_steps=max_steps,
-        warmup_steps=warmup_steps,
-        batch_size=batch_size,
-        units=units,
-        repeat=repeat,
-        precision=precision,
-        max_repeats=max_repeats,
-        time_budget=time_budget,
-        seed=seed,
-        data=data_mode,
-        data_dir=path_option("--data-dir", data_dir),
-        loop=loop,
-        jit=jit,
-        loss_scale=loss_scale or [],
-        accumulate=accumulate or [],
-        batch_scale_16bit=batch_scale_16bit or [],
-        compile=compile_axis(compile_model, also_eager),
-        on_diverge=on_diverge,
-        nproc=nproc or [],
-        grad_comm=grad_comm,
-        nnodes=nnodes,
-        node_rank=node_rank,
-        rdzv_endpoint=rdzv_endpoint,
-        out=path_option("--out", out),
-        timeout=timeout,
-        threads=threads,
-        measure_peak=measure_peak,
-        resume=resume,
-        verbose=verbose,
-        command_line=" ".join(["mpbench", *sys.argv[1:]]),
-    )
+    options = command_line_options(given, " ".join(["mpbench", *sys.argv[1:]]))
     raise typer.Exit(run_matrix(options))
+
+
+def _run_parameters() -> list[inspect.Parameter]:
+    """`mpbench run`'s options: one per entry of mpbench/settings.py's COMMAND_LINE, so an
+    option cannot be declared and then dropped on its way to the run's configuration."""
+    return [
+        inspect.Parameter(
+            setting.name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=typer.Option(command_line_default(setting), *setting.flags, help=setting.help),
+            annotation=command_line_type(setting),
+        )
+        for setting in COMMAND_LINE
+    ]
+
+
+run.__signature__ = inspect.Signature(_run_parameters())  # type: ignore[attr-defined]
+app.command()(run)
 
 
 # --- compare: owned by the compare/ package; keep this function a thin delegate. ---
