@@ -11,6 +11,8 @@ import importlib.util
 import math
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from mpbench.backends import base
 from mpbench.backends.base import CellSpec, Measurements, Progress
@@ -30,6 +32,73 @@ if importlib.util.find_spec("tensorflow") is None or importlib.util.find_spec("k
 
 
 def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) -> Measurements:
+    """One cell, as a sequence of steps (docs/measurement.md says what each one measures)."""
+    _refuse_unsupported(spec)
+    from mpbench.backends.tensorflow.runtime import import_tensorflow
+
+    tf = import_tensorflow(spec.verbose)
+    import keras
+
+    cell = _set_up(tf, spec)
+    data = base.load_dataset(spec, cell.workload, warn)
+    plan = base.plan_steps(
+        len(data.x_train), spec.effective_batch * cell.world, spec.epochs, spec.max_steps,
+        spec.warmup_steps,
+    )  # fmt: skip
+    window = base.end_to_end_window(plan)
+    total = plan.total_steps + window.total_steps
+    # One device: everything under it. Replicas: the strategy places the work itself.
+    placed = (
+        tf.device(cell.placement.tf_device) if cell.mirrored is None else contextlib.nullcontext()
+    )
+    with placed:
+        model, jit_compile, state = _build(tf, cell, data, warn)
+        step = _training(cell, model, jit_compile, data, plan)
+        timed = _timed_steps(tf, cell, model, step, plan, progress, total, state)
+        end_to_end, e2e_trained = _end_to_end(
+            cell, model, step, data, window, progress, plan.total_steps, total
+        )
+        accuracy, test_loss = _evaluate(
+            cell, model, data, timed.trained.micro_batches_run + e2e_trained
+        )
+        status, reason, divergence = _verdict(spec, timed)
+    memory = _memory_stats(cell, timed, data)
+    return Measurements(
+        framework_version=f"tensorflow {tf.__version__} / keras {keras.__version__}",
+        device=cell.placement.info,
+        precision=state,
+        step_times_s=timed.trained.step_times_s,
+        warmup_steps=plan.warmup_steps,
+        samples_per_step=spec.effective_batch * cell.world,
+        epoch_losses=timed.trained.epoch_losses,
+        test_accuracy=accuracy,
+        test_loss=test_loss,
+        params=int(model.count_params()),
+        memory=memory,
+        loss_scale=timed.loss_scale,
+        data=data.info,
+        extra_config={
+            "jit_compile": jit_compile,
+            "loop": spec.loop,
+            # The same words at every world size: compare matches a data-parallel cell's
+            # config to its world-size-1 twin's (the strategy's input path is in the record's
+            # precision.replica_devices and distributed fields).
+            "input_pipeline": "pre-batched tf.data, prefetched"
+            + (" to the device" if cell.placement.is_gpu else ""),
+        },
+        end_to_end=end_to_end,
+        threads=cell.threads,
+        micro_batches_per_step=spec.accumulate,
+        status=status,
+        reason=reason,
+        telemetry=timed.telemetry.report(),
+        divergence=divergence,
+        distributed=cell.mirrored.stats(spec) if cell.mirrored else None,
+    )
+
+
+def _refuse_unsupported(spec: CellSpec) -> None:
+    """base.Unsupported (a skipped cell, with the reason) before TensorFlow is imported."""
     if spec.loop not in LOOPS:
         raise base.Unsupported(f"unknown training loop {spec.loop!r} (choose from fit, custom)")
     if spec.device.split(":", 1)[0].lower() == "mps":
@@ -39,209 +108,266 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
     refused = distributed.refusal(spec)
     if refused:
         raise base.Unsupported(refused)
-    world = spec.world_size  # replicas in sync: MirroredStrategy over this node's devices
-    from mpbench.backends.tensorflow.runtime import import_tensorflow
 
-    tf = import_tensorflow(spec.verbose)
-    import keras
 
-    from mpbench.backends.tensorflow import device, loops, models, precision
+@dataclass
+class _Cell:
+    """What every step of one cell shares: the spec and where and how it trains."""
+
+    spec: CellSpec
+    workload: Any
+    threads: dict[str, Any]
+    placement: Placement
+    mirrored: Any  # distributed.Mirrored: replicas in sync on this node, or None
+
+    @property
+    def world(self) -> int:
+        return self.spec.world_size
+
+    @property
+    def batch(self) -> int:
+        """A step is one optimizer step over `accumulate` micro-batches of spec.batch_size,
+        on each of the `world` replicas: `batch` samples per micro-batch step in all."""
+        return self.spec.batch_size * self.world
+
+
+def _set_up(tf: Any, spec: CellSpec) -> _Cell:
+    """The thread pools, the workload, the device (or the replicas' strategy) and the policy."""
+    from mpbench.backends.tensorflow import device, precision
 
     threads = base.thread_settings(
         *device.pin_threads(tf, spec.intra_op_threads, spec.inter_op_threads)
     )
     workload = get_workload(spec.workload)
     mirrored = None
-    if world > 1:
+    if spec.world_size > 1:
         # Before the runtime starts (the strategy starts it): logical CPUs / visible GPUs.
-        replicas = device.resolve_replicas(tf, spec.device, world)
+        replicas = device.resolve_replicas(tf, spec.device, spec.world_size)
         placement = replicas.placement
-        mirrored = distributed.mirrored(tf, replicas, world)
+        mirrored = distributed.mirrored(tf, replicas, spec.world_size)
     else:
         placement = device.resolve(tf, spec.device)
     precision.apply_policy(spec.policy, placement)
-    data = base.load_dataset(spec, workload, warn)
-    # A step is one optimizer step over `accumulate` micro-batches of spec.batch_size, on
-    # each of the `world` replicas: `batch` samples per micro-batch step in all.
-    micro = spec.accumulate
-    batch = spec.batch_size * world
-    plan = base.plan_steps(
-        len(data.x_train), spec.effective_batch * world, spec.epochs, spec.max_steps,
-        spec.warmup_steps,
-    )  # fmt: skip
-    window = base.end_to_end_window(plan)
-    total = plan.total_steps + window.total_steps
+    return _Cell(spec, workload, threads, placement, mirrored)
 
-    # One device: everything under it. Replicas: the model and its optimizer are built in
-    # the strategy's scope (mirrored variables); fit, predict and the custom step use the
-    # strategy themselves, and the test loss is computed outside it (inside, a Keras loss
-    # divides by the replica count).
-    where = tf.device(placement.tf_device) if mirrored is None else contextlib.nullcontext()
-    building = mirrored.strategy.scope() if mirrored else contextlib.nullcontext()
-    with where:
-        with building:
-            keras.utils.set_random_seed(spec.seed)
-            model = models.compiled_model(
-                workload,
-                spec.units,
-                spec.policy,
-                spec.loop,
-                spec.jit,
-                spec.loss_scale if spec.policy == "mixed_float16" else None,
-                micro,
-            )
-            models.check_optimizer(model.optimizer, workload.optimizer)
-            jit_compile = bool(model.jit_compile)  # Keras may refuse XLA for a model
-            if spec.jit and not jit_compile:
-                warn("XLA (jit_compile) was requested but Keras disabled it for this model")
-            state = precision.read_back(model, data.x_test[:1], spec.loop, jit_compile)
-        if state["loss_scaling"] != (spec.policy == "mixed_float16"):
-            raise RuntimeError(
-                f"loss scaling is {'on' if state['loss_scaling'] else 'off'} "
-                f"under {spec.policy}: the policy was not applied as intended"
-            )
-        # TensorFlow autotunes cuDNN convolutions unless this is set to false.
-        state["cudnn_autotune"] = os.environ.get("TF_CUDNN_USE_AUTOTUNE", "1") not in ("0", "false")
-        if mirrored:
-            state["replicas"] = mirrored.count
-            state["replica_devices"] = list(mirrored.replicas.devices)
 
-        batches = loops.training_batches(
-            data.x_train, data.y_train, plan, batch, placement, micro, replicated=bool(mirrored)
+def _build(
+    tf: Any, cell: _Cell, data: Any, warn: Callable[[str], None]
+) -> tuple[Any, bool, dict[str, Any]]:
+    """The compiled model (in the strategy's scope for replicas: mirrored variables), whether
+    XLA is on, and the precision in effect as read back from Keras."""
+    import keras
+
+    from mpbench.backends.tensorflow import models, precision
+
+    spec = cell.spec
+    # Outside the scope for the rest: fit, predict and the custom step use the strategy
+    # themselves, and a Keras loss inside it divides by the replica count.
+    with cell.mirrored.strategy.scope() if cell.mirrored else contextlib.nullcontext():
+        keras.utils.set_random_seed(spec.seed)
+        model = models.compiled_model(
+            cell.workload,
+            spec.units,
+            spec.policy,
+            spec.loop,
+            spec.jit,
+            spec.loss_scale if spec.policy == "mixed_float16" else None,
+            spec.accumulate,
         )
-        if spec.loop == "custom":
-            if mirrored:
-                train_step = loops.custom_train_step(
-                    model, jit_compile, mirrored.strategy, global_batch=batch
-                )
-                iterator = iter(mirrored.strategy.experimental_distribute_dataset(batches))
-            else:
-                train_step = loops.custom_train_step(model, jit_compile)  # traced on first call
-                iterator = iter(batches)
-        replica_devices = mirrored.replicas.devices if mirrored else ()
-        meter = device.memory_meter(tf, placement, replica_devices)
-        # A dynamic loss scale moves, so its floor is a divergence signal; a static one not.
-        dynamic = state["loss_scaling"] and spec.loss_scale is None
-        telemetry = CellTelemetry(telemetry_device(placement), dynamic_scale=dynamic)
-        telemetry.start_timed()
-        try:
-            if spec.loop == "fit":
-                trained = loops.train_with_fit(
-                    model, batches, plan, progress, total, micro, telemetry
-                )
-            else:
-                trained = loops.train_with_custom_loop(
-                    train_step,
-                    iterator,
-                    plan,
-                    progress,
-                    total,
-                    micro,
-                    telemetry,
-                    loss_scaled=state["loss_scaling"],
-                )
-        except BaseException:
-            telemetry.close()  # a diverged cell (CellDiverged) stopped it already
-            raise
-        # Joules per sample: a GPU's energy over the samples that GPU trained (the sampler
-        # reads replica 0's GPU); a CPU's package over every replica's samples.
-        sampled = 1 if placement.is_gpu else world
-        telemetry.stop_timed(plan.total_steps * spec.effective_batch * sampled)
-        training_memory = meter.stop()
-        # The allocator's peak over training (None on a CPU, where TF keeps no stats).
-        device_peak = training_memory.peak_bytes if placement.is_gpu else None
-        if trained.steps_run != plan.total_steps:
-            raise RuntimeError(f"trained {trained.steps_run} steps, planned {plan.total_steps}")
-        # The loss scale's figures and the whole-cell verdict are the timed steps', the steps
-        # the side file numbers 1..N (as in torch): read now, before the end-to-end window.
-        static = spec.loss_scale is not None
-        loss_scale = (
-            loops.loss_scale_stats(model.optimizer, trained.micro_batches_run, static)
-            if state["loss_scaling"]
-            else None
+        models.check_optimizer(model.optimizer, cell.workload.optimizer)
+        jit_compile = bool(model.jit_compile)  # Keras may refuse XLA for a model
+        if spec.jit and not jit_compile:
+            warn("XLA (jit_compile) was requested but Keras disabled it for this model")
+        state = precision.read_back(model, data.x_test[:1], spec.loop, jit_compile)
+    if state["loss_scaling"] != (spec.policy == "mixed_float16"):
+        raise RuntimeError(
+            f"loss scaling is {'on' if state['loss_scaling'] else 'off'} "
+            f"under {spec.policy}: the policy was not applied as intended"
         )
+    # TensorFlow autotunes cuDNN convolutions unless this is set to false.
+    state["cudnn_autotune"] = os.environ.get("TF_CUDNN_USE_AUTOTUNE", "1") not in ("0", "false")
+    if cell.mirrored:
+        state["replicas"] = cell.mirrored.count
+        state["replica_devices"] = list(cell.mirrored.replicas.devices)
+    return model, jit_compile, state
 
+
+@dataclass
+class _Step:
+    """What the loop trains from: the pre-batched dataset, and for the custom loop its
+    traced step and the iterator it draws from (None under fit)."""
+
+    batches: Any
+    train_step: Any = None
+    iterator: Any = None
+
+
+def _training(cell: _Cell, model: Any, jit_compile: bool, data: Any, plan: Any) -> _Step:
+    from mpbench.backends.tensorflow import loops
+
+    mirrored = cell.mirrored
+    batches = loops.training_batches(
+        data.x_train,
+        data.y_train,
+        plan,
+        cell.batch,
+        cell.placement,
+        cell.spec.accumulate,
+        replicated=bool(mirrored),
+    )
+    if cell.spec.loop != "custom":
+        return _Step(batches)
+    if mirrored:
+        train_step = loops.custom_train_step(
+            model, jit_compile, mirrored.strategy, global_batch=cell.batch
+        )
+        iterator = iter(mirrored.strategy.experimental_distribute_dataset(batches))
+    else:
+        train_step = loops.custom_train_step(model, jit_compile)  # traced on first call
+        iterator = iter(batches)
+    return _Step(batches, train_step, iterator)
+
+
+@dataclass
+class _Timed:
+    """The timed steps' figures."""
+
+    trained: Any  # loops.TrainResult
+    telemetry: CellTelemetry
+    memory: Any  # telemetry.memory.TrainingMemory
+    device_peak: int | None  # the allocator's peak over training (None on a CPU)
+    loss_scale: Any  # LossScaleStats, or None without loss scaling
+
+
+def _timed_steps(
+    tf: Any,
+    cell: _Cell,
+    model: Any,
+    step: _Step,
+    plan: Any,
+    progress: Progress,
+    total: int,
+    state: dict[str, Any],
+) -> _Timed:
+    """The timed steps, with the memory meter and the telemetry around them."""
+    from mpbench.backends.tensorflow import device, loops
+
+    spec, placement, micro = cell.spec, cell.placement, cell.spec.accumulate
+    replica_devices = cell.mirrored.replicas.devices if cell.mirrored else ()
+    meter = device.memory_meter(tf, placement, replica_devices)
+    # A dynamic loss scale moves, so its floor is a divergence signal; a static one not.
+    dynamic = state["loss_scaling"] and spec.loss_scale is None
+    telemetry = CellTelemetry(telemetry_device(placement), dynamic_scale=dynamic)
+    telemetry.start_timed()
+    try:
         if spec.loop == "fit":
-            end_to_end, e2e_trained = loops.end_to_end_fit(
-                model,
-                data.x_train,
-                data.y_train,
-                batch,
-                window,
-                progress,
-                plan.total_steps,
-                total,
-                micro,
+            trained = loops.train_with_fit(
+                model, step.batches, plan, progress, total, micro, telemetry
             )
         else:
-            end_to_end, e2e_trained = loops.end_to_end_custom(
-                train_step,
-                iterator,
-                window.total_steps,
-                batch,
+            trained = loops.train_with_custom_loop(
+                step.train_step,
+                step.iterator,
+                plan,
                 progress,
-                plan.total_steps,
                 total,
                 micro,
+                telemetry,
+                loss_scaled=state["loss_scaling"],
             )
-        micro_batches_trained = trained.micro_batches_run + e2e_trained
+    except BaseException:
+        telemetry.close()  # a diverged cell (CellDiverged) stopped it already
+        raise
+    # Joules per sample: a GPU's energy over the samples that GPU trained (the sampler
+    # reads replica 0's GPU); a CPU's package over every replica's samples.
+    sampled = 1 if placement.is_gpu else cell.world
+    telemetry.stop_timed(plan.total_steps * spec.effective_batch * sampled)
+    training_memory = meter.stop()
+    device_peak = training_memory.peak_bytes if placement.is_gpu else None
+    if trained.steps_run != plan.total_steps:
+        raise RuntimeError(f"trained {trained.steps_run} steps, planned {plan.total_steps}")
+    # The loss scale's figures and the whole-cell verdict are the timed steps', the steps
+    # the side file numbers 1..N (as in torch): read now, before the end-to-end window.
+    loss_scale = (
+        loops.loss_scale_stats(
+            model.optimizer, trained.micro_batches_run, spec.loss_scale is not None
+        )
+        if state["loss_scaling"]
+        else None
+    )
+    return _Timed(trained, telemetry, training_memory, device_peak, loss_scale)
 
-        accuracy, test_loss = loops.evaluate(model, data.x_test, data.y_test, batch)
-        if not math.isfinite(test_loss):
-            raise base.Diverged(
-                f"test loss is {test_loss} after {micro_batches_trained} micro-batches"
-            )
-        status, reason, divergence = "ok", None, None
-        if loss_scale is not None:
-            scale_text = (
-                f"a static loss scale of {spec.loss_scale:g}" if static else "a dynamic loss scale"
-            )
-            # Counted in micro-batches (Keras skips single micro-batches, loss_scale_stats);
-            # cells shorter than the detector's window are judged on all their steps here.
-            skipped, counted = loss_scale.skipped_steps or 0, loss_scale.counted_steps or 0
-            fired = telemetry.end_of_cell(skipped, counted, scale_text)
-            if fired is not None:
-                status, reason, divergence = "diverged", fired.reason, fired.to_dict()
 
+def _end_to_end(
+    cell: _Cell,
+    model: Any,
+    step: _Step,
+    data: Any,
+    window: Any,
+    progress: Progress,
+    done: int,
+    total: int,
+) -> tuple[Any, int]:
+    """The end-to-end window, and the micro-batches it trained."""
+    from mpbench.backends.tensorflow import loops
+
+    micro = cell.spec.accumulate
+    if cell.spec.loop == "fit":
+        return loops.end_to_end_fit(
+            model, data.x_train, data.y_train, cell.batch, window, progress, done, total, micro
+        )
+    return loops.end_to_end_custom(
+        step.train_step,
+        step.iterator,
+        window.total_steps,
+        cell.batch,
+        progress,
+        done,
+        total,
+        micro,
+    )
+
+
+def _evaluate(
+    cell: _Cell, model: Any, data: Any, micro_batches_trained: int
+) -> tuple[float, float]:
+    """Test accuracy and loss; a non-finite test loss is a divergence."""
+    from mpbench.backends.tensorflow import loops
+
+    accuracy, test_loss = loops.evaluate(model, data.x_test, data.y_test, cell.batch)
+    if not math.isfinite(test_loss):
+        raise base.Diverged(f"test loss is {test_loss} after {micro_batches_trained} micro-batches")
+    return accuracy, test_loss
+
+
+def _verdict(spec: CellSpec, timed: _Timed) -> tuple[str, str | None, Any]:
+    """The cell's status, reason and divergence: a loss-scaled cell is judged on its timed
+    steps' skips, counted in micro-batches (Keras skips single micro-batches,
+    loss_scale_stats); cells shorter than the detector's window on all of them, here."""
+    loss_scale = timed.loss_scale
+    if loss_scale is None:
+        return "ok", None, None
+    scale_text = (
+        f"a static loss scale of {spec.loss_scale:g}"
+        if spec.loss_scale is not None
+        else "a dynamic loss scale"
+    )
+    skipped, counted = loss_scale.skipped_steps or 0, loss_scale.counted_steps or 0
+    fired = timed.telemetry.end_of_cell(skipped, counted, scale_text)
+    if fired is not None:
+        return "diverged", fired.reason, fired.to_dict()
+    return "ok", None, None
+
+
+def _memory_stats(cell: _Cell, timed: _Timed, data: Any) -> MemoryStats:
     memory = MemoryStats(
-        device_peak_allocated_bytes=device_peak, host_peak_rss_bytes=base.peak_rss_bytes()
+        device_peak_allocated_bytes=timed.device_peak, host_peak_rss_bytes=base.peak_rss_bytes()
     )
     # TensorFlow streams batches from host memory (tf.data); nothing is preloaded on the
     # device, so the dataset's device bytes are 0 on a GPU. On a CPU the arrays are in RSS.
-    dataset_bytes = 0 if placement.is_gpu else data.x_train.nbytes + data.y_train.nbytes
-    fill_memory(memory, training_memory, dataset_bytes)
-    return Measurements(
-        framework_version=f"tensorflow {tf.__version__} / keras {keras.__version__}",
-        device=placement.info,
-        precision=state,
-        step_times_s=trained.step_times_s,
-        warmup_steps=plan.warmup_steps,
-        samples_per_step=spec.effective_batch * world,
-        epoch_losses=trained.epoch_losses,
-        test_accuracy=accuracy,
-        test_loss=test_loss,
-        params=int(model.count_params()),
-        memory=memory,
-        loss_scale=loss_scale,
-        data=data.info,
-        extra_config={
-            "jit_compile": jit_compile,
-            "loop": spec.loop,
-            # The same words at every world size: compare matches a data-parallel cell's
-            # config to its world-size-1 twin's (the strategy's input path is in the record's
-            # precision.replica_devices and distributed fields).
-            "input_pipeline": "pre-batched tf.data, prefetched"
-            + (" to the device" if placement.is_gpu else ""),
-        },
-        end_to_end=end_to_end,
-        threads=threads,
-        micro_batches_per_step=micro,
-        status=status,
-        reason=reason,
-        telemetry=telemetry.report(),
-        divergence=divergence,
-        distributed=mirrored.stats(spec) if mirrored else None,
-    )
+    dataset_bytes = 0 if cell.placement.is_gpu else data.x_train.nbytes + data.y_train.nbytes
+    fill_memory(memory, timed.memory, dataset_bytes)
+    return memory
 
 
 def telemetry_device(placement: Placement) -> str:

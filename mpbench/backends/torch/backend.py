@@ -126,60 +126,204 @@ def _nbytes(*tensors: torch.Tensor) -> int:
 
 
 def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) -> Measurements:
+    """One cell, as a sequence of steps (docs/measurement.md says what each one measures)."""
+    cell = _set_up(spec)
+    data, tensors = _preload(cell, warn)
+    model, optimizer, precision = _build(cell)
+    plan = plan_steps(
+        len(tensors.x_train), cell.global_batch, spec.epochs, spec.max_steps, spec.warmup_steps
+    )
+    window = end_to_end_window(plan)
+    total = plan.total_steps + window.total_steps
+    sync = synchronizer(cell.device)
+    batches = _batches(cell, tensors, plan)
+    forward, compiler = _trained_forward(cell, model, optimizer, precision, tensors, sync)
+    state: dict[str, Any] = {}  # the precision in effect, read back during the first step
+    timed = _timed_steps(
+        cell, forward, optimizer, precision, batches, plan, total, sync, state, progress
+    )
+    end_to_end = _train_end_to_end(
+        forward, optimizer, precision, batches, window, sync, progress, plan.total_steps, total
+    )
+    test_accuracy, test_loss, compile_stats = _evaluate_cell(
+        cell, model, forward, compiler, precision, tensors, warn
+    )
+    memory = _memory_stats(cell.device, timed.memory, tensors.nbytes)
+    status, reason, divergence = _verdict(precision, timed, plan.total_steps)
+    _read_back(state, cell, model, precision, timed.loss_scale)
+    step_times_s, report, distributed = timed.trained.step_times_s, timed.telemetry.report(), None
+    if cell.parallel:
+        step_times_s, end_to_end, distributed = _job_figures(
+            cell.parallel, step_times_s, end_to_end, plan, report, cell.device
+        )
+        state["replicas"] = cell.world
+    return Measurements(
+        framework_version=f"torch {torch.__version__}",
+        device=describe_device(cell.device),
+        precision=state,
+        step_times_s=step_times_s,
+        warmup_steps=plan.warmup_steps,
+        samples_per_step=cell.global_batch,
+        epoch_losses=timed.trained.epoch_losses,
+        test_accuracy=test_accuracy,
+        test_loss=test_loss,
+        params=sum(p.numel() for p in model.parameters()),
+        memory=memory,
+        loss_scale=timed.loss_scale,
+        data=data.info,
+        end_to_end=end_to_end,
+        threads=cell.threads,
+        micro_batches_per_step=spec.accumulate,
+        status=status,
+        reason=reason,
+        compile=dataclasses.asdict(compile_stats) if compile_stats else None,
+        telemetry=report,
+        divergence=divergence,
+        distributed=distributed,
+    )
+
+
+@dataclass
+class _Cell:
+    """What every step of one cell shares: the spec and where and how it trains."""
+
+    spec: CellSpec
+    workload: Any
+    policy: Any
+    parallel: DataParallel | None  # one rank of a torchrun job (docs/distributed.md), or None
+    device: torch.device
+    threads: dict[str, Any]
+    channels_last: bool
+
+    @property
+    def world(self) -> int:
+        return self.parallel.world_size if self.parallel else 1
+
+    @property
+    def global_batch(self) -> int:
+        """A step is one optimizer step over `accumulate` micro-batches of spec.batch_size, on
+        every rank: the job's step trains `world` times the samples."""
+        return self.spec.effective_batch * self.world
+
+
+def _set_up(spec: CellSpec) -> _Cell:
+    """The workload, the policy, the device (a rank's own under torchrun), the thread pools
+    and the seed."""
     workload = get_workload(spec.workload)
     policy = resolve(spec.policy)
-    # One rank of a torchrun job (docs/distributed.md), or None: a single-process cell.
     parallel = DataParallel.join(spec)
-    world = parallel.world_size if parallel else 1
     device = resolve_device(parallel.device(spec.device) if parallel else spec.device)
     threads = pin_threads(spec)
     torch.manual_seed(spec.seed)
-
-    data = load_dataset(spec, workload, warn)
     # channels_last lets cuDNN use Tensor Cores without layout transposes on NVIDIA GPUs.
     channels_last = device.type == "cuda" and len(workload.input_shape) == 3
-    x_train = _to_device(data.x_train, device, channels_last)
-    y_train = torch.from_numpy(data.y_train).to(device)
-    x_test = _to_device(data.x_test, device, channels_last)
-    y_test = torch.from_numpy(data.y_test).to(device)
-    dataset_bytes = _nbytes(x_train, y_train, x_test, y_test)
+    return _Cell(spec, workload, policy, parallel, device, threads, channels_last)
 
-    model = build_model(workload, spec.units).to(device)
-    if channels_last:
-        model = model.to(memory_format=torch.channels_last)
-    optimizer = build_optimizer(workload, model.parameters())
-    precision = apply_policy(policy, device, spec.loss_scale)
-    # A step is one optimizer step over `accumulate` micro-batches of spec.batch_size, on
-    # every rank: the job's step trains `world` times the samples.
-    global_batch = spec.effective_batch * world
-    plan = plan_steps(len(x_train), global_batch, spec.epochs, spec.max_steps, spec.warmup_steps)
-    window = end_to_end_window(plan)
-    total = plan.total_steps + window.total_steps
 
-    sync = synchronizer(device)
-    state: dict[str, Any] = {}
-    generator = torch.Generator(device=device).manual_seed(spec.seed)
-    batches = _Batches(
-        x_train, y_train, spec.batch_size, plan.steps_per_epoch, generator, spec.accumulate
+@dataclass
+class _Tensors:
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+
+    @property
+    def nbytes(self) -> int:
+        return _nbytes(self.x_train, self.y_train, self.x_test, self.y_test)
+
+
+def _preload(cell: _Cell, warn: Callable[[str], None]) -> tuple[Any, _Tensors]:
+    """The dataset, loaded and copied to the device before anything is timed."""
+    data = load_dataset(cell.spec, cell.workload, warn)
+    device, channels_last = cell.device, cell.channels_last
+    tensors = _Tensors(
+        _to_device(data.x_train, device, channels_last),
+        torch.from_numpy(data.y_train).to(device),
+        _to_device(data.x_test, device, channels_last),
+        torch.from_numpy(data.y_test).to(device),
     )
-    if parallel:
-        batches.rank, batches.world = parallel.rank, world
+    return data, tensors
+
+
+def _build(cell: _Cell) -> tuple[torch.nn.Module, torch.optim.Optimizer, TorchPrecision]:
+    """The workload's model and optimizer on the device, and the policy applied."""
+    model = build_model(cell.workload, cell.spec.units).to(cell.device)
+    if cell.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    optimizer = build_optimizer(cell.workload, model.parameters())
+    precision = apply_policy(cell.policy, cell.device, cell.spec.loss_scale)
+    return model, optimizer, precision
+
+
+def _batches(cell: _Cell, tensors: _Tensors, plan: StepPlan) -> _Batches:
+    spec = cell.spec
+    generator = torch.Generator(device=cell.device).manual_seed(spec.seed)
+    batches = _Batches(
+        tensors.x_train,
+        tensors.y_train,
+        spec.batch_size,
+        plan.steps_per_epoch,
+        generator,
+        spec.accumulate,
+    )
+    if cell.parallel:
+        batches.rank, batches.world = cell.parallel.rank, cell.world
+    return batches
+
+
+def _trained_forward(
+    cell: _Cell,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    precision: TorchPrecision,
+    tensors: _Tensors,
+    sync: Callable[[], None],
+) -> tuple[Callable[[torch.Tensor], torch.Tensor], Compiler | None]:
+    """What the steps call: the model, wrapped for DDP on a rank, compiled with --compile
+    (its compiling step undone, so the cell trains the eager cell's steps)."""
+    spec = cell.spec
     model.train()
-    trained_module = parallel.wrap(model, device) if parallel else model
-    forward: Callable[[torch.Tensor], torch.Tensor] = trained_module
-    compiler = None
-    if spec.compile:
-        compiler = Compiler(trained_module)
-        forward = compiler.module
-        first = [(x_train[: spec.batch_size], y_train[: spec.batch_size])] * spec.accumulate
-        # The compiling step trains nothing: the cell then trains the eager cell's steps,
-        # and meets the memory meter as the eager cell does (no gradients, no optimizer
-        # state: the first timed step allocates them, as training memory, in both).
-        with undone(model, optimizer, precision.scaler):
-            compiler.compile_step(lambda: train_step(forward, optimizer, precision, first), sync)
-    meter = memory_meter(device)
+    trained_module = cell.parallel.wrap(model, cell.device) if cell.parallel else model
+    if not spec.compile:
+        return trained_module, None
+    compiler = Compiler(trained_module)
+    forward = compiler.module
+    first = [(tensors.x_train[: spec.batch_size], tensors.y_train[: spec.batch_size])]
+    first *= spec.accumulate
+    # The compiling step trains nothing: the cell then trains the eager cell's steps, and
+    # meets the memory meter as the eager cell does (no gradients, no optimizer state: the
+    # first timed step allocates them, as training memory, in both).
+    with undone(model, optimizer, precision.scaler):
+        compiler.compile_step(lambda: train_step(forward, optimizer, precision, first), sync)
+    return forward, compiler
+
+
+@dataclass
+class _Timed:
+    """The timed steps' figures."""
+
+    trained: _Trained
+    telemetry: CellTelemetry
+    memory: TrainingMemory
+    loss_scale: LossScaleStats | None
+
+
+def _timed_steps(
+    cell: _Cell,
+    forward: Callable[[torch.Tensor], torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    precision: TorchPrecision,
+    batches: _Batches,
+    plan: StepPlan,
+    total: int,
+    sync: Callable[[], None],
+    state: dict[str, Any],
+    progress: Progress,
+) -> _Timed:
+    """The timed steps, with the memory meter and the telemetry around them."""
+    meter = memory_meter(cell.device)
     dynamic = precision.scaler is not None and precision.static_scale is None
-    telemetry = CellTelemetry(str(device), dynamic_scale=dynamic)
+    telemetry = CellTelemetry(str(cell.device), dynamic_scale=dynamic)
     telemetry.start_timed()
     try:
         trained = _train_synced(
@@ -193,97 +337,102 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
             progress,
             total,
             telemetry,
-            parallel.after_step if parallel else None,
+            cell.parallel.after_step if cell.parallel else None,
         )
     finally:
-        telemetry.stop_timed(plan.total_steps * global_batch)
+        telemetry.stop_timed(plan.total_steps * cell.global_batch)
     training_memory = meter.stop()
     # The loss scale's figures are the timed steps' (those the side file numbers 1..N and
     # the whole-cell verdict judges): read before the end-to-end window trains on.
     loss_scale = (
-        _loss_scale_stats(precision, trained.skipped_steps, plan.total_steps, spec)
+        _loss_scale_stats(precision, trained.skipped_steps, plan.total_steps, cell.spec)
         if precision.scaler
         else None
     )
-    end_to_end = _train_end_to_end(
-        forward, optimizer, precision, batches, window, sync, progress, plan.total_steps, total
+    return _Timed(trained, telemetry, training_memory, loss_scale)
+
+
+def _evaluate_cell(
+    cell: _Cell,
+    model: torch.nn.Module,
+    forward: Callable[[torch.Tensor], torch.Tensor],
+    compiler: Compiler | None,
+    precision: TorchPrecision,
+    tensors: _Tensors,
+    warn: Callable[[str], None],
+) -> tuple[float, float, Any]:
+    """Test accuracy and loss; with --compile, the compiler's figures (and a warning when
+    it recompiled)."""
+    batch_size = cell.spec.batch_size
+    if not compiler:
+        accuracy, loss = _evaluate(
+            model, model, precision, tensors.x_test, tensors.y_test, batch_size
+        )
+        return accuracy, loss, None
+    compiler.training_done()
+    # A rank evaluates its module eagerly: a compiled DDP forward is for training.
+    accuracy, loss = _evaluate(
+        model if cell.parallel else forward,
+        model,
+        precision,
+        tensors.x_test,
+        tensors.y_test,
+        batch_size,
     )
-    if compiler:
-        compiler.training_done()
-        # A rank evaluates its module eagerly: a compiled DDP forward is for training.
-        test_accuracy, test_loss = _evaluate(
-            model if parallel else forward, model, precision, x_test, y_test, spec.batch_size
+    compile_stats = compiler.stats()
+    if compile_stats.recompiles:
+        warn(
+            f"torch.compile recompiled {compile_stats.recompiles} time(s) after the first "
+            "step (0 expected); run with TORCH_LOGS=recompiles to see why"
         )
-        compile_stats = compiler.stats()
-        if compile_stats.recompiles:
-            warn(
-                f"torch.compile recompiled {compile_stats.recompiles} time(s) after the first "
-                "step (0 expected); run with TORCH_LOGS=recompiles to see why"
-            )
-    else:
-        test_accuracy, test_loss = _evaluate(
-            model, model, precision, x_test, y_test, spec.batch_size
-        )
-        compile_stats = None
+    return accuracy, loss, compile_stats
+
+
+def _memory_stats(
+    device: torch.device, training_memory: TrainingMemory, dataset_bytes: int
+) -> MemoryStats:
     memory = MemoryStats(host_peak_rss_bytes=peak_rss_bytes())
     if device.type == "cuda":
         memory.device_peak_allocated_bytes = torch.cuda.max_memory_allocated(device)
         memory.device_peak_reserved_bytes = torch.cuda.max_memory_reserved(device)
     fill_memory(memory, training_memory, dataset_bytes)
+    return memory
 
-    status, reason, divergence = "ok", None, None
+
+def _verdict(precision: TorchPrecision, timed: _Timed, counted: int) -> tuple[str, str | None, Any]:
+    """The cell's status, reason and divergence: a loss-scaled cell is judged on its timed
+    steps' skips (cells shorter than the detector's window on all of them, here)."""
     if precision.scaler:
         scale_text = (
             f"a static loss scale of {precision.static_scale:g}"
             if precision.static_scale is not None
             else "a dynamic loss scale"
         )
-        # Cells shorter than the detector's window are judged on all their steps here.
-        fired = telemetry.end_of_cell(trained.skipped_steps, plan.total_steps, scale_text)
+        skipped = timed.trained.skipped_steps
+        fired = timed.telemetry.end_of_cell(skipped, counted, scale_text)
         if fired is not None:
-            status, reason, divergence = "diverged", fired.reason, fired.to_dict()
+            return "diverged", fired.reason, fired.to_dict()
+    return "ok", None, None
+
+
+def _read_back(
+    state: dict[str, Any],
+    cell: _Cell,
+    model: torch.nn.Module,
+    precision: TorchPrecision,
+    loss_scale: LossScaleStats | None,
+) -> None:
+    """The precision actually in effect, as the framework reports it, into `state`."""
     state.update(read_tf32())
     state.update(
-        policy=policy.name,
+        policy=cell.policy.name,
         variable_dtype=str(next(model.parameters()).dtype).replace("torch.", ""),
         loss_scaling=bool(precision.scaler and precision.scaler.is_enabled()),
         cudnn_benchmark=torch.backends.cudnn.benchmark,
-        memory_format="channels_last" if channels_last else "contiguous",
+        memory_format="channels_last" if cell.channels_last else "contiguous",
     )
     if loss_scale:
         state["loss_scale_mode"] = loss_scale.mode
-    step_times_s = trained.step_times_s
-    report = telemetry.report()
-    distributed = None
-    if parallel:
-        step_times_s, end_to_end, distributed = _job_figures(
-            parallel, trained.step_times_s, end_to_end, plan, report, device
-        )
-        state["replicas"] = world
-    return Measurements(
-        framework_version=f"torch {torch.__version__}",
-        device=describe_device(device),
-        precision=state,
-        step_times_s=step_times_s,
-        warmup_steps=plan.warmup_steps,
-        samples_per_step=global_batch,
-        epoch_losses=trained.epoch_losses,
-        test_accuracy=test_accuracy,
-        test_loss=test_loss,
-        params=sum(p.numel() for p in model.parameters()),
-        memory=memory,
-        loss_scale=loss_scale,
-        data=data.info,
-        end_to_end=end_to_end,
-        threads=threads,
-        micro_batches_per_step=spec.accumulate,
-        status=status,
-        reason=reason,
-        compile=dataclasses.asdict(compile_stats) if compile_stats else None,
-        telemetry=report,
-        divergence=divergence,
-        distributed=distributed,
-    )
 
 
 def _job_figures(
