@@ -256,7 +256,7 @@ def test_cell_trains_and_reports(tf_cells: dict[str, Any], loop: str, policy: st
     assert result["progress"][-1] == [grand_total, grand_total]
     # Training memory: this process's RSS sampled while the synced steps ran (a CPU).
     memory = m["memory"]
-    assert memory["training_source"] == "process RSS sampled"
+    assert memory["training_source"] == "process anonymous RSS sampled"
     assert memory["samples"] >= 2
     assert memory["training_peak_bytes"] >= memory["training_start_bytes"] > 0
     assert (

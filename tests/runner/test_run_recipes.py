@@ -92,7 +92,7 @@ def test_accumulation_with_a_static_loss_scale_trains_ok_and_compares_in_both_fr
     assert tf_fp16["dtype_policy"] == "mixed_float16" and tf_fp16["tf32_enabled"] is False
     assert by_cell["tensorflow", "float32"]["precision"]["compute_dtype"] == "float32"
     assert all(r["end_to_end"]["samples_per_s"] > 0 for r in records)
-    assert all(r["memory"]["training_source"] == "process RSS sampled" for r in records)
+    assert all(r["memory"]["training_source"] == "process anonymous RSS sampled" for r in records)
     summary = result.stdout[result.stdout.index("mnist_dense on cpu") :]
     table = summary[: summary.index("Results:")]
     rows = [  # table rows: "torch fp32 ...", "tf fp16 ..." (verdict lines say "tf fp16: ...")
