@@ -1,21 +1,26 @@
-"""Where a cell's time goes: start-up (a new process until its first training step is done)
-against training, for torch and TensorFlow, interleaved.
+"""Where a cell's time goes: start-up (asking for the cell's process until its first training
+step is done) against training, for torch and TensorFlow, with each cell started as a new
+interpreter and forked from its framework's fork server, interleaved.
 
 Every cell here is a real mpbench cell, started the way `mpbench run` starts one
-(`mpbench.runner.execute.run_in_child`: `python -m mpbench.runner.child`, the spec on stdin,
-events on a pipe). A cell reports its first step as soon as it is done, so
+(`run_in_child` in mpbench/runner/launchers/process.py): as a new interpreter running
+launchers/cell.py, or forked by a fork server (launchers/zygote.py) that lives for the whole
+benchmark, as it lives for a whole run. A cell reports its first step as soon as it is done:
 
-  start-up   the time from starting the process to that first progress event: the
-             interpreter, mpbench, the framework's import, the data, the model, the
-             optimizer and one training step (which, in torch, imports torch._dynamo the
-             first time an optimizer steps)
+  start-up   from asking for the process to that first progress event: the interpreter (or
+             the fork), mpbench, the framework's import (a fork has it already), the data,
+             the model, the optimizer and one training step (in torch, the first optimizer
+             step imports torch._dynamo; a fork server has imported it)
   wall       the whole cell, until its final record arrives
   rest       wall - start-up: the timed steps, the end-to-end window, the evaluation
 
 and, as a floor, the bare imports in a new interpreter (`python -c "import torch"`,
-`import tensorflow as tf; import keras`), timed the same way. K rounds; each round runs every
-arm once in a random (seeded) order, so drift of the machine hits every arm alike. The summary
-gives min / median / max per arm and the 1-minute load average before and after.
+`import tensorflow as tf; import keras`), timed the same way. A fork server's own start
+(paid once per framework and run, by its first cell) is started before the rounds and
+reported on its own. K rounds; each round runs every arm once in a random (seeded) order, so
+drift of the machine hits every arm alike. The summary gives min / median / max per arm,
+the ratio of the medians, each cell's training memory by launcher, and the 1-minute load
+average before and after.
 
     python benchmarks/cell_startup.py [--rounds 5] [--framework torch tensorflow]
         [--max-steps 20] [--seed 0]
@@ -38,7 +43,8 @@ from pathlib import Path
 from mpbench.detect import collect
 from mpbench.runner.cells import expand
 from mpbench.runner.config import RunOptions, build_config
-from mpbench.runner.execute import run_in_child
+from mpbench.runner.launchers.process import run_in_child
+from mpbench.runner.launchers.zygote import ForkServers
 
 IMPORTS = {
     "torch": "import torch",
@@ -67,20 +73,16 @@ def cell_spec(framework: str, max_steps: int, workdir: Path):
     return cells[0].spec
 
 
-def run_cell(spec, workdir: Path) -> tuple[float, float]:
-    """(start-up, wall) of one cell, in seconds."""
-    first_step: list[float] = []
-    started = time.monotonic()
-
-    def on_step(step: int, total: int) -> None:
-        if not first_step:
-            first_step.append(time.monotonic() - started)
-
-    outcome = run_in_child(spec, 300, workdir / "cell.log", on_step)
-    wall = time.monotonic() - started
+def run_cell(spec, workdir: Path, servers: ForkServers | None) -> tuple[float, float, int]:
+    """(start-up, wall, training memory bytes) of one cell: run_in_child measures the
+    start-up as `mpbench run` records it."""
+    outcome = run_in_child(spec, 300, workdir / "cell.log", lambda *_: None, False, servers)
     if outcome.status != "ok":
         raise SystemExit(f"cell {spec.cell_id} ended {outcome.status}: {outcome.reason}")
-    return first_step[0], wall
+    expected = "new process" if servers is None else "fork server"
+    if outcome.launcher != expected:
+        raise SystemExit(f"cell {spec.cell_id} started as a {outcome.launcher}, not a {expected}")
+    return outcome.startup_s, outcome.wall_s, outcome.measurements["memory"]["training_bytes"]
 
 
 def run_import(framework: str) -> float:
@@ -104,38 +106,51 @@ def main() -> int:
 
     load_before = os.getloadavg()[0]
     figures: dict[str, list[float]] = {}
-    with tempfile.TemporaryDirectory() as tmp:
+    server_start: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp, ForkServers(Path(tmp) / "logs", print) as servers:
         workdir = Path(tmp)
         specs = {fw: cell_spec(fw, args.max_steps, workdir) for fw in args.framework}
-        arms = [("cell", fw) for fw in args.framework] + [("import", fw) for fw in args.framework]
+        for framework, spec in specs.items():  # the servers' own start, once, as in a run
+            started = time.monotonic()
+            run_cell(spec, workdir, servers)
+            server_start[framework] = time.monotonic() - started
+        arms = [(kind, fw) for fw in args.framework for kind in ("new", "forked", "import")]
         rng = random.Random(args.seed)
         for round_index in range(args.rounds):
             rng.shuffle(arms)
             for kind, framework in arms:
-                if kind == "cell":
-                    startup, wall = run_cell(specs[framework], workdir)
-                    figures.setdefault(f"{framework} start-up", []).append(startup)
-                    figures.setdefault(f"{framework} wall", []).append(wall)
-                    figures.setdefault(f"{framework} rest", []).append(wall - startup)
-                else:
+                if kind == "import":
                     figures.setdefault(f"{framework} import", []).append(run_import(framework))
+                    continue
+                startup, wall, memory = run_cell(
+                    specs[framework], workdir, servers if kind == "forked" else None
+                )
+                for part, value in (("start-up", startup), ("wall", wall), ("memory", memory)):
+                    figures.setdefault(f"{framework} {kind} {part}", []).append(value)
+                figures.setdefault(f"{framework} {kind} rest", []).append(wall - startup)
             print(f"round {round_index + 1}/{args.rounds} done", file=sys.stderr, flush=True)
     load_after = os.getloadavg()[0]
 
     print(f"cells: mnist_dense fp32, CPU, max_steps {args.max_steps}; {args.rounds} rounds")
     print(f"1-minute load average: {load_before:.2f} before, {load_after:.2f} after")
-    print(f"{'seconds':<22} {'min':>6} {'median':>6} {'max':>6}   (max/min - 1)")
+    print(f"{'seconds':<30} {'min':>6} {'median':>6} {'max':>6}   (max/min - 1)")
     for framework in args.framework:
-        for part in ("import", "start-up", "rest", "wall"):
-            values = figures[f"{framework} {part}"]
-            print(f"{framework + ' ' + part:<22} {spread(values)}")
-        share = statistics.median(
-            s / w
-            for s, w in zip(
-                figures[f"{framework} start-up"], figures[f"{framework} wall"], strict=True
-            )
+        print(f"{framework + ' import':<30} {spread(figures[framework + ' import'])}")
+        for kind in ("new", "forked"):
+            for part in ("start-up", "rest", "wall"):
+                values = figures[f"{framework} {kind} {part}"]
+                print(f"{f'{framework} {kind} {part}':<30} {spread(values)}")
+        ratio = statistics.median(figures[f"{framework} new start-up"]) / statistics.median(
+            figures[f"{framework} forked start-up"]
         )
-        print(f"{framework + ' start-up / wall':<22} {share:6.0%} (median over cells)")
+        wall_ratio = statistics.median(figures[f"{framework} new wall"]) / statistics.median(
+            figures[f"{framework} forked wall"]
+        )
+        print(f"{framework + ' new / forked':<30} start-up {ratio:.1f}x, wall {wall_ratio:.1f}x")
+        print(f"{framework + ' fork server start':<30} {server_start[framework]:6.2f} (once)")
+        for kind in ("new", "forked"):
+            mib = [b / 2**20 for b in figures[f"{framework} {kind} memory"]]
+            print(f"{f'{framework} {kind} training MiB':<30} {spread(mib)}")
     return 0
 
 

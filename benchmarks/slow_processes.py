@@ -64,6 +64,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mpbench.runner.launchers.zygote import CELL_NAME, SERVER_NAME
+
 SLOW_FACTOR = 1.25  # a process slower than 1.25 x its arm's median is "slow" (issue 22)
 POLL_S = 0.25  # how often the parent's CPU is read while a process runs
 THP_ENABLED = Path("/sys/kernel/mm/transparent_hugepage/enabled")
@@ -239,21 +241,19 @@ def proc_cpu_s(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def has_cell_child(pid: int, known: dict[int, bool]) -> bool:
-    """Whether the mpbench parent has its cell process (mpbench.runner.child) running now."""
+def has_cell_child(pid: int) -> bool:
+    """Whether the mpbench parent has a cell process running now: a child named mpbench-cell
+    (launchers/cell.py names itself so), or a child of its fork server (launchers/zygote.py)."""
     try:
         children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     except OSError:
         return False
-    for child in map(int, children):
-        if child not in known:
-            try:
-                known[child] = (
-                    b"mpbench.runner.child" in Path(f"/proc/{child}/cmdline").read_bytes()
-                )
-            except OSError:
-                known[child] = False
-        if known[child]:
+    for child in children:
+        try:
+            name = Path(f"/proc/{child}/comm").read_text().strip()
+        except OSError:
+            continue
+        if name == CELL_NAME or (name == SERVER_NAME and has_cell_child(int(child))):
             return True
     return False
 
@@ -336,7 +336,6 @@ def watch(
 ) -> tuple[int | None, Any]:
     """Wait for the mpbench parent, draining its pty, and read its own CPU while its cell
     runs. Returns its wait status and resource usage (None, None after a timeout)."""
-    known: dict[int, bool] = {}
     first: tuple[float, float] | None = None
     last: tuple[float, float] | None = None
     while True:
@@ -347,7 +346,7 @@ def watch(
             stop(child)
             process.reason = "no result within --process-timeout"
             return None, None
-        if has_cell_child(child.pid, known):
+        if has_cell_child(child.pid):
             cpu = proc_cpu_s(child.pid)
             if cpu is not None:
                 last = (time.monotonic(), cpu)

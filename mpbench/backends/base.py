@@ -263,7 +263,11 @@ def load_dataset(spec: CellSpec, workload: Any, warn: Callable[[str], None]) -> 
     shape = (-1, *workload.input_shape)
 
     def prepare(images: Any) -> Any:
-        return (images.astype(np.float32) / 255.0).reshape(shape)
+        # One float32 array, scaled in place: a second one would page in as much memory
+        # again, which a cell's start-up pays (about 0.1-0.3 s for MNIST's 188 MB here).
+        scaled = images.astype(np.float32)
+        scaled /= 255.0
+        return scaled.reshape(shape)
 
     info = DataInfo(**loaded.describe())
     return Dataset(

@@ -16,7 +16,7 @@ from typing import Any
 from mpbench.errors import InvalidInput
 from mpbench.results.step_stats import StepStats
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 
 class Status(str, Enum):
@@ -99,7 +99,8 @@ class MemoryStats:
     minus what was resident when training started (model, optimizer state, preloaded data),
     DESIGN §5. `training_source` says how it was measured: "cuda allocator" (torch
     memory_allocated / max_memory_allocated), "tensorflow allocator" (get_memory_info
-    current / peak) or "process RSS sampled" (psutil, on CPUs)."""
+    current / peak) or "process anonymous RSS sampled" (psutil, on CPUs; "process RSS sampled"
+    before: the whole RSS, code pages included)."""
 
     device_peak_allocated_bytes: int | None = None
     device_peak_reserved_bytes: int | None = None
@@ -261,6 +262,17 @@ class ContentionStats:
 
 
 @dataclass
+class StartupStats:
+    """v8: how the cell's process was started and what that cost (docs/measurement.md,
+    "Starting a cell")."""
+
+    launcher: str  # "fork server" (forked from its framework's server) or "new process"
+    # From asking for the process to its first training step done: the interpreter or the
+    # fork, the imports, data, model and one step (a compile, with --compile). None: no step.
+    seconds: float | None = None
+
+
+@dataclass
 class CellRecord:
     run_id: str
     cell_id: str
@@ -302,6 +314,7 @@ class CellRecord:
     implausible: dict[str, str] = field(default_factory=dict)
     hardware_fingerprint: str = ""
     wall_s: float | None = None
+    startup: StartupStats | None = None  # v8
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:

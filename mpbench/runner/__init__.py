@@ -14,7 +14,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from mpbench.runner.execute import Outcome, run_in_child
 from rich.console import Console
 from rich.text import Text
 
@@ -30,8 +29,10 @@ from mpbench.runner.adaptive import AdaptiveRepeats, widest
 from mpbench.runner.cells import Cell, expand
 from mpbench.runner.config import RunConfig, RunOptions, build_config, contradictions
 from mpbench.runner.fallback import fallback_spec
+from mpbench.runner.launchers.process import Outcome, run_in_child
+from mpbench.runner.launchers.zygote import ForkServers
 from mpbench.runner.preflight import preflight
-from mpbench.runner.progress import Reporter
+from mpbench.runner.progress import Reporter, startup_line
 from mpbench.runner.records import build_record, cell_telemetry, now_iso
 from mpbench.runner.rundir import (
     RUN_FILE,
@@ -207,6 +208,8 @@ class Plan:
     fingerprint: str
     measured_peaks: dict[str, float]
     warn: Callable[[str], None]  # Warnings: stderr, once each
+    # The run's fork servers while its cells run (runner/launchers/zygote.py).
+    fork_servers: ForkServers | None = None
 
 
 def _plan(config: RunConfig, run_id: str, warn: Callable[[str], None]) -> Plan:
@@ -253,7 +256,11 @@ def _run_cells(
     interrupted: KeyboardInterrupt | None = None
     total = len(cells) if adaptive is None else len(rounds[0]) * adaptive.n0
     try:
-        with Reporter(console, total) as reporter:
+        with (
+            Reporter(console, total) as reporter,
+            ForkServers(run_dir / "logs", plan.warn) as servers,
+        ):
+            plan.fork_servers = servers
             try:
                 for index, round_cells in enumerate(rounds):
                     if adaptive is not None and not adaptive.may_start(index):
@@ -427,7 +434,9 @@ def _run_cell(
     else:
         reporter.cell_started(spec.cell_id)
         log_path = run_dir / "logs" / (spec.cell_id.replace("/", "__") + ".log")
-        outcome = run_in_child(spec, config.timeout, log_path, reporter.step, options.verbose)
+        outcome = run_in_child(
+            spec, config.timeout, log_path, reporter.step, options.verbose, plan.fork_servers
+        )
     version = package_version(spec.framework)
     side_file = _write_side_file(run_dir, spec, cell_telemetry(outcome), outcome.warnings)
     record = build_record(
@@ -499,3 +508,6 @@ def _print_summary(console: Console, records: list[CellRecord]) -> None:
     from mpbench.compare import print_run_summary
 
     print_run_summary(records, console)
+    line = startup_line(records)
+    if line:
+        console.print(line)

@@ -5,6 +5,8 @@ and after the pilot the rounds it planned (runner/adaptive.py)."""
 
 from __future__ import annotations
 
+import statistics
+
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import (
@@ -171,3 +173,22 @@ def pilot_line(decision: Decision, max_repeats: int) -> str:
 def _target(precision: float) -> str:
     """0.05 -> '±5 %', 0.025 -> '±2.5 %'."""
     return f"±{precision * 100:g} %"
+
+
+def startup_line(records: list[CellRecord]) -> str | None:
+    """What starting the cells cost, per framework and launcher: the median and range of the
+    records' start-up (docs/measurement.md, "Starting a cell"). A framework's first forked
+    cell pays for starting its fork server, so the range shows it."""
+    groups: dict[tuple[str, str], list[float]] = {}
+    for record in records:
+        if record.startup is not None and record.startup.seconds is not None:
+            key = (record.framework, record.startup.launcher)
+            groups.setdefault(key, []).append(record.startup.seconds)
+    if not groups:
+        return None
+    parts = [
+        f"{framework} {statistics.median(seconds):.2f} s "
+        f"({min(seconds):.2f}-{max(seconds):.2f}, {len(seconds)} cells, {launcher})"
+        for (framework, launcher), seconds in sorted(groups.items())
+    ]
+    return "Cell start-up to the first step, median (range): " + "; ".join(parts)

@@ -21,12 +21,13 @@ from mpbench.results import (
     EnergyStats,
     LossScaleStats,
     MemoryStats,
+    StartupStats,
     Status,
     StepTimeStats,
     TelemetryStats,
 )
 from mpbench.results.scaling import straggler_ratio
-from mpbench.runner.execute import Outcome
+from mpbench.runner.launchers.process import Outcome
 from mpbench.workloads import get_workload
 
 
@@ -85,6 +86,9 @@ def build_record(
         hardware_fingerprint=fingerprint,
         wall_s=round(outcome.wall_s, 3),
     )
+    if outcome.launcher is not None:
+        seconds = None if outcome.startup_s is None else round(outcome.startup_s, 3)
+        record.startup = StartupStats(outcome.launcher, seconds)
     if outcome.measurements is not None:
         _fill_measurements(record, outcome.measurements, measured_peaks or {})
     divergence = outcome.divergence or (outcome.measurements or {}).get("divergence")

@@ -94,7 +94,7 @@ def test_unknown_fields_and_missing_files_are_rejected(tmp_path):
         read_records(tmp_path)
     with pytest.raises(SchemaError, match="no such results file"):
         read_records(tmp_path / "missing")
-    assert SCHEMA_VERSION == 7
+    assert SCHEMA_VERSION == 8
 
 
 def test_records_of_versions_1_to_5_read_without_the_contention_fields(tmp_path):
@@ -233,3 +233,21 @@ def test_nvml_device_memory_under_the_other_versions_name_is_refused(
     (tmp_path / "results.jsonl").write_text(json.dumps(_with_nvml_memory(version, name)) + "\n")
     with pytest.raises(SchemaError, match=message):
         read_records(tmp_path)
+
+
+def test_a_version_8_record_says_how_its_cell_started_and_a_version_7_one_cannot(tmp_path):
+    from mpbench.results import StartupStats
+
+    original = make_record()
+    original.startup = StartupStats("fork server", 0.12)
+    (tmp_path / "results.jsonl").write_text(json.dumps(original.to_dict()) + "\n")
+    (record,) = read_records(tmp_path)
+    assert record.startup == StartupStats("fork server", 0.12)
+    older = {**original.to_dict(), "schema_version": 7}
+    (tmp_path / "results.jsonl").write_text(json.dumps(older) + "\n")
+    with pytest.raises(SchemaError, match="startup"):
+        read_records(tmp_path)
+    older["startup"] = None
+    (tmp_path / "results.jsonl").write_text(json.dumps(older) + "\n")
+    (record,) = read_records(tmp_path)
+    assert record.startup is None and record.schema_version == 7

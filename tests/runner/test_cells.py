@@ -155,7 +155,7 @@ def test_mps_off_apple_silicon_is_invalid_input(monkeypatch):
 
 def test_the_cli_and_runner_start_without_frameworks_or_pandas():
     code = (
-        "import sys, mpbench.cli, mpbench.runner, mpbench.runner.child;"
+        "import sys, mpbench.cli, mpbench.runner, mpbench.runner.launchers.cell;"
         "heavy = [m for m in ('torch', 'tensorflow', 'keras', 'pandas') if m in sys.modules];"
         "print(heavy)"
     )
@@ -164,7 +164,7 @@ def test_the_cli_and_runner_start_without_frameworks_or_pandas():
 
 
 def test_each_cell_process_gets_the_pinned_threads_and_nvml_gpu_order():
-    from mpbench.runner.execute import cell_environment
+    from mpbench.runner.launchers.process import cell_environment
 
     _, (cell,) = cells_for(Report(EPYC), policies=["fp32"], threads=3)
     env = cell_environment(cell.spec, base={"PATH": "/bin"})

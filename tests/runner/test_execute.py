@@ -15,9 +15,10 @@ import pytest
 from processes import marked
 
 from mpbench.backends.base import CellSpec
-from mpbench.runner import execute
-from mpbench.runner.child import classify
-from mpbench.runner.execute import memory_cgroup, oom_kill_count, run_in_child
+from mpbench.runner.launchers import process as execute
+from mpbench.runner.launchers.cell import classify
+from mpbench.runner.launchers.process import memory_cgroup, oom_kill_count, run_in_child
+from mpbench.runner.launchers.zygote import CELL_NAME
 
 torch = pytest.importorskip("torch")
 
@@ -213,11 +214,11 @@ def test_the_child_gets_no_descriptor_but_its_stdin_and_events_pipe(tmp_path, mo
         while child is None and time.monotonic() < deadline:
             time.sleep(0.1)
             for process in psutil.Process().children():
-                if "mpbench.runner.child" in " ".join(process.cmdline()):
+                if process.name() == CELL_NAME:
                     child = process
         assert child is not None
         time.sleep(1.0)  # the child is now asleep in the hang fault
-        events_fd = child.cmdline()[-2]
+        events_fd = child.cmdline()[-2]  # EVENTS_FD PARENT_PID
         fds = {entry.name: os.readlink(entry) for entry in os.scandir(f"/proc/{child.pid}/fd")}
         assert str(tmp_path / "stray") not in fds.values()
         pipes = {fd for fd, target in fds.items() if target.startswith("pipe:")}
@@ -234,7 +235,7 @@ def test_the_child_gets_no_descriptor_but_its_stdin_and_events_pipe(tmp_path, mo
 def test_the_lifeline_kills_the_process_group_when_its_write_end_closes(tmp_path):
     script = (
         "import subprocess, sys, time\n"
-        "from mpbench.runner.child import watch_lifeline\n"
+        "from mpbench.runner.launchers.cell import watch_lifeline\n"
         "watch_lifeline()\n"
         "grandchild = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
         "print(grandchild.pid, flush=True)\n"
@@ -258,7 +259,7 @@ def test_a_child_whose_parent_already_died_kills_itself(tmp_path):
     the parent died before prctl could arm the parent-death signal."""
     read_fd, write_fd = os.pipe()
     process = subprocess.Popen(
-        [sys.executable, "-m", "mpbench.runner.child", str(write_fd), "1"],
+        [sys.executable, "-m", "mpbench.runner.launchers.cell", str(write_fd), "1"],
         pass_fds=(write_fd,),
         stdin=subprocess.PIPE,  # kept open: it is not the lifeline that ends the child
         start_new_session=True,
@@ -277,7 +278,7 @@ def test_the_parent_death_signal_kills_a_cell_stuck_holding_the_gil():
     """No lifeline watcher here: the kernel's SIGKILL alone ends a cell no Python runs in."""
     cell = (
         "import ctypes, os, sys\n"
-        "from mpbench.runner.child import die_with_parent\n"
+        "from mpbench.runner.launchers.cell import die_with_parent\n"
         "die_with_parent(int(sys.argv[1]))\n"
         "print(os.getpid(), flush=True)\n"
         "ctypes.PyDLL(None).sleep(60)\n"

@@ -1,3 +1,4 @@
-"""How a cell runs (DESIGN.md §4): one child process (runner/execute.py and runner/child.py)
-or, for a torch cell of more than one replica, a torchrun job started by that child
-(torchrun.py), each rank running rank.py."""
+"""How a cell runs (docs/architecture.md): one process per cell, started by process.py as a
+new interpreter running cell.py or forked by its framework's fork server (zygote.py); a
+torch cell of more than one replica starts a torchrun job (torchrun.py), each rank running
+rank.py."""

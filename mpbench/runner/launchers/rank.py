@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from mpbench.backends.base import CellSpec
-from mpbench.runner.child import PR_SET_PDEATHSIG, Events, send_failure
 from mpbench.runner.faults import inject, requested_fault
+from mpbench.runner.launchers.cell import PR_SET_PDEATHSIG, Events, send_failure
 from mpbench.runner.launchers.torchrun import LAUNCHER_ENV, RANK_DIR_ENV, SPEC_FILE
 
 

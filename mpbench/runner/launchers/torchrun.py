@@ -1,6 +1,6 @@
 """A data-parallel torch cell as a torchrun job (docs/distributed.md).
 
-The cell process (runner/child.py, with its lifeline, process group, timeout and events
+The cell process (runner/launchers/cell.py, with its lifeline, process group, timeout and events
 pipe) starts `python -m torch.distributed.run` and becomes the job's launcher: torchrun is
 the engine (rendezvous, one process per rank, tearing the job down when a rank fails), never
 a launcher of mpbench's making. torchrun starts each rank in a session of its own, and
@@ -168,7 +168,7 @@ def rendezvous_timeout(environ: Mapping[str, str] | None = None) -> int | None:
     "no result after the timeout" of a cell killed from outside. The margin covers starting
     torchrun (importing torch: seconds on a busy machine) and its report. None: neither is
     known, torchrun's default stands."""
-    from mpbench.runner.execute import CELL_TIMEOUT_ENV
+    from mpbench.runner.launchers.process import CELL_TIMEOUT_ENV
 
     environ = os.environ if environ is None else environ
     limits = []
@@ -216,7 +216,7 @@ def run_job(
 ) -> None:
     """Run the cell as a torchrun job; `send(event, **payload)` the events the cell process
     sends its parent: progress and warnings as they come, then one final done or failed."""
-    from mpbench.runner.execute import memory_cgroup, oom_kill_count
+    from mpbench.runner.launchers.process import memory_cgroup, oom_kill_count
 
     rdzv_timeout = rendezvous_timeout() if spec.nnodes > 1 else None
     rank_dir = Path(tempfile.mkdtemp(prefix="mpbench-ranks-"))

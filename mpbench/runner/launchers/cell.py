@@ -1,6 +1,7 @@
 """The child process that runs exactly one cell (DESIGN.md §4: one process per cell).
 
-Usage: python -m mpbench.runner.child EVENTS_FD PARENT_PID
+Usage: python -m mpbench.runner.launchers.cell EVENTS_FD PARENT_PID
+(or forked by a fork server, launchers/zygote.py, which calls main() with the same arguments)
 The parent writes the CellSpec as one JSON line on stdin and keeps stdin open: it is the
 cell's lifeline, and the cell dies, with all it started, when it closes or the parent dies.
 It reports to the parent through JSON lines on EVENTS_FD — progress, warnings, and one final
@@ -26,6 +27,7 @@ from mpbench.backends import INSTALL_HINTS, get_backend
 from mpbench.backends.base import CellSpec, Diverged, Unsupported
 from mpbench.errors import InvalidInput
 from mpbench.runner.faults import inject, requested_fault
+from mpbench.runner.launchers.zygote import CELL_NAME, set_process_name
 from mpbench.telemetry.cell import CellDiverged
 
 _OOM_NAMES = {"OutOfMemoryError", "ResourceExhaustedError", "MemoryError", "_ArrayMemoryError"}
@@ -127,6 +129,7 @@ def watch_lifeline() -> None:
         return
     try:  # the watcher: it holds nothing but stdin, so the parent still sees the cell's exit
         os.closerange(1, os.sysconf("SC_OPEN_MAX"))
+        set_process_name("mpbench-watcher")
         while os.read(0, 4096):  # the parent writes nothing after the spec
             pass
         kill_process_group(cell)
@@ -149,6 +152,7 @@ def _die() -> NoReturn:
 def main(argv: list[str]) -> int:
     fd, parent_pid = int(argv[1]), int(argv[2])
     die_with_parent(parent_pid)  # first: the parent may die at any moment
+    set_process_name(CELL_NAME)  # what ps shows, forked or not (launchers/zygote.py)
     line = sys.stdin.buffer.readline()  # the spec; stdin then stays open as the lifeline
     if not line.endswith(b"\n"):  # the parent went away before it sent the spec
         _die()

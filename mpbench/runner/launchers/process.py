@@ -23,6 +23,7 @@ from typing import Any
 
 from mpbench.backends.base import CellSpec
 from mpbench.detect.cuda_order import in_pci_order
+from mpbench.runner.launchers.zygote import ForkedCell, ForkServers
 
 # The cell's timeout, in seconds, in its environment: a torchrun job gives up waiting for
 # other nodes before it (launchers/torchrun.py), so that it can still say why.
@@ -36,6 +37,10 @@ class Outcome:
     measurements: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
     wall_s: float = 0.0
+    # From the request to start the cell to its first training step done (None: no step
+    # ran): the cost of starting a cell, which the fork servers cut (launchers/zygote.py).
+    startup_s: float | None = None
+    launcher: str | None = None  # "fork server" or "new process"; None: none started
     # A cell a divergence signal stopped: the signal and the telemetry up to that step.
     divergence: dict[str, Any] | None = None
     telemetry: dict[str, Any] | None = None
@@ -57,7 +62,7 @@ def _last_line(log_path: Path) -> str:
     return lines[-1][:300] if lines else ""
 
 
-def _kill_group(process: subprocess.Popen) -> None:
+def _kill_group(process: subprocess.Popen | ForkedCell) -> None:
     """SIGTERM the cell's process group, then SIGKILL whatever is left after a grace period."""
     try:
         os.killpg(process.pid, signal.SIGTERM)
@@ -90,7 +95,10 @@ def run_in_child(
     log_path: Path,
     on_step: Callable[[int, int], None],
     verbose: bool = False,
+    fork_servers: ForkServers | None = None,
 ) -> Outcome:
+    """Run the cell in a process of its own: forked from its framework's server where
+    `fork_servers` has one for it (launchers/zygote.py), else a new interpreter."""
     started = time.monotonic()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     cgroup = memory_cgroup()
@@ -99,24 +107,44 @@ def run_in_child(
     log = None if verbose else open(log_path, "w", encoding="utf-8")  # noqa: SIM115
     process = None
     try:
+        env = {**cell_environment(spec), CELL_TIMEOUT_ENV: f"{timeout_s:g}"}
         try:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "mpbench.runner.child", str(write_fd), str(os.getpid())],
-                # The events pipe and stdin (the lifeline: its write end stays here alone) are
-                # all the child gets; pass_fds implies close_fds, so no other descriptor leaks.
-                pass_fds=(write_fd,),
-                stdin=subprocess.PIPE,
-                bufsize=0,  # stdin: the spec goes out in one write, nothing lingers in a buffer
-                stdout=log,
-                stderr=subprocess.STDOUT if log else None,
-                start_new_session=True,
-                env={**cell_environment(spec), CELL_TIMEOUT_ENV: f"{timeout_s:g}"},
-            )
+            if fork_servers is not None:
+                out = log.fileno() if log else sys.stdout.fileno()
+                err = log.fileno() if log else sys.stderr.fileno()
+                process = fork_servers.start(spec, env, write_fd, out, err)
+            if process is None:
+                process = subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "mpbench.runner.launchers.cell",
+                        str(write_fd),
+                        str(os.getpid()),
+                    ],
+                    # The events pipe and stdin (the lifeline: its write end stays here
+                    # alone) are all the child gets; pass_fds implies close_fds, so no other
+                    # descriptor leaks.
+                    pass_fds=(write_fd,),
+                    stdin=subprocess.PIPE,
+                    bufsize=0,  # stdin: the spec goes out in one write, nothing lingers
+                    stdout=log,
+                    stderr=subprocess.STDOUT if log else None,
+                    start_new_session=True,
+                    env=env,
+                )
         finally:
             os.close(write_fd)  # the child has its copy; ours would hide the child's exit
         with contextlib.suppress(BrokenPipeError):  # a child that died at once: _from_exit
             process.stdin.write(json.dumps(asdict(spec)).encode() + b"\n")
-        outcome = _collect(process, read_fd, started + timeout_s, on_step)
+        first_step: list[float] = []
+
+        def step(done: int, total: int) -> None:
+            if not first_step:
+                first_step.append(time.monotonic() - started)
+            on_step(done, total)
+
+        outcome = _collect(process, read_fd, started + timeout_s, step)
     except BaseException:
         # Ctrl-C (KeyboardInterrupt) or anything else: never leave an orphaned cell running.
         if process is not None and process.poll() is None:
@@ -133,11 +161,16 @@ def run_in_child(
         oom_killed = _rose(oom_kills_before, oom_kill_count(cgroup))
         outcome = _from_exit(process, timeout_s, log_path, verbose, oom_killed)
     outcome.wall_s = time.monotonic() - started
+    outcome.startup_s = first_step[0] if first_step else None
+    outcome.launcher = "fork server" if isinstance(process, ForkedCell) else "new process"
     return outcome
 
 
 def _collect(
-    process: subprocess.Popen, read_fd: int, deadline: float, on_step: Callable[[int, int], None]
+    process: subprocess.Popen | ForkedCell,
+    read_fd: int,
+    deadline: float,
+    on_step: Callable[[int, int], None],
 ) -> Outcome | None:
     buffer = b""
     warnings: list[str] = []
@@ -181,7 +214,11 @@ def _collect(
 
 
 def _from_exit(
-    process: subprocess.Popen, timeout_s: float, log_path: Path, verbose: bool, oom_killed: bool
+    process: subprocess.Popen | ForkedCell,
+    timeout_s: float,
+    log_path: Path,
+    verbose: bool,
+    oom_killed: bool,
 ) -> Outcome:
     where = "" if verbose else f" (log: {log_path})"
     if getattr(process, "timed_out", False):

@@ -1,0 +1,357 @@
+"""Fork servers: one process per framework that has imported it once and forks each cell.
+
+A cell is still its own process, with a fresh framework state: the server imports the
+framework (and what a cell imports on its first step) but builds nothing, touches no
+device and starts no thread pool, so each fork begins where a new interpreter would be
+after its imports, less the seconds they take. docs/architecture.md ("Starting a cell")
+says what is shared, what is not, and why fork is safe here.
+
+Used only where it was verified: Linux, a CPU cell of one process, torch or TensorFlow.
+CUDA is not fork-safe once initialised, and TensorFlow's import already loads the CUDA
+libraries (tensorflow/tensorflow#29876), so device cells start as new processes, as do
+torchrun jobs (their ranks are new processes anyway). MPBENCH_FORK_SERVER=0 turns the
+servers off.
+
+Protocol, over a SOCK_SEQPACKET socket pair (one JSON message per packet):
+    server -> run    {"ready": true, "import_s": s} | {"ready": false, "error": "..."}
+    run -> server    {"env": {...}} with 4 descriptors: stdin, events, stdout, stderr
+    server -> run    {"started": pid}, then {"exited": pid, "returncode": code}
+The server serves one cell at a time (cells never overlap) and exits when the run closes
+its end; it dies with the run (parent-death signal) like a cell.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import importlib
+import json
+import os
+import select
+import socket
+import subprocess
+import sys
+import time
+import traceback
+import warnings
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+from mpbench.backends.base import CellSpec
+
+FORK_SERVER_ENV = "MPBENCH_FORK_SERVER"  # "0": every cell starts as a new process
+# What a cell of each framework imports before its first step is done; torch imports
+# torch._dynamo when an optimizer first steps (about 1 s here).
+PRELOAD = {
+    "torch": ("torch", "torch._dynamo", "mpbench.backends.torch.backend"),
+    "tensorflow": ("tensorflow", "keras", "mpbench.backends.tensorflow.backend"),
+}
+READY_TIMEOUT_S = 300.0  # a first TensorFlow import from a cold disk can take a minute
+_MESSAGE_BYTES = 1 << 20  # an environment is a few KiB
+PR_SET_NAME = 15  # <linux/prctl.h>
+# What `ps` and `top` call a cell and a server (the kernel keeps 15 bytes of a name).
+CELL_NAME = "mpbench-cell"
+SERVER_NAME = "mpbench-forksrv"
+
+
+def set_process_name(name: str) -> None:
+    """The name `ps`, `top` and psutil's name() show (15 bytes at most): every fork of a
+    server would otherwise show the server's command line."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)
+
+
+# ---------------------------------------------------------------------------------------
+# The run's side
+
+
+def usable(spec: CellSpec, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether this cell may be forked from a server (the module docstring says why not)."""
+    return (
+        sys.platform.startswith("linux")
+        and environ.get(FORK_SERVER_ENV, "1").strip() != "0"
+        and spec.framework in PRELOAD
+        and spec.device == "cpu"
+        and spec.world_size == 1
+    )
+
+
+class ServerGone(RuntimeError):
+    """The server closed its socket or died: the run falls back to new processes."""
+
+
+class ForkedCell:
+    """A cell forked by a server, with the part of subprocess.Popen the runner uses. The
+    cell is the server's child, so its exit status comes from the server."""
+
+    def __init__(self, server: ForkServer, pid: int, stdin: IO[bytes]) -> None:
+        self._server = server
+        self.pid = pid
+        self.stdin = stdin
+        self.returncode: int | None = None
+        self.args = f"cell {pid} forked by the {server.framework} fork server"
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self._server.await_exit(self, 0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None and not self._server.await_exit(self, timeout):
+            raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        assert self.returncode is not None
+        return self.returncode
+
+
+class ForkServer:
+    """The run's handle on one server process."""
+
+    def __init__(self, framework: str, env: Mapping[str, str], log_path: Path) -> None:
+        self.framework = framework
+        self.env = dict(env)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._socket = ours
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", __name__, framework, str(theirs.fileno()), str(os.getpid())],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # a Ctrl-C at the terminal is the run's to handle
+                env=self.env,
+            )
+        theirs.close()
+        started = time.monotonic()
+        reply = self._receive(READY_TIMEOUT_S)
+        if reply is None or not reply.get("ready"):
+            self.close()
+            why = "no reply" if reply is None else reply.get("error", "no reason given")
+            raise ServerGone(f"the {framework} fork server did not start: {why} (log: {log_path})")
+        self.import_s = float(reply["import_s"])
+        self.start_s = time.monotonic() - started
+
+    def fork(
+        self, env: Mapping[str, str], stdin: int, events: int, stdout: int, stderr: int
+    ) -> int:
+        """Fork a cell with these descriptors as its 0, events, 1 and 2; its pid."""
+        payload = json.dumps({"env": dict(env)}).encode()
+        try:
+            socket.send_fds(self._socket, [payload], [stdin, events, stdout, stderr])
+        except OSError as exc:
+            raise ServerGone(f"the {self.framework} fork server is gone ({exc})") from exc
+        reply = self._receive(READY_TIMEOUT_S)
+        if reply is None or "started" not in reply:
+            raise ServerGone(f"the {self.framework} fork server did not fork: {reply}")
+        return int(reply["started"])
+
+    def await_exit(self, cell: ForkedCell, timeout: float | None) -> bool:
+        """Wait up to `timeout` seconds (None: for ever) for the cell's exit status."""
+        reply = self._receive(timeout)
+        if reply is None:
+            return False
+        if reply.get("gone"):
+            # The server died (killed from outside); its cells die with it (parent-death
+            # signal), so the cell's own status is lost: report the kill that ended it.
+            cell.returncode = -9
+            return True
+        if reply.get("exited") != cell.pid:
+            raise ServerGone(f"the {self.framework} fork server answered {reply}")
+        cell.returncode = int(reply["returncode"])
+        return True
+
+    def _receive(self, timeout: float | None) -> dict[str, Any] | None:
+        """The next message, None after `timeout` seconds, {"gone": True} if the server went."""
+        ready, _, _ = select.select([self._socket], [], [], timeout)
+        if not ready:
+            return None
+        try:
+            data = self._socket.recv(_MESSAGE_BYTES)
+        except OSError:
+            data = b""
+        return json.loads(data) if data else {"gone": True}
+
+    def close(self) -> None:
+        """End the server: it exits when its socket closes; SIGKILL if it has not in 5 s."""
+        self._socket.close()
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+class ForkServers:
+    """The run's servers, started on a framework's first CPU cell, between cells (never
+    while one is timed), and closed when the run ends. One server per framework: a cell
+    whose environment differs from its server's (the import reads it) gets a new one."""
+
+    def __init__(self, log_dir: Path, warn: Callable[[str], None] = lambda message: None) -> None:
+        self._log_dir = log_dir
+        self._warn = warn
+        self._servers: dict[str, ForkServer] = {}
+        self._failed: set[str] = set()
+
+    def start(
+        self, spec: CellSpec, env: Mapping[str, str], events: int, stdout: int, stderr: int
+    ) -> ForkedCell | None:
+        """The cell forked from its framework's server, with a new lifeline pipe as its
+        stdin (launchers/cell.py), or None: start it as a new process."""
+        if not usable(spec, env) or spec.framework in self._failed:
+            return None
+        server = self._server(spec.framework, env)
+        if server is None:
+            return None
+        lifeline_read, lifeline_write = os.pipe()
+        try:
+            pid = server.fork(env, lifeline_read, events, stdout, stderr)
+        except ServerGone as exc:
+            os.close(lifeline_write)
+            self._give_up(spec.framework, str(exc))
+            return None
+        finally:
+            os.close(lifeline_read)  # the cell has its copy: its write end is ours alone
+        return ForkedCell(server, pid, os.fdopen(lifeline_write, "wb", buffering=0))
+
+    def _server(self, framework: str, env: Mapping[str, str]) -> ForkServer | None:
+        wanted = _import_environment(env)
+        server = self._servers.get(framework)
+        if server is not None and _import_environment(server.env) != wanted:
+            server.close()  # one server per framework at a time: they hold ~0.5-1 GiB each
+            del self._servers[framework]
+            server = None
+        if server is None:
+            try:
+                server = ForkServer(
+                    framework, wanted, self._log_dir / f"fork-server-{framework}.log"
+                )
+            except (ServerGone, OSError) as exc:
+                self._give_up(framework, str(exc))
+                return None
+            self._servers[framework] = server
+        return server
+
+    def _give_up(self, framework: str, why: str) -> None:
+        self._failed.add(framework)
+        server = self._servers.pop(framework, None)
+        if server is not None:
+            server.close()
+        self._warn(f"{why}; its cells start as new processes")
+
+    def close(self) -> None:
+        for server in self._servers.values():
+            server.close()
+        self._servers.clear()
+
+    def __enter__(self) -> ForkServers:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _import_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """The part of a cell's environment its server must have had when it imported: all of
+    it, but the cell's timeout, which only mpbench reads, after the fork."""
+    from mpbench.runner.launchers.process import CELL_TIMEOUT_ENV
+
+    return {key: value for key, value in env.items() if key != CELL_TIMEOUT_ENV}
+
+
+# ---------------------------------------------------------------------------------------
+# The server's side
+
+
+def preload(framework: str) -> None:
+    for module in PRELOAD[framework]:
+        importlib.import_module(module)
+    if framework == "torch":
+        import torch
+
+        # Belt and braces: a server that initialised CUDA would hand every fork a broken
+        # context ("Cannot re-initialize CUDA in forked subprocess").
+        if torch.cuda.is_initialized():
+            raise RuntimeError("torch initialised CUDA while importing")
+
+
+def serve(framework: str, fd: int, parent_pid: int) -> int:
+    from mpbench.runner.launchers.cell import die_with_parent
+
+    die_with_parent(parent_pid)
+    set_process_name(SERVER_NAME)
+    channel = socket.socket(fileno=fd)
+    started = time.monotonic()
+    try:
+        preload(framework)
+    except BaseException as exc:
+        traceback.print_exc()
+        _send(channel, {"ready": False, "error": f"{type(exc).__name__}: {exc}"[:500]})
+        return 1
+    _send(channel, {"ready": True, "import_s": time.monotonic() - started})
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(channel, _MESSAGE_BYTES, 4)
+        except OSError:
+            return 0
+        if not data:  # the run closed its end: it is over
+            return 0
+        request = json.loads(data)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        with warnings.catch_warnings():
+            # Python 3.12+ warns about fork in a process with threads. The one thread here
+            # besides ours is numpy's OpenBLAS pool, which stops for a fork and starts again
+            # in the child (its pthread_atfork handlers).
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:
+            _become_cell(channel, fds, request["env"], parent=os.getppid())
+        for descriptor in fds:
+            os.close(descriptor)
+        _send(channel, {"started": pid})
+        _, status = os.waitpid(pid, 0)
+        _send(channel, {"exited": pid, "returncode": os.waitstatus_to_exitcode(status)})
+
+
+def _become_cell(channel: socket.socket, fds: list[int], env: dict[str, str], parent: int) -> None:
+    """In the fork: the descriptors and environment a new cell process would have had, then
+    the cell's own main (launchers/cell.py); never returns."""
+    code = 1
+    try:
+        channel.close()
+        os.setsid()  # its own process group, as start_new_session gives a new process
+        stdin, events, stdout, stderr = fds
+        for source, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
+            os.dup2(source, target)
+        for descriptor in {stdin, stdout, stderr} - {0, 1, 2}:
+            os.close(descriptor)
+        os.environ.clear()
+        os.environ.update(env)
+        # As a new process buffers: by line on a terminal (--verbose), else by block.
+        sys.stdout.reconfigure(line_buffering=os.isatty(1))
+        sys.stderr.reconfigure(line_buffering=True)
+        from mpbench.runner.launchers.cell import main
+
+        code = main(["cell", str(events), str(parent)])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(BaseException):
+            atexit._run_exitfuncs()  # what a new process does at exit
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def _send(channel: socket.socket, message: dict[str, Any]) -> None:
+    with contextlib.suppress(OSError):  # the run is gone: the parent-death signal follows
+        channel.send(json.dumps(message).encode())
+
+
+if __name__ == "__main__":
+    sys.exit(serve(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])))

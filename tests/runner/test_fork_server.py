@@ -1,0 +1,261 @@
+"""Fork servers (runner/launchers/zygote.py) with real servers and real forked cells: a cell
+forked from its framework's server is a process of its own, with the descriptors, process
+group, environment and exit status a new process would have, and every failure still ends
+as the record it would have been."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from processes import marked
+
+from mpbench.backends.base import CellSpec
+from mpbench.runner.launchers.process import CELL_TIMEOUT_ENV, run_in_child
+from mpbench.runner.launchers.zygote import (
+    CELL_NAME,
+    FORK_SERVER_ENV,
+    SERVER_NAME,
+    ForkServer,
+    ForkServers,
+    ServerGone,
+    usable,
+)
+
+needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="no torch")
+needs_tf = pytest.mark.skipif(
+    importlib.util.find_spec("tensorflow") is None, reason="no TensorFlow"
+)
+
+
+def spec(framework: str = "torch", repeat: int = 0, **changes) -> CellSpec:
+    base = CellSpec(
+        run_id="test",
+        cell_id=f"{framework}/mnist_dense/float32/r{repeat}",
+        framework=framework,
+        workload="mnist_dense",
+        policy="float32",
+        repeat=repeat,
+        device="cpu",
+        batch_size=64,
+        epochs=1,
+        max_steps=6,
+        warmup_steps=2,
+        units=32,
+        seed=0,
+        data="synthetic",
+        synthetic_train_size=512,
+        synthetic_test_size=128,
+    )
+    return dataclasses.replace(base, **changes)
+
+
+class Cells:
+    """Runs cells through one set of servers, noting each cell's process as it runs."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.warnings: list[str] = []
+        self.servers = ForkServers(tmp_path / "logs", self.warnings.append)
+        self.seen: list[tuple[int, int]] = []  # (pid, parent's pid) of each cell, as it ran
+
+    def run(self, cell: CellSpec, timeout_s: float = 120):
+        def on_step(step: int, total: int) -> None:
+            if len(self.seen) <= cell.repeat:
+                running = cell_process()
+                self.seen.append((running.pid, running.ppid()))
+
+        log = self.tmp_path / f"{cell.cell_id.replace('/', '__')}.log"
+        return run_in_child(cell, timeout_s, log, on_step, fork_servers=self.servers)
+
+
+def cell_process() -> psutil.Process:
+    """The one cell now running under this test process: a fork server's child."""
+    found = [
+        child for child in psutil.Process().children(recursive=True) if child.name() == CELL_NAME
+    ]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def server_processes() -> list[psutil.Process]:
+    return [p for p in psutil.Process().children() if p.name() == SERVER_NAME]
+
+
+@needs_torch
+def test_each_cell_is_a_new_fork_of_one_server_and_ends_as_a_new_process_would(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("MPBENCH_MARK", str(tmp_path))
+    cells = Cells(tmp_path)
+    with cells.servers:
+        outcomes = [cells.run(spec(repeat=r)) for r in range(2)]
+        (server,) = server_processes()
+        assert all(o.status == "ok" for o in outcomes), [o.reason for o in outcomes]
+        (first, by), (second, by_too) = cells.seen
+        assert first != second
+        assert by == by_too == server.pid  # forked by the server, not started by us
+    # The same measurements as a cell started as a new interpreter: same steps, same loss
+    # (same seed, fresh framework state), the same kinds of figures.
+    new = run_in_child(spec(repeat=0), 120, tmp_path / "new.log", lambda *_: None)
+    assert new.status == "ok", new.reason
+    for outcome in outcomes:
+        assert outcome.measurements.keys() == new.measurements.keys()
+        assert len(outcome.measurements["step_times_s"]) == len(new.measurements["step_times_s"])
+        assert outcome.measurements["epoch_losses"] == new.measurements["epoch_losses"]
+        assert 0 < outcome.startup_s <= outcome.wall_s
+    # The run is over: the server and everything it forked are gone.
+    assert server.wait(10) is not None or not server.is_running()
+    deadline = time.monotonic() + 10
+    while marked(str(tmp_path)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert marked(str(tmp_path)) == []
+
+
+@needs_torch
+def test_a_forked_cell_has_its_own_session_descriptors_and_environment(tmp_path, monkeypatch):
+    """What the cell sees: its own process group, stdin (the lifeline), its log as stdout and
+    stderr, the events pipe, and no socket of the server's; the cell's environment, with its
+    own timeout, not the server's."""
+    monkeypatch.setenv("MPBENCH_MARK", str(tmp_path))
+    monkeypatch.setenv("MPBENCH_FAULT", "hang")
+    cells = Cells(tmp_path)
+    result = {}
+    with cells.servers:
+        worker = threading.Thread(target=lambda: result.update(o=cells.run(spec(), 25)))
+        worker.start()
+        try:
+            deadline = time.monotonic() + 20
+            cell = None
+            while cell is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+                found = [
+                    p for p in psutil.Process().children(recursive=True) if p.name() == CELL_NAME
+                ]
+                cell = found[0] if found else None
+            assert cell is not None
+            time.sleep(0.5)
+            assert os.getpgid(cell.pid) == cell.pid  # a session of its own
+            fds = {e.name: os.readlink(e) for e in os.scandir(f"/proc/{cell.pid}/fd")}
+            assert not [t for t in fds.values() if t.startswith("socket:")], fds
+            log = str(tmp_path / "torch__mnist_dense__float32__r0.log")
+            assert fds["1"] == log and fds["2"] == log
+            pipes = {fd for fd, target in fds.items() if target.startswith("pipe:")}
+            assert "0" in pipes and len(pipes) == 2, fds
+            environ = Path(f"/proc/{cell.pid}/environ").read_bytes()  # the server's, at exec
+            assert f"{CELL_TIMEOUT_ENV}=".encode() not in environ
+            assert b"mpbench: injecting the hang fault" in Path(log).read_bytes()
+        finally:
+            worker.join(60)
+    outcome = result["o"]
+    assert outcome.status == "timeout", outcome.reason
+    assert "25 s timeout" in outcome.reason  # the cell's timeout reached the cell's env
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    ("fault", "status", "reason"),
+    [
+        ("raise", "error", "RuntimeError: injected failure"),
+        ("crash", "error", "cell process crashed with SIGABRT"),
+        ("sigkill", "error", "killed by SIGKILL"),
+    ],
+)
+def test_a_forked_cells_failure_is_reported_as_a_new_processs_would_be(
+    tmp_path, monkeypatch, fault, status, reason
+):
+    monkeypatch.setenv("MPBENCH_FAULT", f"{fault}@r0")
+    cells = Cells(tmp_path)
+    with cells.servers:
+        failed = cells.run(spec(repeat=0))
+        after = cells.run(spec(repeat=1))  # the server lives on
+    assert (failed.status, after.status) == (status, "ok"), (failed.reason, after.reason)
+    assert reason in failed.reason
+    assert cells.warnings == []
+
+
+@needs_torch
+def test_a_timed_out_cell_is_killed_with_its_group_and_the_server_serves_the_next(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("MPBENCH_FAULT", "spawn@r0")  # a grandchild that never ends either
+    monkeypatch.setenv("MPBENCH_MARK", str(tmp_path))
+    cells = Cells(tmp_path)
+    with cells.servers:
+        hung = cells.run(spec(repeat=0), timeout_s=15)
+        (server,) = server_processes()
+        left = [p for p in marked(str(tmp_path)) if p.pid != server.pid]
+        after = cells.run(spec(repeat=1))
+    assert hung.status == "timeout" and after.status == "ok", (hung.reason, after.reason)
+    assert [p for p in left if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
+
+
+@needs_torch
+def test_a_server_killed_under_a_running_cell_ends_that_cell_and_the_next_is_a_new_process(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("MPBENCH_FAULT", "hang@r0")
+    cells = Cells(tmp_path)
+    result = {}
+    with cells.servers:
+        worker = threading.Thread(target=lambda: result.update(o=cells.run(spec(), 60)))
+        worker.start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not [
+            p for p in psutil.Process().children(recursive=True) if p.name() == CELL_NAME
+        ]:
+            time.sleep(0.1)
+        (server,) = server_processes()
+        time.sleep(0.5)
+        server.send_signal(signal.SIGKILL)
+        worker.join(60)
+        assert not worker.is_alive()
+        after = cells.run(spec(repeat=1))
+    assert result["o"].status == "error" and "SIGKILL" in result["o"].reason
+    assert after.status == "ok", after.reason
+
+
+def test_a_server_that_cannot_import_its_framework_says_why(tmp_path):
+    with pytest.raises(ServerGone, match=r"did not start: KeyError: 'no-such-framework'"):
+        ForkServer("no-such-framework", dict(os.environ), tmp_path / "fs.log")
+    assert "Traceback" in (tmp_path / "fs.log").read_text()
+
+
+def test_which_cells_are_forked():
+    environ = {}
+    assert usable(spec("torch"), environ) and usable(spec("tensorflow"), environ)
+    assert not usable(spec("torch"), {FORK_SERVER_ENV: "0"})
+    assert not usable(spec("torch", device="cuda:0"), environ)  # CUDA: a new process
+    assert not usable(spec("torch", nproc=2), environ)  # torchrun ranks are new anyway
+    assert not usable(spec("jax"), environ)
+
+
+@needs_tf
+def test_a_tensorflow_cell_forks_from_its_server_and_trains(tmp_path):
+    cells = Cells(tmp_path)
+    with cells.servers:
+        outcomes = [cells.run(spec("tensorflow", repeat=r)) for r in range(2)]
+        (server,) = server_processes()
+        assert [parent for _, parent in cells.seen] == [server.pid, server.pid]
+    assert [o.status for o in outcomes] == ["ok", "ok"], [o.reason for o in outcomes]
+    assert outcomes[0].measurements["epoch_losses"] == outcomes[1].measurements["epoch_losses"]
+
+
+@needs_torch
+def test_a_cell_whose_environment_differs_gets_a_new_server(tmp_path, monkeypatch):
+    cells = Cells(tmp_path)
+    with cells.servers:
+        first = cells.run(spec(repeat=0))
+        (server,) = server_processes()
+        monkeypatch.setenv("MPBENCH_SOMETHING_THE_IMPORT_READS", "1")
+        second = cells.run(spec(repeat=1))
+        (new_server,) = server_processes()
+    assert (first.status, second.status) == ("ok", "ok")
+    assert new_server.pid != server.pid
