@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The mixed-precision benchmark gate that .github/workflows/mpbench.yml runs, and that runs the
-# same anywhere else: show the machine (`mpbench detect`), run the quick matrix (`mpbench run`),
+# same anywhere else: show the machine (`mpbench detect`), run the CI matrix (`mpbench run`),
 # compare it (`mpbench compare`) with the baseline if there is one, and, when asked, make this run
 # the baseline. It installs nothing: `mpbench`, with the plot extra, must be on PATH.
 #
 # Usage: .github/mpbench-gate.sh [--save-baseline]
 #
 # Environment (the defaults are the workflow's; relative paths are from the repository root):
-#   MPBENCH_CONFIG         run configuration                      configs/quick.toml
+#   MPBENCH_CONFIG         run configuration                      configs/ci.toml
 #   MPBENCH_FRAMEWORK      --framework of the run                 torch
 #   MPBENCH_OUT            this run's directory; must not hold a run yet   results/ci
 #   MPBENCH_BASELINE       the baseline: a run directory          results/ci-baseline
@@ -63,7 +63,7 @@ done
 
 cd "$(dirname "$0")/.."
 
-config="${MPBENCH_CONFIG:-configs/quick.toml}"
+config="${MPBENCH_CONFIG:-configs/ci.toml}"
 framework="${MPBENCH_FRAMEWORK:-torch}"
 out="${MPBENCH_OUT:-results/ci}"
 baseline="${MPBENCH_BASELINE:-results/ci-baseline}"

@@ -1,6 +1,6 @@
 """Can the CI recipe's gate fail? Its power against a 20 % slowdown, and its false alarms.
 
-Runs the CI recipe (`mpbench run --config configs/quick.toml --framework torch`, what
+Runs the CI recipe (`mpbench run --config configs/ci.toml --framework torch`, what
 .github/mpbench-gate.sh runs) N times, each a whole run in its own directory, and times each
 run. Then every ordered pair of runs (i, j), i != j, is one baseline/candidate pair:
 
@@ -15,7 +15,7 @@ processes' worth of noise per side. Prints each pair's verdicts, the share caugh
 of false alarms, the recipe's run times (min/median/max), and the load average before and
 after. Measure on a quiet machine.
 
-    python benchmarks/gate_power.py [--runs 4] [--config configs/quick.toml]
+    python benchmarks/gate_power.py [--runs 4] [--config configs/ci.toml]
         [--framework torch] [--slowdown 0.2] [--max-slowdown 5%] [--keep DIR] [--reuse DIR]
 """
 
@@ -106,7 +106,7 @@ def describe(gate: dict) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=4)
-    parser.add_argument("--config", default="configs/quick.toml")
+    parser.add_argument("--config", default="configs/ci.toml")
     parser.add_argument("--framework", default="torch")
     parser.add_argument("--slowdown", type=float, default=0.2)
     parser.add_argument("--max-slowdown", default=None, help="default: the gate script's")
