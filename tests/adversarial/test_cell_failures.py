@@ -9,10 +9,10 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-import pytest
 from adversary import mpbench, read_jsonl
+from frameworks import needs_torch
 
-pytest.importorskip("torch")
+pytestmark = needs_torch  # its cells import torch, in their own processes
 
 MATRIX = ("--framework", "torch", "--workload", "mnist_dense", "--device", "cpu")
 POLICIES = ("--policy", "fp32", "--policy", "bf16")

@@ -9,8 +9,9 @@ import sys
 
 import pytest
 from adversary import assert_refused, read_jsonl
+from frameworks import needs_torch
 
-pytest.importorskip("torch")
+pytestmark = needs_torch  # its cells import torch, in their own processes
 
 
 def private_mounts_available() -> str | None:

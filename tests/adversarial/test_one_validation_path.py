@@ -15,13 +15,14 @@ from typing import Any
 
 import pytest
 from adversary import TINY_TOML, assert_refused, mpbench, read_jsonl
+from frameworks import needs_torch
 
 from mpbench.errors import InvalidInput
 from mpbench.policies import DeviceTraits
 from mpbench.runner.cells import expand
 from mpbench.runner.config import RunOptions, build_config
 
-pytest.importorskip("torch")
+pytestmark = needs_torch  # its cells import torch, in their own processes
 
 TORCH = ["--framework", "torch", "--workload", "mnist_dense", "--device", "cpu"]
 

@@ -11,10 +11,10 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 from adversary import assert_refused, mpbench, read_jsonl
+from frameworks import needs_torch
 
-pytest.importorskip("torch")
+pytestmark = needs_torch  # its cells import torch, in their own processes
 
 TWO_POLICIES = ["--policy", "fp32", "--policy", "bf16"]
 

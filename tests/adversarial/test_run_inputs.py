@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 from adversary import assert_refused, mpbench
+from frameworks import needs_torch
 
-pytest.importorskip("torch")
+pytestmark = needs_torch  # its cells import torch, in their own processes
 
 BASE = ["--framework", "torch", "--workload", "mnist_dense", "--policy", "fp32"]
 

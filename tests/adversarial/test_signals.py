@@ -18,11 +18,12 @@ from pathlib import Path
 import psutil
 import pytest
 from adversary import read_jsonl
+from frameworks import needs_torch
 from processes import marked
 
 from mpbench.runner.launchers.zygote import CELL_NAME
 
-pytest.importorskip("torch")
+pytestmark = needs_torch  # its cells import torch, in their own processes
 
 MATRIX = ("--framework", "torch", "--workload", "mnist_dense", "--device", "cpu")
 POLICIES = ("--policy", "fp32", "--policy", "bf16")

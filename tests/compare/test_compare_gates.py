@@ -295,6 +295,10 @@ def test_new_and_missing_cells_are_reported_not_gated() -> None:
         n.startswith("tensorflow/mnist_dense/float32: in the baseline but not")
         for n in report.notes
     )
+    # The cells both sides have were gated, and passed; the new ones were not.
+    gated = {r.cell: r.passed for r in report.results if r.gate == "max-slowdown"}
+    assert gated and all(gated.values())
+    assert {cell.split("/")[:2] == ["torch", "mnist_dense"] for cell in gated} == {True}
 
 
 def test_baseline_gates_need_a_baseline(tmp_path: Path) -> None:

@@ -12,9 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from frameworks import needs_torch
 from processes import marked
 
-pytest.importorskip("torch")
+pytestmark = needs_torch  # its cells import torch, in their own processes
 
 CONFIG = """
 [run]

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import psutil
 import pytest
+from frameworks import needs_torch
 from processes import marked
 
-pytest.importorskip("torch")
+pytestmark = needs_torch  # its cells import torch, in their own processes
 
 # mnist_dense trains long enough to be killed mid-job; cifar10_cnn is the short cell after it.
 CONFIG = """

@@ -11,8 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from frameworks import needs_torch
 
-pytest.importorskip("torch")
+pytestmark = needs_torch  # its cells import torch, in their own processes
 
 HOG = "while True: pass"
 MPBENCH = [sys.executable, "-m", "mpbench"]

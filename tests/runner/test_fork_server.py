@@ -6,7 +6,6 @@ as the record it would have been."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import os
 import signal
 import threading
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from frameworks import needs_tensorflow, needs_torch
 from processes import marked
 
 from mpbench.backends.base import CellSpec
@@ -27,11 +27,6 @@ from mpbench.runner.launchers.zygote import (
     ForkServers,
     ServerGone,
     usable,
-)
-
-needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="no torch")
-needs_tf = pytest.mark.skipif(
-    importlib.util.find_spec("tensorflow") is None, reason="no TensorFlow"
 )
 
 
@@ -237,7 +232,7 @@ def test_which_cells_are_forked():
     assert not usable(spec("jax"), environ)
 
 
-@needs_tf
+@needs_tensorflow
 def test_a_tensorflow_cell_forks_from_its_server_and_trains(tmp_path):
     cells = Cells(tmp_path)
     with cells.servers:

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 from forked import run_mpbench
+from frameworks import needs_torch
 from processes import marked
 
 from mpbench.results.sidefile import read_side_file
 
-pytest.importorskip("torch")
+pytestmark = needs_torch  # its cells import torch, in their own processes
 
 TINY = """
 [run]
