@@ -1,4 +1,5 @@
-"""The precision contract (DESIGN.md §2): policy names, aliases and device support rules.
+"""The precision contract (docs/architecture.md): policy names, aliases and device support
+rules.
 
 This module is a leaf: it imports nothing else from mpbench and no framework, so that
 `detect` (to rate devices) and `run` (to choose and skip cells) share one set of rules.

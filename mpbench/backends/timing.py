@@ -1,4 +1,4 @@
-"""The one step timer every backend uses (DESIGN.md §5): synchronise, then read the clock."""
+"""The one step timer every backend uses (docs/measurement.md): synchronise, then read the clock."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 class StepTimer:
     """Times each training step — or a whole end-to-end window, started once and stopped once
-    (DESIGN §5) — `sync` must block until the device has finished queued work
+    (docs/measurement.md) — `sync` must block until the device has finished queued work
     (torch.cuda.synchronize, or reading a value from the step's outputs in Keras)."""
 
     def __init__(self, sync: Callable[[], None] = lambda: None) -> None:

@@ -1,4 +1,4 @@
-"""`mpbench compare`: tables, CI gates and renderers over result files (DESIGN.md §7, §8).
+"""`mpbench compare`: tables, CI gates and renderers over result files (docs/compare.md).
 
 Depends only on `mpbench.results` (and the policy names); imports neither pandas nor
 matplotlib until a renderer needs them.

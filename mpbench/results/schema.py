@@ -97,7 +97,7 @@ class DataInfo:
 class MemoryStats:
     """Process-lifetime peaks (v1) and, from v2, *training memory*: the peak while training
     minus what was resident when training started (model, optimizer state, preloaded data),
-    DESIGN §5. `training_source` says how it was measured: "cuda allocator" (torch
+    docs/measurement.md. `training_source` says how it was measured: "cuda allocator" (torch
     memory_allocated / max_memory_allocated), "tensorflow allocator" (get_memory_info
     current / peak) or "process anonymous RSS sampled" (psutil, on CPUs; "process RSS sampled"
     before: the whole RSS, code pages included)."""
@@ -147,7 +147,7 @@ class CompileStats:
 
 @dataclass
 class EndToEndStats:
-    """Throughput without per-step synchronisation (DESIGN §5): what a training job sees.
+    """Throughput without per-step synchronisation (docs/measurement.md): what a training job sees.
     The synced step times measure the math; this window includes the input pipeline and the
     work between steps, timed with one clock read at each end of the window."""
 

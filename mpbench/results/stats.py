@@ -3,7 +3,7 @@
 Pure functions on plain numbers: no I/O, no formatting, no knowledge of records. scipy is not
 a dependency, so Student's t quantile is computed here from the regularized incomplete beta.
 
-The rules (DESIGN.md §5, research notes §7):
+The rules (docs/measurement.md, docs/compare.md "Intervals"):
 - across repeats (separate processes), a ratio is the geometric mean of per-repeat ratios with a
   Student-t interval on their logarithms; a difference is the mean of paired differences with a
   t-interval; two independent sets of repeats use Welch's t on the log values;

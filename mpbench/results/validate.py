@@ -2,7 +2,7 @@
 
 One validator for every field, driven by the type hints of the dataclasses in schema.py: a
 field is checked as soon as it is declared, and compare and `run --resume` may trust what they
-read (DESIGN.md §4: user data is validated once, where it enters). The checks:
+read (docs/architecture.md: user data is validated once, where it enters). The checks:
 
 - types: `int` is a whole number and never a bool, `float` any finite number, `str`, `bool`,
   enums by value, `list[X]`, `dict[str, X]`, nested dataclasses (no unknown fields, no missing

@@ -1,1 +1,1 @@
-"""What is sampled while a cell trains (DESIGN §4): one small sampler per source."""
+"""What is sampled while a cell trains (docs/architecture.md): one small sampler per source."""

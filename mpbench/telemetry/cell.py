@@ -1,4 +1,4 @@
-"""One cell's telemetry (issue 14, docs/telemetry.md): the per-step numerics and the
+"""One cell's telemetry (docs/telemetry.md): the per-step numerics and the
 divergence detector, the device sampler and the energy meter, started and stopped together
 by a backend around its timed steps.
 

@@ -1,4 +1,4 @@
-"""What else used the machine while a cell's timed steps ran (issue 22, docs/measurement.md).
+"""What else used the machine while a cell's timed steps ran (docs/measurement.md, "Contention").
 
 A benchmark cannot tell from its own step times whether a slow process was slow by itself or
 because something else ran: a whole process can run 50 % slow with its two halves agreeing.

@@ -1,4 +1,4 @@
-"""When has a cell stopped training? One detector for both frameworks (issue 14).
+"""When has a cell stopped training? One detector for both frameworks (docs/telemetry.md).
 
 The backends feed it one observation per optimizer step (the loss they already read, the loss
 scale, whether the step was skipped) and end the cell as `diverged` with the first signal

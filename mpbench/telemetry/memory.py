@@ -1,4 +1,5 @@
-"""Training memory (DESIGN §5): the peak while training minus what was resident at its start.
+"""Training memory (docs/measurement.md): the peak while training minus what was resident at
+its start.
 
 On a CUDA device the allocator keeps exact counters; on a CPU nothing does, so a thread reads
 the process's resident set size every few milliseconds. The process-lifetime `ru_maxrss` is no

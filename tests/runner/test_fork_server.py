@@ -124,10 +124,10 @@ def test_a_forked_cell_has_its_own_session_descriptors_and_environment(tmp_path,
     cells = Cells(tmp_path)
     result = {}
     with cells.servers:
-        worker = threading.Thread(target=lambda: result.update(o=cells.run(spec(), 25)))
+        worker = threading.Thread(target=lambda: result.update(o=cells.run(spec(), 10)))
         worker.start()
         try:
-            deadline = time.monotonic() + 20
+            deadline = time.monotonic() + 9
             cell = None
             while cell is None and time.monotonic() < deadline:
                 time.sleep(0.2)
@@ -151,7 +151,7 @@ def test_a_forked_cell_has_its_own_session_descriptors_and_environment(tmp_path,
             worker.join(60)
     outcome = result["o"]
     assert outcome.status == "timeout", outcome.reason
-    assert "25 s timeout" in outcome.reason  # the cell's timeout reached the cell's env
+    assert "10 s timeout" in outcome.reason  # the cell's timeout reached the cell's env
 
 
 @needs_torch
@@ -184,7 +184,7 @@ def test_a_timed_out_cell_is_killed_with_its_group_and_the_server_serves_the_nex
     monkeypatch.setenv("MPBENCH_MARK", str(tmp_path))
     cells = Cells(tmp_path)
     with cells.servers:
-        hung = cells.run(spec(repeat=0), timeout_s=15)
+        hung = cells.run(spec(repeat=0), timeout_s=8)
         (server,) = server_processes()
         left = [p for p in marked(str(tmp_path)) if p.pid != server.pid]
         after = cells.run(spec(repeat=1))

@@ -249,9 +249,9 @@ def resolve_replicas(tf: Any, device: str, replicas: int) -> Replicas:
 
 
 class TensorFlowAllocatorMeter:
-    """TensorFlow's allocator counters on the GPU (DESIGN §5): `current` when training starts,
-    `peak` after it, with the peak reset first (tf.config.experimental.reset_memory_stats /
-    get_memory_info, both keyed by "GPU:0").
+    """TensorFlow's allocator counters on the GPU (docs/measurement.md): `current` when
+    training starts, `peak` after it, with the peak reset first
+    (tf.config.experimental.reset_memory_stats / get_memory_info, both keyed by "GPU:0").
 
     With TF_GPU_ALLOCATOR=cuda_malloc_async the counters are GpuCudaMallocAsyncAllocator's:
     bytes its callers hold, kept when it was built with statistics (the default,

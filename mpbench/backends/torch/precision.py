@@ -1,4 +1,5 @@
-"""Apply a policy to PyTorch and read the effective state back (DESIGN.md §2).
+"""Apply a policy to PyTorch and read the effective state back (docs/architecture.md, "The
+precision contract").
 
 TF32 on torch 2.9+ has two views of one setting: the legacy flags
 (`torch.backends.cuda.matmul.allow_tf32`, `torch.backends.cudnn.allow_tf32`,

@@ -91,7 +91,8 @@ def cell_json(report: Report, group: PolicyGroup, policy: str, cell: CellSummary
         "measured_peak_tflops": cell.measured_peak_tflops,
         **_telemetry_json(cell),
         "verdict": _verdict_json(group, policy),
-        # issue 22: repeats that ran beside other work, and figures no device can produce
+        # Repeats that ran beside other work (docs/measurement.md, "Contention"), and
+        # figures no device can produce
         "contended_repeats": cell.contended_repeats,
         "contended_why": cell.contended_why,
         "implausible": cell.implausible + cell.voided,

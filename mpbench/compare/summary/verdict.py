@@ -116,7 +116,7 @@ def policy_verdict(group: PolicyGroup, policy: str) -> PolicyVerdict:
         # A busy machine or an impossible figure: neither a recommendation nor a warning.
         return PolicyVerdict(policy, ", ".join(parts), REMEASURE, distrust)
     if speedup.kind == WITHIN_RUN and advice != UNDECIDED:
-        # One process's steps say little about the next process (DESIGN §5): say so.
+        # One process's steps say little about the next process (docs/measurement.md): say so.
         caution = "one repeat: within-run interval only, confirm with --repeat 3"
         why = f"{why}; {caution}" if why else caution
     return PolicyVerdict(policy, ", ".join(parts), advice, why)

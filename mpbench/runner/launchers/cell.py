@@ -1,4 +1,4 @@
-"""The child process that runs exactly one cell (DESIGN.md §4: one process per cell).
+"""The child process that runs exactly one cell (docs/architecture.md: one process per cell).
 
 Usage: python -m mpbench.runner.launchers.cell EVENTS_FD PARENT_PID
 (or forked by a fork server, launchers/zygote.py, which calls main() with the same arguments)
@@ -104,7 +104,7 @@ def run(spec: CellSpec, events: Events) -> None:
 
 
 def die_with_parent(parent_pid: int) -> None:
-    """Make sure this cell never outlives its parent (DESIGN.md §4), even while it is silent
+    """Make sure this cell never outlives its parent (docs/architecture.md), even while it is silent
     or stuck in a C call that holds the GIL."""
     if sys.platform.startswith("linux"):
         # prctl(2) PR_SET_PDEATHSIG: the kernel sends us SIGKILL when the parent *thread* that
