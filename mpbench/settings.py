@@ -238,7 +238,7 @@ SETTINGS: tuple[Setting, ...] = (
         list,
         _all_workloads,
         ("--workload", "-w"),
-        "mnist_dense, cifar10_cnn (repeatable) (default: both).",
+        "mnist_dense, cifar10_cnn, transformer_lm (repeatable) (default: the config's).",
         toml=("run",),
         field="workload_names",
         required=True,
@@ -329,7 +329,7 @@ SETTINGS: tuple[Setting, ...] = (
         int,
         None,  # the workload's default for the device
         ("--units",),
-        "Dense width (mnist_dense).",
+        "Dense width (mnist_dense); model width d_model (transformer_lm).",
         home="workload",
         toml=("workloads",),
         required=True,
@@ -665,6 +665,17 @@ SETTINGS: tuple[Setting, ...] = (
     # stand-in is.
     Setting("synthetic_train_size", int, None, home="workload", toml=("workloads",), example="512"),
     Setting("synthetic_test_size", int, None, home="workload", toml=("workloads",), example="128"),
+    # transformer_lm's sizes beyond its width (`units`); None: the workload's preset for the
+    # device (workloads/spec.py). Other workloads have none.
+    Setting(
+        "heads", int, None, home="workload", toml=("workloads",), low=1, high=2**10, example="2"
+    ),
+    Setting(
+        "layers", int, None, home="workload", toml=("workloads",), low=1, high=2**10, example="1"
+    ),
+    Setting(
+        "seq_len", int, None, home="workload", toml=("workloads",), low=2, high=2**20, example="16"
+    ),
 )
 
 BY_NAME = {setting.name: setting for setting in SETTINGS}

@@ -37,7 +37,7 @@ class CellSpec:
     # about as many again (end_to_end_window), so a cell trains up to about twice this.
     max_steps: int | None
     warmup_steps: int
-    units: int | None  # dense width (mnist_dense); None where the workload has none
+    units: int | None  # dense width (mnist_dense), d_model (transformer_lm); else None
     seed: int
     data: str = "auto"  # auto | real | synthetic
     data_dir: str | None = None
@@ -63,11 +63,22 @@ class CellSpec:
     # Thread pools, pinned by the runner and identical for every policy of a run.
     intra_op_threads: int | None = None
     inter_op_threads: int | None = None
+    # A language model's sizes beyond its width (`units`); None for the other workloads.
+    heads: int | None = None
+    layers: int | None = None
+    seq_len: int | None = None
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        """The workload's sizes beyond `units` (the spec's keyword arguments), as set."""
+        named = {"heads": self.heads, "layers": self.layers, "seq_len": self.seq_len}
+        return {key: value for key, value in named.items() if value is not None}
 
     def config(self) -> dict[str, Any]:
         """The effective configuration stored in the record (what makes two cells comparable)."""
         keys = ("batch_size", "epochs", "max_steps", "warmup_steps", "units", "seed", "data")
         out = {k: getattr(self, k) for k in keys}
+        out.update(self.sizes)  # only a language model's: other records keep their keys
         if self.framework == "tensorflow":
             out.update(loop=self.loop, jit=self.jit)
         # Recipe axes appear only where the cell differs from the default, so records of runs
@@ -244,7 +255,8 @@ def peak_rss_bytes() -> int:
 
 
 def load_dataset(spec: CellSpec, workload: Any, warn: Callable[[str], None]) -> Dataset:
-    """Load the workload's data (real or synthetic) as float32 arrays in the workload's shape."""
+    """Load the workload's data (real or synthetic) as float32 arrays in the workload's shape;
+    a language model's as int64 token windows (N, seq_len) and their next tokens."""
     import numpy as np
 
     from mpbench import data as datasets
@@ -259,7 +271,13 @@ def load_dataset(spec: CellSpec, workload: Any, warn: Callable[[str], None]) -> 
         synthetic_train_size=spec.synthetic_train_size,
         synthetic_test_size=spec.synthetic_test_size,
         warn=warn,
+        seq_len=spec.seq_len,
     )
+    info = DataInfo(**loaded.describe())
+    if workload.kind == "language_model":
+        tokens = [a.astype(np.int64) for a in (loaded.x_train, loaded.y_train)]
+        tokens += [a.astype(np.int64) for a in (loaded.x_test, loaded.y_test)]
+        return Dataset(*tokens, info)
     shape = (-1, *workload.input_shape)
 
     def prepare(images: Any) -> Any:
@@ -269,7 +287,6 @@ def load_dataset(spec: CellSpec, workload: Any, warn: Callable[[str], None]) -> 
         scaled /= 255.0
         return scaled.reshape(shape)
 
-    info = DataInfo(**loaded.describe())
     return Dataset(
         prepare(loaded.x_train),
         loaded.y_train.astype(np.int64),

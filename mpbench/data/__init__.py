@@ -25,12 +25,14 @@ from mpbench.data.errors import (
 from mpbench.data.locate import find
 from mpbench.data.locations import cache_dir, datasets_dir
 from mpbench.data.resolve import MODES, read_found, resolve
+from mpbench.data.text import TEXT_DATASETS, load_text
 
 __all__ = [
     "DATASETS",
     "IMAGE_SHAPES",
     "MODES",
     "REAL_SIZES",
+    "TEXT_DATASETS",
     "ChecksumMismatch",
     "DataCheck",
     "DataError",
@@ -58,11 +60,22 @@ def load(
     synthetic_train_size: int | None = None,
     synthetic_test_size: int | None = None,
     warn: Callable[[str], None] | None = None,
+    seq_len: int | None = None,
 ) -> LoadedDataset:
     """Real data if found (or fetched); synthetic when asked, or in `auto` mode when no
     real copy can be had (with a warning). `real` never falls back. The same locating
-    step as `check_data`, so a run checked in the parent loads the same data here."""
+    step as `check_data`, so a run checked in the parent loads the same data here.
+
+    A text dataset (TEXT_DATASETS) comes as windows of `seq_len` byte tokens and the
+    windows of the next bytes (mpbench.data.text); its sizes are in windows."""
     warn = warn or _warn_stderr
+    if dataset in TEXT_DATASETS:
+        loaded, warning = load_text(
+            dataset, mode, data_dir, seed, seq_len, synthetic_train_size, synthetic_test_size
+        )
+        if warning:
+            warn(warning)
+        return loaded
     resolved = resolve(
         dataset,
         mode,

@@ -12,13 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mpbench.data.resolve import read_found, resolve
+from mpbench.data.text import TEXT_DATASETS, read_text, resolve_text
 
 
 @dataclass
 class DataCheck:
-    dataset: str  # "mnist" or "cifar10"
+    dataset: str  # "mnist", "cifar10" or "tinyshakespeare"
     source: str  # "real" or "synthetic"
-    train_size: int  # samples in the training split that cells will use
+    train_size: int  # samples (a text dataset: windows) in the training split cells use
     test_size: int
     origin: str | None  # the file/folder the real data comes from; None for synthetic
     warning: str | None  # e.g. auto mode fell back to synthetic: what load() warns
@@ -34,13 +35,23 @@ def check_data(
     synthetic_test_size: int | None = None,
     *,
     notify: Callable[[str], None] | None = None,
+    seq_len: int | None = None,
 ) -> DataCheck:
     """Locate (downloading into the cache when allowed, so the cells find it there) and
     fully read and validate the real copy `load` would use; for synthetic data only
     validate the sizes. Raises InvalidInput (DataError, DataNotFound, ...) with one line.
+    A text dataset is cut into windows of `seq_len` (its sizes are windows).
 
     Prints nothing: `warning` carries the fall-back message, and `notify` (silent by
     default) hears the line a download announces."""
+    if dataset in TEXT_DATASETS:
+        found, (train, test), warning = resolve_text(
+            dataset, mode, data_dir, seq_len, synthetic_train_size, synthetic_test_size
+        )
+        if found is None:
+            return DataCheck(dataset, "synthetic", train, test, None, warning)
+        text = read_text(found, seq_len)
+        return DataCheck(dataset, "real", len(text.x_train), len(text.x_test), text.origin, None)
     resolved = resolve(
         dataset,
         mode,

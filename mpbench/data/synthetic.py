@@ -68,12 +68,13 @@ def sizes(dataset: str, train_size: int | None, test_size: int | None) -> tuple[
     """The (train, test) sizes `generate` would use, validated, without generating."""
     default_train, default_test = REAL_SIZES[dataset]
     return (
-        _size(train_size, default_train, "synthetic train size"),
-        _size(test_size, default_test, "synthetic test size"),
+        checked_size(train_size, default_train, "synthetic train size"),
+        checked_size(test_size, default_test, "synthetic test size"),
     )
 
 
-def _size(value: int | None, default: int, what: str) -> int:
+def checked_size(value: int | None, default: int, what: str) -> int:
+    """`value` (None: `default`) as a split size of a stand-in, or InvalidInput (one line)."""
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:

@@ -166,6 +166,13 @@ def expand(config: RunConfig, report, run_id: str) -> tuple[str, DeviceTraits, l
             units = settings.units
             if units is None:
                 units = workload.default_units(traits.kind)
+            # A language model's heads, layers and seq_len: set, else the device's preset.
+            sizes = {
+                name: getattr(settings, name) if getattr(settings, name) is not None else preset
+                for name, preset in workload.default_sizes(traits.kind).items()
+            }
+            if sizes:
+                workload.shape(units, **sizes)  # InvalidInput where they make no model
             # Repeats in rounds (float32 r0, bf16 r0, float32 r1, bf16 r1, ...): slow drift of
             # the machine then hits every policy alike instead of one policy's whole series.
             for repeat in range(config.rounds):
@@ -205,6 +212,7 @@ def expand(config: RunConfig, report, run_id: str) -> tuple[str, DeviceTraits, l
                             grad_comm=recipe.grad_comm,
                             intra_op_threads=threads,
                             inter_op_threads=threads,
+                            **sizes,
                         )
                         skip = _skip_reason(policy, traits, framework, missing)
                         reference = None

@@ -58,6 +58,8 @@ def _check(config: RunConfig, cells: list[Cell], warn: Callable[[str], None]) ->
     for name in running:
         workload = get_workload(name)
         settings = config.workloads[name]
+        # A text dataset is cut into windows of the cells' sequence length (one per workload).
+        seq_len = next((cell.spec.seq_len for cell in cells if cell.spec.workload == name), None)
         data = check_data(
             workload.dataset,
             config.data,
@@ -66,6 +68,7 @@ def _check(config: RunConfig, cells: list[Cell], warn: Callable[[str], None]) ->
             seed=config.seed,
             synthetic_train_size=settings.synthetic_train_size,
             synthetic_test_size=settings.synthetic_test_size,
+            seq_len=seq_len,
         )
         if data.warning:
             warn(data.warning)

@@ -59,7 +59,7 @@ def build_record(
     workload = get_workload(spec.workload)
     # A timed step is one optimizer step: `accumulate` micro-batches' worth of work, on each
     # of the world's replicas.
-    flops = workload.flops_per_step(spec.batch_size, spec.units) * spec.accumulate
+    flops = workload.flops_per_step(spec.batch_size, spec.units, **spec.sizes) * spec.accumulate
     flops *= spec.world_size
     config = spec.config()
     config.update(

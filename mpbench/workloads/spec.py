@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mpbench.errors import unknown_choice
+from mpbench.errors import InvalidInput, unknown_choice
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,9 @@ class OptimizerSpec:
 
 @dataclass(frozen=True)
 class Workload:
+    """A classifier of images (or flattened images): a layer list, the same in both
+    frameworks."""
+
     name: str
     dataset: str  # "mnist" | "cifar10": what mpbench.data loads
     input_shape: tuple[int, ...]  # per sample, channels last: (784,) or (32, 32, 3)
@@ -58,10 +61,15 @@ class Workload:
     units_accelerator: int | None = None  # dense width where the workload has one
     units_cpu: int | None = None
     description: str = ""
+    kind = "classifier"  # what the backends build and feed (LanguageModel: "language_model")
 
     def default_units(self, device_kind: str) -> int | None:
         """Keras guide: 4096 units on an accelerator, 64 on a CPU."""
         return self.units_cpu if device_kind == "cpu" else self.units_accelerator
+
+    def default_sizes(self, device_kind: str) -> dict[str, int]:
+        """The sizes beyond `units` a cell resolves (none for a classifier)."""
+        return {}
 
     def layers(self, units: int | None = None) -> list[Layer]:
         if self.name == "mnist_dense":
@@ -149,10 +157,145 @@ CIFAR10_CNN = Workload(
     description="Conv32-3x3→MaxPool→Conv64-3x3→MaxPool→Dense128→Dense10, Adam",
 )
 
-WORKLOADS: dict[str, Workload] = {w.name: w for w in (MNIST_DENSE, CIFAR10_CNN)}
+
+@dataclass(frozen=True)
+class LMShape:
+    """A decoder-only transformer's sizes: model width, heads, blocks, context, vocabulary."""
+
+    d_model: int
+    heads: int
+    layers: int
+    seq_len: int
+    vocab: int = 256  # byte-level: every byte is a token, no tokenizer
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.heads
+
+    def check(self) -> LMShape:
+        """InvalidInput (one line) where the sizes cannot make the model."""
+        for name in ("d_model", "heads", "layers", "seq_len", "vocab"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidInput(f"transformer {name} must be a positive integer, got {value!r}")
+        if self.d_model % self.heads:
+            raise InvalidInput(
+                f"transformer d_model (units) {self.d_model} is not divisible by its "
+                f"{self.heads} heads"
+            )
+        return self
 
 
-def get_workload(name: str) -> Workload:
+@dataclass(frozen=True)
+class LanguageModel:
+    """A small decoder-only (GPT-style, pre-norm) language model, built alike in torch and
+    Keras: token and learned position embeddings; `layers` blocks of x += Attn(LN(x)) (causal,
+    `heads` heads, q/k/v/output projections with biases) and x += W2·GELU(W1·LN(x)) (4x wide,
+    exact erf GELU); a final LayerNorm; a head tied to the token embedding (no bias). Every
+    weight starts from N(0, 0.02), biases 0, LayerNorm 1/0, epsilon 1e-5 (Keras' default is
+    1e-3: spelled out). Its cells train next-token prediction on a byte stream."""
+
+    name: str
+    dataset: str  # a text dataset of mpbench.data (byte-level)
+    optimizer: OptimizerSpec
+    batch_size: int  # sequences per step
+    epochs: int
+    cpu: LMShape
+    accelerator: LMShape
+    description: str = ""
+    mlp_ratio: int = 4
+    layer_norm_epsilon: float = 1e-5
+    init_std: float = 0.02
+    kind = "language_model"
+
+    @property
+    def units_cpu(self) -> int:
+        return self.cpu.d_model
+
+    @property
+    def units_accelerator(self) -> int:
+        return self.accelerator.d_model
+
+    def _preset(self, device_kind: str) -> LMShape:
+        return self.cpu if device_kind == "cpu" else self.accelerator
+
+    def default_units(self, device_kind: str) -> int:
+        """`units` is the model width, d_model."""
+        return self._preset(device_kind).d_model
+
+    def default_sizes(self, device_kind: str) -> dict[str, int]:
+        preset = self._preset(device_kind)
+        return {"heads": preset.heads, "layers": preset.layers, "seq_len": preset.seq_len}
+
+    def shape(
+        self,
+        units: int | None = None,
+        heads: int | None = None,
+        layers: int | None = None,
+        seq_len: int | None = None,
+        device_kind: str = "accelerator",
+    ) -> LMShape:
+        """The sizes of one cell: each given one, else the device's preset."""
+        preset = self._preset(device_kind)
+        return LMShape(
+            units if units is not None else preset.d_model,
+            heads if heads is not None else preset.heads,
+            layers if layers is not None else preset.layers,
+            seq_len if seq_len is not None else preset.seq_len,
+            preset.vocab,
+        ).check()
+
+    def param_count(self, units: int | None = None, **sizes: int | None) -> int:
+        """V·d + T·d + L·(12·d² + 13·d) + 2·d: embeddings (the head is tied), per block
+        attention 4d²+4d, MLP 8d²+5d, two LayerNorms 4d; the final LayerNorm 2d."""
+        s = self.shape(units, **sizes)
+        d, wide = s.d_model, self.mlp_ratio * s.d_model
+        block = (4 * d * d + 4 * d) + (2 * d * wide + wide + d) + 4 * d
+        return s.vocab * d + s.seq_len * d + s.layers * block + 2 * d
+
+    def forward_flops(
+        self, batch_size: int, units: int | None = None, **sizes: int | None
+    ) -> float:
+        """Per sequence L·(24·T·d² + 4·T²·d) + 2·T·d·V, a multiply-add counted as 2: q, k, v
+        and output projections 8·T·d², the MLP 16·T·d², the scores Q·Kᵀ and the weighted sum
+        A·V 2·T²·d each (the whole T×T square: the causal mask saves nothing in these
+        counts, as in torch's FlopCounterMode), the tied head 2·T·d·V."""
+        s = self.shape(units, **sizes)
+        d, t = s.d_model, s.seq_len
+        linear = (8 + 2 * 2 * self.mlp_ratio) * t * d * d
+        attention = 4.0 * t * t * d
+        per_sequence = s.layers * (linear + attention) + 2.0 * t * d * s.vocab
+        return per_sequence * batch_size
+
+    def flops_per_step(
+        self, batch_size: int, units: int | None = None, **sizes: int | None
+    ) -> float:
+        """3 × forward: every matmul's input needs its gradient too (the embeddings are
+        trained, so nothing upstream of a matmul is data), and its weight its gradient. The
+        embedding lookups, LayerNorms, softmax, GELU and the optimizer are left out, as
+        FlopCounterMode leaves them out; so is the recomputation of Q·Kᵀ a fused attention
+        backward does on a GPU (model FLOPs, not hardware FLOPs)."""
+        return 3.0 * self.forward_flops(batch_size, units, **sizes)
+
+
+TRANSFORMER_LM = LanguageModel(
+    name="transformer_lm",
+    dataset="tinyshakespeare",
+    optimizer=OptimizerSpec("adam", 1e-3, {"beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-7}),
+    batch_size=32,
+    epochs=1,
+    cpu=LMShape(d_model=128, heads=4, layers=2, seq_len=128),
+    accelerator=LMShape(d_model=512, heads=8, layers=6, seq_len=256),
+    description="byte-level GPT: embeddings, pre-norm causal attention + GELU MLP blocks, "
+    "tied head, Adam",
+)
+
+WORKLOADS: dict[str, Workload | LanguageModel] = {
+    w.name: w for w in (MNIST_DENSE, CIFAR10_CNN, TRANSFORMER_LM)
+}
+
+
+def get_workload(name: str) -> Workload | LanguageModel:
     try:
         return WORKLOADS[name.strip().lower()]
     except KeyError:

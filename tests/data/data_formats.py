@@ -292,3 +292,26 @@ def tar_gz(archive: Path, folder: Path) -> Path:
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(folder, arcname=folder.name)
     return archive
+
+
+# The opening of TinyShakespeare's input.txt (karpathy/char-rnn; the text is public domain):
+# speaker lines ending in a colon, the speech, a blank line, ASCII with "\n" line ends.
+SHAKESPEARE_OPENING = (
+    "First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
+    "All:\nSpeak, speak.\n\n"
+    "First Citizen:\nYou are all resolved rather to die than to famish?\n\n"
+    "All:\nResolved. resolved.\n\n"
+    "First Citizen:\nFirst, you know Caius Marcius is chief enemy to the people.\n\n"
+    "All:\nWe know't, we know't.\n\n"
+    "First Citizen:\nLet us kill him, and we'll have corn at our own price.\nIs't a verdict?\n\n"
+    "All:\nNo more talking on't; let it be done: away, away!\n\n"
+)
+
+
+def write_text_corpus(path: Path, size: int) -> bytes:
+    """A TinyShakespeare-format `input.txt` of exactly `size` bytes (the opening repeated)."""
+    text = SHAKESPEARE_OPENING.encode("ascii")
+    data = (text * (size // len(text) + 1))[:size]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return data

@@ -89,6 +89,27 @@ def test_units_default_to_the_device_kind_unless_given(monkeypatch):
     assert on_cpu[0].spec.units == 64 and on_gpu[0].spec.units == 4096
 
 
+def test_transformer_sizes_are_the_devices_preset_unless_the_config_sets_them(tmp_path):
+    options = RunOptions(frameworks=["torch"], workloads=["transformer_lm"], policies=["fp32"])
+    options.config = Path(__file__).resolve().parents[2] / "configs" / "default.toml"
+    _, _, on_cpu = expand(build_config(options), Report(EPYC), "r")
+    _, _, on_gpu = expand(build_config(options), Report(A100), "r")
+    cpu, gpu = on_cpu[0].spec, on_gpu[0].spec
+    assert (cpu.units, cpu.heads, cpu.layers, cpu.seq_len) == (128, 4, 2, 128)
+    assert (gpu.units, gpu.heads, gpu.layers, gpu.seq_len) == (512, 8, 6, 256)
+    assert cpu.config()["seq_len"] == 128 and "seq_len" not in _mnist_config()
+    config = tmp_path / "lm.toml"
+    config.write_text("[workloads.transformer_lm]\nunits = 100\nheads = 3\n")
+    options.config = config
+    with pytest.raises(InvalidInput, match=r"\(units\) 100 is not divisible by its 3 heads"):
+        expand(build_config(options), Report(EPYC), "r")
+
+
+def _mnist_config() -> dict:
+    _, cells = cells_for(Report(EPYC), policies=["fp32"])
+    return cells[0].spec.config()
+
+
 def test_repeats_run_in_rounds_across_policies_each_with_its_own_seed():
     _, cells = cells_for(Report(EPYC), policies=["fp32", "bf16", "fp16"], repeat=3, seed=7)
     ids = [c.spec.cell_id for c in cells]

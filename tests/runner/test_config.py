@@ -15,7 +15,7 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
         ("default", {"mnist_dense", "cifar10_cnn"}),
         # The CI smoke test: 3 repeats of every policy fit in minutes only for the small model.
         ("quick", {"mnist_dense"}),
-        ("full", {"mnist_dense", "cifar10_cnn"}),
+        ("full", {"mnist_dense", "cifar10_cnn", "transformer_lm"}),
     ],
 )
 def test_shipped_configs_parse_and_repeat_three_times(name, workloads):
@@ -35,6 +35,17 @@ def test_full_config_trains_cifar_for_fifty_epochs():
     config = build_config(RunOptions(config=CONFIGS / "full.toml"))
     cifar = config.workloads["cifar10_cnn"]
     assert (cifar.batch_size, cifar.epochs, cifar.max_steps) == (128, 50, None)
+
+
+def test_transformer_runs_at_the_devices_preset_sizes_unless_a_config_sets_them():
+    # Not in the default matrix, but `-w transformer_lm` gets a short CPU-sized run.
+    default = build_config(RunOptions(config=CONFIGS / "default.toml")).workloads
+    lm = default["transformer_lm"]
+    assert (lm.batch_size, lm.epochs, lm.max_steps) == (32, 1, 60)
+    full = build_config(RunOptions(config=CONFIGS / "full.toml")).workloads["transformer_lm"]
+    assert (full.batch_size, full.epochs, full.max_steps) == (32, 5, None)
+    for settings in (lm, full):  # the device's preset (workloads/spec.py) fills these in
+        assert (settings.units, settings.heads, settings.layers, settings.seq_len) == (None,) * 4
 
 
 def test_command_line_overrides_the_file():

@@ -173,12 +173,15 @@ def _build(
             spec.jit,
             spec.loss_scale if spec.policy == "mixed_float16" else None,
             spec.accumulate,
+            spec.sizes,
         )
         models.check_optimizer(model.optimizer, cell.workload.optimizer)
         jit_compile = bool(model.jit_compile)  # Keras may refuse XLA for a model
         if spec.jit and not jit_compile:
             warn("XLA (jit_compile) was requested but Keras disabled it for this model")
         state = precision.read_back(model, data.x_test[:1], spec.loop, jit_compile)
+        if cell.workload.kind == "language_model":
+            state.update(precision.traced_op_dtypes(model, data.x_test[:2], data.y_test[:2]))
     if state["loss_scaling"] != (spec.policy == "mixed_float16"):
         raise RuntimeError(
             f"loss scaling is {'on' if state['loss_scaling'] else 'off'} "

@@ -72,7 +72,7 @@ def training_batches(
     count = plan.steps_per_epoch * micro
     used = count * batch_size
     xb = x[:used].reshape(count, batch_size, *x.shape[1:])
-    yb = y[:used].reshape(count, batch_size)
+    yb = y[:used].reshape(count, batch_size, *y.shape[1:])  # a language model's: (N, T)
     batches = tf.data.Dataset.from_tensor_slices((xb, yb)).repeat()
     if placement.is_gpu and not replicated:
         return batches.apply(tf.data.experimental.prefetch_to_device(placement.tf_device, 2))

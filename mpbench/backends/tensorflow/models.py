@@ -5,7 +5,16 @@ from __future__ import annotations
 import keras
 
 from mpbench.backends.tensorflow.loss_scale import StaticLossScaleOptimizer
-from mpbench.workloads import Conv, Dense, Flatten, MaxPool, OptimizerSpec, Workload
+from mpbench.workloads import (
+    Conv,
+    Dense,
+    Flatten,
+    LanguageModel,
+    LMShape,
+    MaxPool,
+    OptimizerSpec,
+    Workload,
+)
 from mpbench.workloads.spec import Layer
 
 
@@ -24,9 +33,14 @@ def _keras_layer(layer: Layer) -> keras.layers.Layer:
     raise TypeError(f"no Keras layer for workload layer {layer!r}")
 
 
-def build_model(workload: Workload, units: int | None) -> keras.Sequential:
+def build_model(
+    workload: Workload | LanguageModel, units: int | None, **sizes: int | None
+) -> keras.Model:
     """The workload's layers under the global dtype policy, then a float32 softmax: under a
-    mixed policy the probabilities (and so the loss) stay float32, as the Keras guide does."""
+    mixed policy the probabilities (and so the loss) stay float32, as the Keras guide does.
+    `sizes` (heads, layers, seq_len): a language model's."""
+    if workload.kind == "language_model":
+        return language_model(workload, workload.shape(units, **sizes))
     layers = [_keras_layer(layer) for layer in workload.layers(units)]
     return keras.Sequential(
         [
@@ -36,6 +50,76 @@ def build_model(workload: Workload, units: int | None) -> keras.Sequential:
         ],
         name=workload.name,
     )
+
+
+class PositionEmbedding(keras.layers.Layer):
+    """A learned (seq_len, d) table added to the token embeddings: torch's
+    `nn.Embedding(seq_len, d)` looked up at 0..T-1. Under a mixed policy the float32 table
+    is read in the compute dtype (Keras autocasts a layer's variables inside `call`)."""
+
+    def __init__(self, length: int, width: int, stddev: float, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.length, self.width, self.stddev = length, width, stddev
+
+    def build(self, input_shape) -> None:
+        self.embeddings = self.add_weight(
+            shape=(self.length, self.width),
+            initializer=keras.initializers.RandomNormal(stddev=self.stddev),
+            name="embeddings",
+        )
+
+    def call(self, inputs):
+        return inputs + keras.ops.expand_dims(self.embeddings, 0)
+
+
+def language_model(workload: LanguageModel, shape: LMShape) -> keras.Model:
+    """The spec's decoder-only transformer (workloads/spec.py), the torch model's twin: the
+    same parameters in the same shapes (q/k/v kernels (d, h, d/h) where torch has one
+    (3d, d) weight), the same initial distribution, the same functions. The head is the
+    token embedding reversed (ReversibleEmbedding, tied), run in the compute dtype
+    (reverse_dtype): left unset it would multiply by the float32 table, a float32 head under
+    a mixed policy. MultiHeadAttention is called with use_causal_mask."""
+    d, eps, std = shape.d_model, workload.layer_norm_epsilon, workload.init_std
+
+    def normal() -> keras.initializers.Initializer:  # one per layer: unseeded ones repeat
+        return keras.initializers.RandomNormal(stddev=std)
+
+    compute_dtype = keras.mixed_precision.global_policy().compute_dtype
+    tokens = keras.Input(shape=(shape.seq_len,), dtype="int64", name="tokens")
+    embedding = keras.layers.ReversibleEmbedding(
+        shape.vocab,
+        d,
+        tie_weights=True,
+        embeddings_initializer=normal(),
+        reverse_dtype=compute_dtype,
+        name="token_embedding",
+    )
+    x = embedding(tokens)
+    x = PositionEmbedding(shape.seq_len, d, std, name="position_embedding")(x)
+    for index in range(shape.layers):
+        name = f"block_{index}"
+        h = keras.layers.LayerNormalization(epsilon=eps, name=f"{name}_ln_1")(x)
+        attention = keras.layers.MultiHeadAttention(
+            num_heads=shape.heads,
+            key_dim=shape.head_dim,
+            kernel_initializer=normal(),
+            bias_initializer="zeros",
+            name=f"{name}_attention",
+        )
+        x = keras.layers.Add(name=f"{name}_residual_1")([x, attention(h, h, use_causal_mask=True)])
+        h = keras.layers.LayerNormalization(epsilon=eps, name=f"{name}_ln_2")(x)
+        h = keras.layers.Dense(
+            workload.mlp_ratio * d, activation="gelu", kernel_initializer=normal(),
+            name=f"{name}_fc_1",
+        )(h)  # fmt: skip
+        h = keras.layers.Dense(d, kernel_initializer=normal(), name=f"{name}_fc_2")(h)
+        x = keras.layers.Add(name=f"{name}_residual_2")([x, h])
+    x = keras.layers.LayerNormalization(epsilon=eps, name="ln_f")(x)
+    logits = embedding(x, reverse=True)
+    probabilities = keras.layers.Activation("softmax", dtype="float32", name="probabilities")(
+        logits
+    )
+    return keras.Model(tokens, probabilities, name=workload.name)
 
 
 def build_optimizer(spec: OptimizerSpec, accumulate: int = 1) -> keras.optimizers.Optimizer:
@@ -86,17 +170,19 @@ def check_optimizer(optimizer: keras.optimizers.Optimizer, spec: OptimizerSpec) 
 
 
 def compiled_model(
-    workload: Workload,
+    workload: Workload | LanguageModel,
     units: int | None,
     policy: str,
     loop: str,
     jit_compile: bool,
     loss_scale: float | None = None,
     accumulate: int = 1,
-) -> keras.Sequential:
+    sizes: dict[str, int] | None = None,
+) -> keras.Model:
     """The compiled model, built under the global dtype policy already set for `policy`.
-    `loss_scale`: a static scale for mixed_float16 (None: dynamic)."""
-    model = build_model(workload, units)
+    `loss_scale`: a static scale for mixed_float16 (None: dynamic). `sizes`: a language
+    model's heads, layers and seq_len."""
+    model = build_model(workload, units, **(sizes or {}))
     # Accumulation and any base-optimizer setting go on the inner optimizer: the
     # LossScaleOptimizer refuses them ("set it on the inner_optimizer").
     optimizer = build_optimizer(workload.optimizer, accumulate)

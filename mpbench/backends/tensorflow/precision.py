@@ -6,6 +6,7 @@ baseline into TF32: the flag is therefore set explicitly for every policy, then 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import keras
@@ -50,7 +51,9 @@ def _dtype_name(dtype: Any) -> str:
 def read_back(model: keras.Model, sample: Any, loop: str, jit_compile: bool) -> dict[str, Any]:
     """The effective state: dtypes observed on a real forward pass, flags as TF reports them."""
     optimizer = model.optimizer
-    hidden = model.layers[0](sample)
+    # The first layer that computes (a functional model lists its InputLayer first).
+    first = next(x for x in model.layers if not isinstance(x, keras.layers.InputLayer))
+    hidden = first(sample)
     output = model(sample, training=False)
     variable_dtypes = sorted({_dtype_name(v.dtype) for v in model.trainable_variables})
     loss_scaling = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
@@ -77,3 +80,74 @@ def read_back(model: keras.Model, sample: Any, loop: str, jit_compile: bool) -> 
     inner = getattr(optimizer, "inner_optimizer", optimizer)
     state["gradient_accumulation_steps"] = inner.gradient_accumulation_steps
     return state
+
+
+_SUFFIX = re.compile(r"_\d+$")
+# Ops that move or cast values rather than compute with them.
+_MOVES = {"Cast", "Identity", "ReadVariableOp", "Const", "Reshape", "Shape", "StridedSlice"}
+
+
+def traced_op_dtypes(model: keras.Model, tokens: Any, targets: Any) -> dict[str, Any]:
+    """Which dtype each op of one forward pass and its loss computes in, as TensorFlow's
+    graph says: the forward and the compiled loss traced into one tf.function graph, each
+    op's `T` attribute read, and the op attributed to the Keras layer whose name scope it
+    is in (or to the loss). {"op_dtypes": {"<layer class>/<op type>": dtype(s)},
+    "<role>_dtype": ...}: layer_norm (its arithmetic, before the layer casts its output to
+    the compute dtype), softmax (the float32 output layer's), attention_softmax (inside
+    MultiHeadAttention's dot_product_attention), attention (its einsums: projections,
+    scores and the weighted sum), linear (the MLP's Dense layers), head (the tied output
+    projection), loss. Only floating-point ops count (not indices, shapes or masks)."""
+    loss_fn = model.loss
+
+    @tf.function
+    def forward(x: Any, y: Any) -> Any:
+        return loss_fn(y, model(x, training=False))
+
+    graph = forward.get_concrete_function(tf.constant(tokens), tf.constant(targets)).graph
+    classes = {layer.name: type(layer).__name__ for layer in model.layers}
+    loss_scope = getattr(loss_fn, "name", None)
+    seen: dict[str, set[str]] = {}
+    for op in graph.get_operations():
+        if op.type in _MOVES or "T" not in op.node_def.attr:
+            continue
+        dtype = tf.as_dtype(op.get_attr("T"))
+        if not dtype.is_floating:  # indices, shapes and masks
+            continue
+        # A layer's ops are in its name scope, which TensorFlow may suffix: "ln_f_1".
+        scopes = op.name.split("/")
+        owners = (classes.get(s) or classes.get(_SUFFIX.sub("", s)) for s in scopes)
+        owner = next((found for found in owners if found), None)
+        if owner is None and loss_scope and any(s.startswith(loss_scope) for s in scopes):
+            owner = "loss"
+        if owner is None:
+            continue
+        seen.setdefault(f"{owner}/{op.type}", set()).add(_dtype_name(dtype))
+    state: dict[str, Any] = {"op_dtypes": {key: _one(seen[key]) for key in sorted(seen)}}
+
+    def role(owners: tuple[str, ...], op_types: tuple[str, ...] | None = None) -> set[str]:
+        found: set[str] = set()
+        for key, dtypes in seen.items():
+            owner, op_type = key.split("/", 1)
+            if owner in owners and (op_types is None or op_type in op_types):
+                found |= dtypes
+        return found
+
+    roles = {
+        "layer_norm": role(("LayerNormalization",)),
+        "softmax": role(("Activation",), ("Softmax",)),
+        "attention_softmax": role(("MultiHeadAttention",), ("Softmax",)),
+        "attention": role(("MultiHeadAttention",), ("Einsum", "BatchMatMulV2", "MatMul")),
+        "linear": role(("Dense",), ("MatMul", "BatchMatMulV2", "Einsum")),
+        "head": role(("ReversibleEmbedding",), ("MatMul", "BatchMatMulV2", "Einsum")),
+        "loss": role(("loss",)),
+    }
+    for name, dtypes in roles.items():
+        if dtypes:
+            state[f"{name}_dtype"] = _one(dtypes)
+    state["op_dtypes_source"] = "TensorFlow graph (each op's T attribute), one forward + loss"
+    return state
+
+
+def _one(dtypes: set[str]) -> str | list[str]:
+    ordered = sorted(dtypes)
+    return ordered[0] if len(ordered) == 1 else ordered

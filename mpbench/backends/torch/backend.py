@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from mpbench.backends.base import (
     CellSpec,
@@ -31,7 +30,7 @@ from mpbench.backends.torch.compiled import Compiler, undone
 from mpbench.backends.torch.distributed import DataParallel, job_step_times
 from mpbench.backends.torch.models import build_model, build_optimizer
 from mpbench.backends.torch.precision import TorchPrecision, apply_policy, read_tf32
-from mpbench.backends.torch.steps import train_step
+from mpbench.backends.torch.steps import cross_entropy, train_step
 from mpbench.policies import resolve
 from mpbench.results.schema import DeviceInfo, EndToEndStats, LossScaleStats, MemoryStats
 from mpbench.telemetry.cell import CellTelemetry
@@ -150,7 +149,7 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
     )
     memory = _memory_stats(cell.device, timed.memory, tensors.nbytes)
     status, reason, divergence = _verdict(precision, timed, plan.total_steps)
-    _read_back(state, cell, model, precision, timed.loss_scale)
+    _read_back(state, cell, model, precision, timed.loss_scale, tensors)
     step_times_s, report, distributed = timed.trained.step_times_s, timed.telemetry.report(), None
     if cell.parallel:
         step_times_s, end_to_end, distributed = _job_figures(
@@ -216,7 +215,9 @@ def _set_up(spec: CellSpec) -> _Cell:
     threads = pin_threads(spec)
     torch.manual_seed(spec.seed)
     # channels_last lets cuDNN use Tensor Cores without layout transposes on NVIDIA GPUs.
-    channels_last = device.type == "cuda" and len(workload.input_shape) == 3
+    channels_last = (
+        device.type == "cuda" and workload.kind == "classifier" and len(workload.input_shape) == 3
+    )
     return _Cell(spec, workload, policy, parallel, device, threads, channels_last)
 
 
@@ -247,7 +248,7 @@ def _preload(cell: _Cell, warn: Callable[[str], None]) -> tuple[Any, _Tensors]:
 
 def _build(cell: _Cell) -> tuple[torch.nn.Module, torch.optim.Optimizer, TorchPrecision]:
     """The workload's model and optimizer on the device, and the policy applied."""
-    model = build_model(cell.workload, cell.spec.units).to(cell.device)
+    model = build_model(cell.workload, cell.spec.units, **cell.spec.sizes).to(cell.device)
     if cell.channels_last:
         model = model.to(memory_format=torch.channels_last)
     optimizer = build_optimizer(cell.workload, model.parameters())
@@ -421,8 +422,11 @@ def _read_back(
     model: torch.nn.Module,
     precision: TorchPrecision,
     loss_scale: LossScaleStats | None,
+    tensors: _Tensors,
 ) -> None:
-    """The precision actually in effect, as the framework reports it, into `state`."""
+    """The precision actually in effect, as the framework reports it, into `state`; for a
+    language model also the dtype each op of a forward pass and its loss ran in, as torch's
+    dispatcher saw them (op_dtypes.py)."""
     state.update(read_tf32())
     state.update(
         policy=cell.policy.name,
@@ -433,6 +437,10 @@ def _read_back(
     )
     if loss_scale:
         state["loss_scale_mode"] = loss_scale.mode
+    if cell.workload.kind == "language_model":
+        from mpbench.backends.torch.op_dtypes import traced_op_dtypes
+
+        state.update(traced_op_dtypes(model, precision, tensors.x_test[:2], tensors.y_test[:2]))
 
 
 def _job_figures(
@@ -629,13 +637,13 @@ def _evaluate(
     sees full batches only, so a short last batch cannot recompile it; that remainder goes
     through the eager `model`, which shares its weights."""
     model.eval()
-    correct, loss_sum = 0, 0.0
+    correct, loss_sum = 0, 0.0  # over every prediction: a sample's, or a token's
     for start in range(0, len(x_test), batch_size):
         xb, yb = x_test[start : start + batch_size], y_test[start : start + batch_size]
         with precision.autocast():
             logits = (forward if len(xb) == batch_size else model)(xb)
         output = logits.float()
-        loss_sum += F.cross_entropy(output, yb, reduction="sum").item()
-        correct += (output.argmax(dim=1) == yb).sum().item()
+        loss_sum += cross_entropy(output, yb, reduction="sum").item()
+        correct += (output.argmax(dim=-1) == yb).sum().item()
     model.train()
-    return correct / len(x_test), loss_sum / len(x_test)
+    return correct / y_test.numel(), loss_sum / y_test.numel()

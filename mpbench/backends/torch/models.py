@@ -1,15 +1,26 @@
 """Build a workload spec as a torch module, initialised like Keras (Glorot-uniform, zero bias)
-so that both frameworks start from the same kind of model."""
+so that both frameworks start from the same kind of model; the language model as its spec
+says (N(0, 0.02) weights, zero biases)."""
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from mpbench.workloads import Conv, Dense, Flatten, MaxPool, Workload
+from mpbench.workloads import Conv, Dense, Flatten, LanguageModel, LMShape, MaxPool, Workload
 
 
-def build_model(workload: Workload, units: int | None) -> nn.Sequential:
+def build_model(
+    workload: Workload | LanguageModel, units: int | None, **sizes: int | None
+) -> nn.Module:
+    """The workload's model; `sizes` (heads, layers, seq_len) for a language model."""
+    if workload.kind == "language_model":
+        return TransformerLM(workload, workload.shape(units, **sizes))
+    return _classifier(workload, units)
+
+
+def _classifier(workload: Workload, units: int | None) -> nn.Sequential:
     layers: list[nn.Module] = []
     channels = workload.input_shape[-1]
     features = workload.input_shape[-1]
@@ -39,7 +50,59 @@ def build_model(workload: Workload, units: int | None) -> nn.Sequential:
     return model
 
 
-def build_optimizer(workload: Workload, params) -> torch.optim.Optimizer:
+class Block(nn.Module):
+    """x += Attn(LN(x)); x += W2·GELU(W1·LN(x)). The q, k, v projections are one Linear
+    (d -> 3d, the same weights and biases as Keras' three (d, h, d/h) kernels), attention is
+    F.scaled_dot_product_attention with is_causal (a fused kernel where torch has one)."""
+
+    def __init__(self, spec: LanguageModel, shape: LMShape) -> None:
+        super().__init__()
+        d, eps = shape.d_model, spec.layer_norm_epsilon
+        self.heads = shape.heads
+        self.ln_1 = nn.LayerNorm(d, eps=eps)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln_2 = nn.LayerNorm(d, eps=eps)
+        self.fc_1 = nn.Linear(d, spec.mlp_ratio * d)
+        self.fc_2 = nn.Linear(spec.mlp_ratio * d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, width = x.shape
+        q, k, v = self.qkv(self.ln_1(x)).split(width, dim=-1)
+        q, k, v = (t.view(batch, length, self.heads, -1).transpose(1, 2) for t in (q, k, v))
+        attended = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(attended.transpose(1, 2).reshape(batch, length, width))
+        return x + self.fc_2(F.gelu(self.fc_1(self.ln_2(x))))
+
+
+class TransformerLM(nn.Module):
+    """Token and position embeddings, the blocks, a final LayerNorm and a head tied to the
+    token embedding: (B, T) int tokens -> (B, T, V) logits. Under autocast the embeddings
+    come out float32, so the residual stream (and every LayerNorm's input) stays float32
+    while the linears and attention run in the autocast dtype."""
+
+    def __init__(self, spec: LanguageModel, shape: LMShape) -> None:
+        super().__init__()
+        self.shape = shape
+        self.tokens = nn.Embedding(shape.vocab, shape.d_model)
+        self.positions = nn.Embedding(shape.seq_len, shape.d_model)
+        self.blocks = nn.ModuleList(Block(spec, shape) for _ in range(shape.layers))
+        self.ln_f = nn.LayerNorm(shape.d_model, eps=spec.layer_norm_epsilon)
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, std=spec.init_std)
+            if isinstance(module, nn.Linear):
+                nn.init.zeros_(module.bias)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        where = torch.arange(tokens.shape[1], device=tokens.device)
+        x = self.tokens(tokens) + self.positions(where)
+        for block in self.blocks:
+            x = block(x)
+        return F.linear(self.ln_f(x), self.tokens.weight)  # the tied head, no bias
+
+
+def build_optimizer(workload: Workload | LanguageModel, params) -> torch.optim.Optimizer:
     """The spec's hyper-parameters, spelled the torch way (Keras `rho` is torch `alpha`)."""
     spec = workload.optimizer
     extra = spec.params

@@ -64,7 +64,7 @@ def train_step(
         if readback is not None:
             readback["output_dtype"] = str(output.dtype).replace("torch.", "")
             readback = None
-        loss = F.cross_entropy(output, yb)
+        loss = cross_entropy(output, yb)
         losses.append(loss.detach())
         # Divided by N: the accumulated gradient is the mean over the effective batch.
         scaled = loss / count if count > 1 else loss
@@ -83,6 +83,12 @@ def train_step(
     else:
         scaler.update()
     return StepResult(mean_loss, flags)
+
+
+def cross_entropy(output: torch.Tensor, targets: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+    """The mean cross-entropy over every prediction: one per sample (N, C), or one per token
+    for a language model's (N, T, V) logits and (N, T) next tokens."""
+    return F.cross_entropy(output.reshape(-1, output.shape[-1]), targets.reshape(-1), **kwargs)
 
 
 def found_inf_flags(scaler: Any, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:

@@ -1,0 +1,106 @@
+"""transformer_lm end to end: `mpbench run` trains a tiny decoder-only LM in real child
+processes, in torch and in Keras, under float32 and mixed_bfloat16, and records what ran in
+which dtype as each framework reports it."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from forked import run_mpbench
+from frameworks import needs_tensorflow, needs_torch
+
+from mpbench.workloads import get_workload
+
+pytestmark = [needs_torch, needs_tensorflow]
+
+SIZES = {"units": 32, "heads": 2, "layers": 1, "seq_len": 16}
+TINY = """
+[run]
+data = "synthetic"
+warmup_steps = 3
+timeout = 300
+
+[workloads.transformer_lm]
+batch_size = 16
+epochs = 1
+max_steps = 60
+units = 32
+heads = 2
+layers = 1
+seq_len = 16
+synthetic_train_size = 1024
+synthetic_test_size = 64
+"""
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], dict]:
+    """Four cells, once for the module: both frameworks, float32 and mixed_bfloat16."""
+    folder = tmp_path_factory.mktemp("transformer")
+    config = folder / "tiny.toml"
+    config.write_text(TINY)
+    out = folder / "run"
+    result = run_mpbench(
+        [
+            "run",
+            *("--config", config, "-w", "transformer_lm", "-f", "all"),
+            *("-p", "fp32", "-p", "bf16", "--device", "cpu", "--repeat", "1", "--out", out),
+        ],
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = (out / "results.jsonl").read_text().splitlines()
+    return {(r["framework"], r["policy"]): r for r in map(json.loads, lines)}
+
+
+def test_every_cell_trains_the_same_model_and_learns(run) -> None:
+    workload = get_workload("transformer_lm")
+    units, sizes = SIZES["units"], {k: v for k, v in SIZES.items() if k != "units"}
+    assert len(run) == 4
+    for (framework, policy), record in run.items():
+        assert record["status"] == "ok", (framework, policy, record["reason"])
+        # The same parameters in both frameworks, the spec's count.
+        assert record["params"] == workload.param_count(units, **sizes) == 21_472
+        assert record["flops_per_step"] == workload.flops_per_step(16, units, **sizes)
+        assert record["config"]["heads"] == 2 and record["config"]["seq_len"] == 16
+        assert record["data"]["name"] == "synthetic-tinyshakespeare"
+        assert record["data"]["train_size"] == 1024
+        # Next-token prediction learns the stream: from log(256) = 5.55 nats, well down.
+        accuracy = record["accuracy"]
+        assert accuracy["test_loss"] < math.log(256) - 0.75, (framework, policy, accuracy)
+        # Next-byte accuracy far above the 1/256 of guessing.
+        assert accuracy["test_accuracy"] > 0.2, (framework, policy, accuracy)
+
+
+def test_torch_reads_back_which_op_ran_in_which_dtype(run) -> None:
+    fp32 = run["torch", "float32"]["precision"]
+    assert {fp32[f"{role}_dtype"] for role in ("layer_norm", "softmax", "loss", "attention")} == {
+        "float32"
+    }
+    bf16 = run["torch", "mixed_bfloat16"]["precision"]
+    assert bf16["variable_dtype"] == "float32" and bf16["autocast_dtype"] == "bfloat16"
+    # Layer norm, softmax and the loss in float32; the linears and attention in bfloat16.
+    assert bf16["layer_norm_dtype"] == "float32"
+    assert bf16["softmax_dtype"] == "float32" and bf16["loss_dtype"] == "float32"
+    assert bf16["linear_dtype"] == "bfloat16" and bf16["attention_dtype"] == "bfloat16"
+    assert bf16["head_dtype"] == "bfloat16"
+    assert bf16["op_dtypes"]["aten._scaled_dot_product_flash_attention_for_cpu"] == "bfloat16"
+
+
+def test_keras_reads_back_which_op_ran_in_which_dtype(run) -> None:
+    fp32 = run["tensorflow", "float32"]["precision"]
+    assert fp32["attention_dtype"] == "float32" and fp32["linear_dtype"] == "float32"
+    bf16 = run["tensorflow", "mixed_bfloat16"]["precision"]
+    assert bf16["dtype_policy"] == "mixed_bfloat16" and bf16["variable_dtype"] == "float32"
+    # LayerNormalization computes in float32 (and hands bfloat16 on), both softmaxes and
+    # the loss run in float32; attention's einsums and the Dense layers in bfloat16.
+    assert bf16["layer_norm_dtype"] == "float32"
+    assert bf16["softmax_dtype"] == "float32" and bf16["attention_softmax_dtype"] == "float32"
+    assert bf16["loss_dtype"] == "float32"
+    assert bf16["attention_dtype"] == "bfloat16" and bf16["linear_dtype"] == "bfloat16"
+    # The tied head in bfloat16 too (reverse_dtype; left unset it would run in float32).
+    assert bf16["head_dtype"] == "bfloat16" and bf16["output_dtype"] == "float32"
+    assert bf16["op_dtypes"]["MultiHeadAttention/Softmax"] == "float32"
+    assert bf16["op_dtypes"]["MultiHeadAttention/Einsum"] == "bfloat16"
