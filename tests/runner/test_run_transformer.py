@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 from forked import run_mpbench
@@ -104,3 +105,29 @@ def test_keras_reads_back_which_op_ran_in_which_dtype(run) -> None:
     assert bf16["head_dtype"] == "bfloat16" and bf16["output_dtype"] == "float32"
     assert bf16["op_dtypes"]["MultiHeadAttention/Softmax"] == "float32"
     assert bf16["op_dtypes"]["MultiHeadAttention/Einsum"] == "bfloat16"
+
+
+def test_keras_replicas_average_the_loss_per_token(tmp_path: Path) -> None:
+    """Two replicas (MirroredStrategy, custom loop) average each sample's per-token loss
+    over the global batch: the same loss as one replica, not seq_len times it."""
+    config = tmp_path / "tiny.toml"
+    config.write_text(TINY.replace("max_steps = 60", "max_steps = 12"))
+    out = tmp_path / "run"
+    result = run_mpbench(
+        [
+            "run",
+            *("--config", config, "-w", "transformer_lm", "-f", "tensorflow", "-p", "fp32"),
+            *("--loop", "custom", "--nproc", "1,2", "--device", "cpu", "--out", out),
+        ],
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = (out / "results.jsonl").read_text().splitlines()
+    losses = {
+        r["cell_id"]: r["accuracy"]["train_loss_per_epoch"][0] for r in map(json.loads, lines)
+    }
+    one, two = (
+        losses["tensorflow/transformer_lm/float32/r0"],
+        losses["tensorflow/transformer_lm/float32@np2/r0"],
+    )
+    assert 4.0 < one < math.log(256) + 0.1 and abs(two - one) < 0.3, losses

@@ -327,6 +327,8 @@ def _replicated_train_step(
             # Per-sample losses (the compiled loss without its reduction, which would
             # also divide by the replica count), averaged over the global batch.
             per_sample = loss_fn.call(tf.cast(y, loss_fn.dtype), probabilities)
+            if per_sample.shape.rank > 1:  # a language model's, per token: each sample's mean
+                per_sample = tf.reduce_mean(per_sample, axis=list(range(1, per_sample.shape.rank)))
             loss = tf.nn.compute_average_loss(per_sample, global_batch_size=global_batch)
             scaled_loss = optimizer.scale_loss(loss)
         gradients = tape.gradient(scaled_loss, variables)
