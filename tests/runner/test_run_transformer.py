@@ -36,24 +36,23 @@ synthetic_test_size = 64
 """
 
 
+def run_lm(folder: Path, config_text: str, *args: str) -> list[dict]:
+    """`mpbench run -w transformer_lm` on the CPU with `config_text`; the records."""
+    config = folder / "tiny.toml"
+    config.write_text(config_text)
+    out = folder / "run"
+    common = ("--config", config, "-w", "transformer_lm", "--device", "cpu", "--out", out)
+    result = run_mpbench(["run", *common, *args], timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], dict]:
     """Four cells, once for the module: both frameworks, float32 and mixed_bfloat16."""
     folder = tmp_path_factory.mktemp("transformer")
-    config = folder / "tiny.toml"
-    config.write_text(TINY)
-    out = folder / "run"
-    result = run_mpbench(
-        [
-            "run",
-            *("--config", config, "-w", "transformer_lm", "-f", "all"),
-            *("-p", "fp32", "-p", "bf16", "--device", "cpu", "--repeat", "1", "--out", out),
-        ],
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    lines = (out / "results.jsonl").read_text().splitlines()
-    return {(r["framework"], r["policy"]): r for r in map(json.loads, lines)}
+    found = run_lm(folder, TINY, "-f", "all", "-p", "fp32", "-p", "bf16", "--repeat", "1")
+    return {(r["framework"], r["policy"]): r for r in found}
 
 
 def test_every_cell_trains_the_same_model_and_learns(run) -> None:
@@ -110,22 +109,12 @@ def test_keras_reads_back_which_op_ran_in_which_dtype(run) -> None:
 def test_keras_replicas_average_the_loss_per_token(tmp_path: Path) -> None:
     """Two replicas (MirroredStrategy, custom loop) average each sample's per-token loss
     over the global batch: the same loss as one replica, not seq_len times it."""
-    config = tmp_path / "tiny.toml"
-    config.write_text(TINY.replace("max_steps = 60", "max_steps = 12"))
-    out = tmp_path / "run"
-    result = run_mpbench(
-        [
-            "run",
-            *("--config", config, "-w", "transformer_lm", "-f", "tensorflow", "-p", "fp32"),
-            *("--loop", "custom", "--nproc", "1,2", "--device", "cpu", "--out", out),
-        ],
-        timeout=600,
+    found = run_lm(
+        tmp_path,
+        TINY.replace("max_steps = 60", "max_steps = 12"),
+        *("-f", "tensorflow", "-p", "fp32", "--loop", "custom", "--nproc", "1,2"),
     )
-    assert result.returncode == 0, result.stdout + result.stderr
-    lines = (out / "results.jsonl").read_text().splitlines()
-    losses = {
-        r["cell_id"]: r["accuracy"]["train_loss_per_epoch"][0] for r in map(json.loads, lines)
-    }
+    losses = {r["cell_id"]: r["accuracy"]["train_loss_per_epoch"][0] for r in found}
     one, two = (
         losses["tensorflow/transformer_lm/float32/r0"],
         losses["tensorflow/transformer_lm/float32@np2/r0"],
