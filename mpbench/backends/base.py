@@ -127,7 +127,8 @@ class Dataset:
 class Measurements:
     framework_version: str
     device: DeviceInfo
-    precision: dict[str, Any]  # effective state read back from the framework (DESIGN §2)
+    # The state read back from the framework (docs/architecture.md, "The precision contract").
+    precision: dict[str, Any]
     step_times_s: list[float]  # every timed step, warm-up included
     warmup_steps: int
     samples_per_step: int
@@ -200,7 +201,8 @@ def plan_steps(
     return StepPlan(steps_per_epoch, math.ceil(total / steps_per_epoch), total, warmup_steps)
 
 
-# CPU flags that decide how fast the reduced-precision policies run (DESIGN.md §2).
+# CPU flags that decide how fast the reduced-precision policies run (docs/architecture.md,
+# "The precision contract").
 _PRECISION_FLAGS = ("amx_bf16", "avx512_bf16", "bf16", "amx_fp16", "avx512_fp16")
 
 

@@ -1,7 +1,7 @@
 """Datasets for the reference workloads: real MNIST / CIFAR-10 or seeded synthetic stand-ins.
 
 Framework-free: `load` returns numpy arrays (uint8 images, uint8 labels, the official
-train/test split) and a description of where they came from (DESIGN.md §6).
+train/test split) and a description of where they came from (docs/data.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Framework-neutral workload specs (DESIGN.md §3): each backend builds exactly these models."""
+"""Framework-neutral workload specs (docs/architecture.md, "Where a new thing goes"): each
+backend builds exactly these models."""
 
 from mpbench.workloads.spec import (
     WORKLOADS,

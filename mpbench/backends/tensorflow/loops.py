@@ -426,7 +426,7 @@ def train_with_custom_loop(
     return result
 
 
-# --- end-to-end windows: no per-step synchronisation (DESIGN §5) ---------------------------
+# --- end-to-end windows: no per-step synchronisation (docs/measurement.md) ---------------
 
 
 class _EpochWindow(keras.callbacks.Callback):

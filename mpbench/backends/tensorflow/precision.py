@@ -1,4 +1,5 @@
-"""Apply a precision policy in Keras 3 and read back what is actually in effect (DESIGN.md §2).
+"""Apply a precision policy in Keras 3 and read back what is actually in effect
+(docs/architecture.md, "The precision contract").
 
 TensorFlow enables TF32 by default on Ampere and later, which silently turns a "float32"
 baseline into TF32: the flag is therefore set explicitly for every policy, then read back.

@@ -105,8 +105,8 @@ def memory_meter(device: torch.device) -> Any:
 
 
 class CudaAllocatorMeter:
-    """memory_allocated when training starts, max_memory_allocated after it (DESIGN §5): the
-    caching allocator's exact counters of bytes in live tensors."""
+    """memory_allocated when training starts, max_memory_allocated after it
+    (docs/measurement.md): the caching allocator's exact counters of bytes in live tensors."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
