@@ -238,7 +238,8 @@ SETTINGS: tuple[Setting, ...] = (
         list,
         _all_workloads,
         ("--workload", "-w"),
-        "mnist_dense, cifar10_cnn, transformer_lm (repeatable) (default: the config's).",
+        "mnist_dense, cifar10_cnn, transformer_lm, or your own as package.module:name or an "
+        "installed entry point's name (docs/workloads.md) (repeatable) (default: the config's).",
         toml=("run",),
         field="workload_names",
         required=True,

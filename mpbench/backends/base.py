@@ -264,6 +264,8 @@ def load_dataset(spec: CellSpec, workload: Any, warn: Callable[[str], None]) -> 
     from mpbench import data as datasets
     from mpbench.results.schema import DataInfo
 
+    if workload.kind == "user":
+        return user_dataset(workload, spec.seed)
     loaded = datasets.load(
         workload.dataset,
         mode=spec.data,
@@ -296,3 +298,43 @@ def load_dataset(spec: CellSpec, workload: Any, warn: Callable[[str], None]) -> 
         loaded.y_test.astype(np.int64),
         info,
     )
+
+
+USER_TEST_FRACTION = 0.2  # of a user workload's samples, when its data gives no test set
+
+
+def user_dataset(workload: Any, seed: int) -> Dataset:
+    """A user workload's `data(seed)`: four arrays as they are; two arrays, or an iterable of
+    (x, y) batches concatenated, with the last fifth of the samples held out for the test."""
+    import numpy as np
+
+    from mpbench.results.schema import DataInfo
+
+    given = workload.data(seed)
+    if isinstance(given, tuple) and len(given) == 4:
+        arrays = [np.asarray(a) for a in given]
+        how = "the workload's train and test arrays"
+    else:
+        if isinstance(given, tuple) and len(given) == 2:
+            x, y = (np.asarray(a) for a in given)
+            how = "the workload's arrays"
+        else:
+            batches = [(np.asarray(xb), np.asarray(yb)) for xb, yb in given]
+            if not batches:
+                raise ValueError(f"workload {workload.name}: data() gave no batches")
+            x = np.concatenate([b[0] for b in batches])
+            y = np.concatenate([b[1] for b in batches])
+            how = f"the workload's {len(batches)} batches, concatenated"
+        held = max(1, int(len(x) * USER_TEST_FRACTION))
+        if len(x) != len(y) or len(x) <= held:
+            raise ValueError(f"workload {workload.name}: data() gave {len(x)} x and {len(y)} y")
+        arrays = [x[:-held], y[:-held], x[-held:], y[-held:]]
+        how += f", the last {held} samples held out as the test set"
+    info = DataInfo(
+        name=workload.name,
+        source="user",
+        train_size=len(arrays[0]),
+        test_size=len(arrays[2]),
+        origin=how,
+    )
+    return Dataset(*arrays, info)

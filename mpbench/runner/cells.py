@@ -28,7 +28,7 @@ from mpbench.policies import (
     resolve,
 )
 from mpbench.runner.config import RunConfig
-from mpbench.workloads import get_workload
+from mpbench.workloads import describe_workload
 
 
 @dataclass
@@ -155,7 +155,7 @@ def expand(config: RunConfig, report, run_id: str) -> tuple[str, DeviceTraits, l
     if device.startswith("cuda"):
         _check_gpus_per_node(max(config.nproc), report)
     frameworks = resolve_frameworks(config.frameworks)
-    workloads = [get_workload(name) for name in config.workload_names]
+    workloads = [describe_workload(name) for name in config.workload_names]
     policies = resolve_policies(config.policies, traits)
     cells: list[Cell] = []
     threads = config.threads or available_cores()
@@ -215,6 +215,7 @@ def expand(config: RunConfig, report, run_id: str) -> tuple[str, DeviceTraits, l
                             **sizes,
                         )
                         skip = _skip_reason(policy, traits, framework, missing)
+                        skip = skip or _unsupported_by(workload, framework)
                         reference = None
                         if spec.world_size > 1 and config.nnodes == 1 and 1 in config.nproc:
                             single = dataclasses.replace(recipe, nproc=1, grad_comm="fp32")
@@ -296,6 +297,14 @@ def _skip_reason(
     if rating.rating is Rating.UNSUPPORTED:
         return f"{policy.name} is unsupported on {traits.name}: {rating.reason}"
     return None
+
+
+def _unsupported_by(workload, framework: str) -> str | None:
+    """A user workload may define one framework's builder only: the other's cells say so."""
+    if workload.kind != "user" or framework in workload.frameworks:
+        return None
+    builder = {"torch": "torch", "tensorflow": "keras"}[framework]
+    return f"workload {workload.name} has no {framework} version (its `{builder}` builder is None)"
 
 
 def available_cores() -> int:

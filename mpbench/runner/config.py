@@ -31,7 +31,7 @@ from mpbench.settings import (
     choice,
     kind_name,
 )
-from mpbench.workloads import WORKLOADS
+from mpbench.workloads import WORKLOADS, describe_workload
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -279,6 +279,22 @@ def file_config(path: Path | None) -> RunConfig:
     )
 
 
+def add_user_workloads(config: RunConfig, names: list[str]) -> None:
+    """Settings for each user workload of `names` (package.module:name, an entry point) that
+    has none yet: its reference batch size and epochs (described by a child process that
+    imports it, workloads/user.py), every other setting's default."""
+    for name in names:
+        if name in config.workloads or name.strip().lower() in WORKLOADS:
+            continue
+        workload = describe_workload(name)  # InvalidInput: one line naming the value
+        config.workloads[name] = WorkloadSettings(
+            **{
+                s.name: getattr(workload, s.name) if s.default == REFERENCE else s.initial()
+                for s in WORKLOAD
+            }
+        )
+
+
 def _file_value(setting: Setting, parsed: dict[str, Any], workload: str | None = None) -> Any:
     """A setting's value from the file: a workload's own table first, then the setting's
     tables ([run] warmup_steps is every workload's), then its default."""
@@ -310,6 +326,7 @@ def apply_options(config: RunConfig, options: RunOptions) -> RunConfig:
         config,
         workloads={name: dataclasses.replace(w) for name, w in config.workloads.items()},
     )
+    add_user_workloads(merged, options.workloads or merged.workload_names)
     for setting in COMMAND_LINE:
         given = getattr(options, setting.name)
         if setting.home == "command" or given is None or given == []:
@@ -455,7 +472,7 @@ def _stored_workloads(raw: Any, where: str) -> dict[str, WorkloadSettings]:
     settings = {s.name: s for s in WORKLOAD}
     out = {}
     for name, table in raw.items():
-        if name not in WORKLOADS:
+        if name not in WORKLOADS and ":" not in name:  # a user workload: module:name
             raise unknown_choice(f"workload in {where}: config.workloads", name, WORKLOADS)
         if not isinstance(table, dict):
             raise InvalidInput(f"{where}: config.workloads.{name} must be an object")

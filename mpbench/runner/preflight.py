@@ -17,7 +17,7 @@ from mpbench.errors import InvalidInput
 from mpbench.runner.cells import Cell, available_cores
 from mpbench.runner.config import RunConfig
 from mpbench.telemetry.contention import busy_warning
-from mpbench.workloads import get_workload
+from mpbench.workloads import describe_workload
 
 
 def preflight(config: RunConfig, cells: list[Cell], warn: Callable[[str], None]) -> None:
@@ -56,8 +56,10 @@ def _check(config: RunConfig, cells: list[Cell], warn: Callable[[str], None]) ->
             "measure the data-parallel plumbing, not scaling"
         )
     for name in running:
-        workload = get_workload(name)
+        workload = describe_workload(name)
         settings = config.workloads[name]
+        if workload.kind == "user":
+            continue  # its data is made in the cell, by the workload's own code
         # A text dataset is cut into windows of the cells' sequence length (one per workload).
         seq_len = next((cell.spec.seq_len for cell in cells if cell.spec.workload == name), None)
         data = check_data(

@@ -28,7 +28,7 @@ from mpbench.results import (
 )
 from mpbench.results.scaling import straggler_ratio
 from mpbench.runner.launchers.process import Outcome
-from mpbench.workloads import get_workload
+from mpbench.workloads import describe_workload
 
 
 def now_iso() -> str:
@@ -56,19 +56,26 @@ def build_record(
     """`measured_peaks`: the device's measured matmul peak TFLOP/s per policy peak key
     ("fp32", "bf16", ...), from `detect --measure`'s cache; None when not measured.
     `side_file`: where the runner wrote the cell's telemetry series (run-relative)."""
-    workload = get_workload(spec.workload)
-    # A timed step is one optimizer step: `accumulate` micro-batches' worth of work, on each
-    # of the world's replicas.
-    flops = workload.flops_per_step(spec.batch_size, spec.units, **spec.sizes) * spec.accumulate
-    flops *= spec.world_size
+    workload = describe_workload(spec.workload)
     config = spec.config()
-    config.update(
-        device=spec.device,
-        data_dir=spec.data_dir,
-        optimizer=workload.optimizer.name,
-        learning_rate=workload.optimizer.learning_rate,
-        **workload.optimizer.params,
-    )
+    config.update(device=spec.device, data_dir=spec.data_dir)
+    if workload.kind == "user":
+        # The workload owns its optimizer; its FLOPs are what the cell was given or measured.
+        config.update(workload_source=workload.source)
+        flops = ((outcome.measurements or {}).get("extra_config") or {}).get(
+            "flops_per_micro_batch"
+        )
+    else:
+        flops = workload.flops_per_step(spec.batch_size, spec.units, **spec.sizes)
+        config.update(
+            optimizer=workload.optimizer.name,
+            learning_rate=workload.optimizer.learning_rate,
+            **workload.optimizer.params,
+        )
+    if flops is not None:
+        # A timed step is one optimizer step: `accumulate` micro-batches' worth of work, on
+        # each of the world's replicas.
+        flops *= spec.accumulate * spec.world_size
     record = CellRecord(
         run_id=spec.run_id,
         cell_id=spec.cell_id,
@@ -148,13 +155,14 @@ def _fill_measurements(
     record.compile = CompileStats(**raw["compile"]) if raw.get("compile") else None
     if stats.median_s:
         record.throughput_samples_per_s = raw["samples_per_step"] / stats.median_s
-        record.achieved_tflops = record.flops_per_step / stats.median_s / 1e12
         record.peak_tflops = _peak_tflops(record.device, record.policy)
-        if record.peak_tflops:
-            record.mfu = record.achieved_tflops / record.peak_tflops
         record.measured_peak_tflops = measured_peaks.get(resolve(record.policy).peak_key)
-        if record.measured_peak_tflops:
-            record.mfu_measured = record.achieved_tflops / record.measured_peak_tflops
+        if record.flops_per_step is not None:  # None: a user workload's, unknown in Keras
+            record.achieved_tflops = record.flops_per_step / stats.median_s / 1e12
+            if record.peak_tflops:
+                record.mfu = record.achieved_tflops / record.peak_tflops
+            if record.measured_peak_tflops:
+                record.mfu_measured = record.achieved_tflops / record.measured_peak_tflops
     if raw.get("distributed"):
         record.distributed = _distributed(raw["distributed"], record)
     _check_measured_peak(record)  # after the world size divided it

@@ -11,8 +11,10 @@ from mpbench.workloads.spec import (
     MaxPool,
     OptimizerSpec,
     Workload,
+    describe_workload,
     get_workload,
 )
+from mpbench.workloads.user import UserWorkload
 
 __all__ = [
     "WORKLOADS",
@@ -23,6 +25,8 @@ __all__ = [
     "LanguageModel",
     "MaxPool",
     "OptimizerSpec",
+    "UserWorkload",
     "Workload",
+    "describe_workload",
     "get_workload",
 ]

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mpbench.errors import InvalidInput, unknown_choice
+from mpbench.workloads import user
+from mpbench.workloads.user import UserWorkload
 
 
 @dataclass(frozen=True)
@@ -295,8 +297,24 @@ WORKLOADS: dict[str, Workload | LanguageModel] = {
 }
 
 
-def get_workload(name: str) -> Workload | LanguageModel:
-    try:
-        return WORKLOADS[name.strip().lower()]
-    except KeyError:
-        raise unknown_choice("workload", name, WORKLOADS) from None
+def get_workload(name: str) -> Workload | LanguageModel | UserWorkload:
+    """A built-in workload, or a user's (`package.module:name`, or an entry point's name in
+    the `mpbench.workloads` group), imported here: in a cell, never in the CLI's process
+    (`describe_workload` there)."""
+    return _builtin_or(name, user.load)
+
+
+def describe_workload(name: str) -> Workload | LanguageModel | user.UserWorkloadInfo:
+    """What the CLI's process knows of a workload: a built-in's spec, or a user workload's
+    description from a child process that imported it (user.probe)."""
+    return _builtin_or(name, user.probe)
+
+
+def _builtin_or(name: str, user_side):
+    builtin = WORKLOADS.get(name.strip().lower())
+    if builtin is not None:
+        return builtin
+    if user.reference(name) is None:
+        choices = [*WORKLOADS, *user.entry_point_names(), "package.module:name"]
+        raise unknown_choice("workload", name, choices)
+    return user_side(name)

@@ -85,6 +85,7 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
             # precision.replica_devices and distributed fields).
             "input_pipeline": "pre-batched tf.data, prefetched"
             + (" to the device" if cell.placement.is_gpu else ""),
+            **_user_flops(cell),
         },
         end_to_end=end_to_end,
         threads=cell.threads,
@@ -95,6 +96,18 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
         divergence=divergence,
         distributed=cell.mirrored.stats(spec) if cell.mirrored else None,
     )
+
+
+def _user_flops(cell: _Cell) -> dict[str, Any]:
+    """A user workload's FLOPs per micro-batch as it gives them; Keras has no counter, so
+    otherwise unknown (None)."""
+    if cell.workload.kind != "user":
+        return {}
+    given = cell.workload.flops(cell.spec.batch_size)
+    return {
+        "flops_per_micro_batch": given,
+        "flops_source": "the workload" if given is not None else "unknown (no counter in Keras)",
+    }
 
 
 def _refuse_unsupported(spec: CellSpec) -> None:
@@ -175,7 +188,8 @@ def _build(
             spec.accumulate,
             spec.sizes,
         )
-        models.check_optimizer(model.optimizer, cell.workload.optimizer)
+        if cell.workload.kind != "user":  # a user workload owns its optimizer
+            models.check_optimizer(model.optimizer, cell.workload.optimizer)
         jit_compile = bool(model.jit_compile)  # Keras may refuse XLA for a model
         if spec.jit and not jit_compile:
             warn("XLA (jit_compile) was requested but Keras disabled it for this model")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import keras
 
 from mpbench.backends.tensorflow.loss_scale import StaticLossScaleOptimizer
@@ -182,10 +184,16 @@ def compiled_model(
     """The compiled model, built under the global dtype policy already set for `policy`.
     `loss_scale`: a static scale for mixed_float16 (None: dynamic). `sizes`: a language
     model's heads, layers and seq_len."""
-    model = build_model(workload, units, **(sizes or {}))
-    # Accumulation and any base-optimizer setting go on the inner optimizer: the
-    # LossScaleOptimizer refuses them ("set it on the inner_optimizer").
-    optimizer = build_optimizer(workload.optimizer, accumulate)
+    loss: Any = keras.losses.SparseCategoricalCrossentropy()
+    if workload.kind == "user":
+        model, optimizer, loss = build_user(workload)
+        if accumulate > 1:
+            optimizer.gradient_accumulation_steps = accumulate
+    else:
+        model = build_model(workload, units, **(sizes or {}))
+        # Accumulation and any base-optimizer setting go on the inner optimizer: the
+        # LossScaleOptimizer refuses them ("set it on the inner_optimizer").
+        optimizer = build_optimizer(workload.optimizer, accumulate)
     if policy == "mixed_float16" and loss_scale is not None:
         # Both loops: compile() leaves an optimizer that already scales alone.
         optimizer = StaticLossScaleOptimizer(optimizer, loss_scale)
@@ -193,9 +201,24 @@ def compiled_model(
         # fit() wraps the optimizer itself (Keras 3 compile, auto_scale_loss=True);
         # a custom loop has to do it, or float16 gradients underflow.
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-    model.compile(
-        optimizer=optimizer,
-        loss=keras.losses.SparseCategoricalCrossentropy(),
-        jit_compile=jit_compile,
-    )
+    model.compile(optimizer=optimizer, loss=loss, jit_compile=jit_compile)
     return model
+
+
+def build_user(workload: Any) -> tuple[keras.Model, keras.optimizers.Optimizer, Any]:
+    """A user workload's keras builder: (model, optimizer, loss), checked (TypeError naming
+    the workload otherwise); built under the dtype policy already set."""
+    built = workload.keras()
+    if not isinstance(built, tuple) or len(built) != 3:
+        raise TypeError(
+            f"workload {workload.name}: keras() must return (model, optimizer, loss), "
+            f"got {type(built).__name__}"
+        )
+    model, optimizer, loss = built
+    if not isinstance(model, keras.Model):
+        raise TypeError(f"workload {workload.name}: the model is a {type(model).__name__}, "
+                        "not a keras.Model")  # fmt: skip
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise TypeError(f"workload {workload.name}: the optimizer is a "
+                        f"{type(optimizer).__name__}, not a keras optimizer")  # fmt: skip
+    return model, optimizer, loss

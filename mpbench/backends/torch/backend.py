@@ -73,9 +73,12 @@ def synchronizer(device: torch.device) -> Callable[[], None]:
     return lambda: None  # CPU ops run synchronously
 
 
-def _to_device(array: Any, device: torch.device, channels_last: bool) -> torch.Tensor:
+def _to_device(
+    array: Any, device: torch.device, channels_last: bool, images: bool = True
+) -> torch.Tensor:
+    """`images`: 4-d arrays are mpbench's NHWC images (a user workload's go as they are)."""
     tensor = torch.from_numpy(array)
-    if tensor.dim() == 4:  # data comes channels-last (N, H, W, C); torch convs take NCHW
+    if tensor.dim() == 4 and images:  # data comes channels-last (N, H, W, C); torch convs take NCHW
         tensor = tensor.permute(0, 3, 1, 2).contiguous()
         if channels_last:
             tensor = tensor.to(memory_format=torch.channels_last)
@@ -129,6 +132,7 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
     cell = _set_up(spec)
     data, tensors = _preload(cell, warn)
     model, optimizer, precision = _build(cell)
+    extra = user_flops(cell, model, tensors) if cell.loss else {}
     plan = plan_steps(
         len(tensors.x_train), cell.global_batch, spec.epochs, spec.max_steps, spec.warmup_steps
     )
@@ -142,8 +146,9 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
         cell, forward, optimizer, precision, batches, plan, total, sync, state, progress
     )
     end_to_end = _train_end_to_end(
-        forward, optimizer, precision, batches, window, sync, progress, plan.total_steps, total
-    )
+        forward, optimizer, precision, batches, window, sync, progress, plan.total_steps, total,
+        cell.loss,
+    )  # fmt: skip
     test_accuracy, test_loss, compile_stats = _evaluate_cell(
         cell, model, forward, compiler, precision, tensors, warn
     )
@@ -179,6 +184,7 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
         telemetry=report,
         divergence=divergence,
         distributed=distributed,
+        extra_config=extra,
     )
 
 
@@ -193,6 +199,7 @@ class _Cell:
     device: torch.device
     threads: dict[str, Any]
     channels_last: bool
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None  # None: built-in
 
     @property
     def world(self) -> int:
@@ -237,10 +244,11 @@ def _preload(cell: _Cell, warn: Callable[[str], None]) -> tuple[Any, _Tensors]:
     """The dataset, loaded and copied to the device before anything is timed."""
     data = load_dataset(cell.spec, cell.workload, warn)
     device, channels_last = cell.device, cell.channels_last
+    images = cell.workload.kind != "user"
     tensors = _Tensors(
-        _to_device(data.x_train, device, channels_last),
+        _to_device(data.x_train, device, channels_last, images),
         torch.from_numpy(data.y_train).to(device),
-        _to_device(data.x_test, device, channels_last),
+        _to_device(data.x_test, device, channels_last, images),
         torch.from_numpy(data.y_test).to(device),
     )
     return data, tensors
@@ -248,6 +256,9 @@ def _preload(cell: _Cell, warn: Callable[[str], None]) -> tuple[Any, _Tensors]:
 
 def _build(cell: _Cell) -> tuple[torch.nn.Module, torch.optim.Optimizer, TorchPrecision]:
     """The workload's model and optimizer on the device, and the policy applied."""
+    if cell.workload.kind == "user":
+        model, optimizer, cell.loss = build_user(cell.workload, cell.device)
+        return model, optimizer, apply_policy(cell.policy, cell.device, cell.spec.loss_scale)
     model = build_model(cell.workload, cell.spec.units, **cell.spec.sizes).to(cell.device)
     if cell.channels_last:
         model = model.to(memory_format=torch.channels_last)
@@ -295,7 +306,9 @@ def _trained_forward(
     # meets the memory meter as the eager cell does (no gradients, no optimizer state: the
     # first timed step allocates them, as training memory, in both).
     with undone(model, optimizer, precision.scaler):
-        compiler.compile_step(lambda: train_step(forward, optimizer, precision, first), sync)
+        compiler.compile_step(
+            lambda: train_step(forward, optimizer, precision, first, loss_fn=cell.loss), sync
+        )
     return forward, compiler
 
 
@@ -339,6 +352,7 @@ def _timed_steps(
             total,
             telemetry,
             cell.parallel.after_step if cell.parallel else None,
+            cell.loss,
         )
     finally:
         telemetry.stop_timed(plan.total_steps * cell.global_batch)
@@ -367,7 +381,7 @@ def _evaluate_cell(
     batch_size = cell.spec.batch_size
     if not compiler:
         accuracy, loss = _evaluate(
-            model, model, precision, tensors.x_test, tensors.y_test, batch_size
+            model, model, precision, tensors.x_test, tensors.y_test, batch_size, cell.loss
         )
         return accuracy, loss, None
     compiler.training_done()
@@ -379,6 +393,7 @@ def _evaluate_cell(
         tensors.x_test,
         tensors.y_test,
         batch_size,
+        cell.loss,
     )
     compile_stats = compiler.stats()
     if compile_stats.recompiles:
@@ -546,6 +561,7 @@ def _train_synced(
     total: int,
     telemetry: CellTelemetry,
     after_step: Callable[[], None] | None = None,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
 ) -> _Trained:
     """Every step timed on its own, the device synchronised before each clock read. After
     each step's clock read (outside the timed region) its numerics go to `telemetry`: the
@@ -568,6 +584,7 @@ def _train_synced(
                 micro_batches,
                 readback if step == 0 else None,
                 check_skip=precision.scaler is not None,
+                loss_fn=loss_fn,
             )
             timer.stop()
             step += 1
@@ -604,6 +621,7 @@ def _train_end_to_end(
     progress: Progress,
     done: int,
     total: int,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
 ) -> EndToEndStats:
     """Whole epochs free-running, as a training loop runs them: the loss is not read and the
     device not synchronised until the window ends (GradScaler still checks for overflow each
@@ -614,7 +632,7 @@ def _train_end_to_end(
     timer.start()
     for _ in range(window.epochs):
         for micro_batches in batches.epoch(window.steps_per_epoch):
-            loss = train_step(model, optimizer, precision, micro_batches).loss
+            loss = train_step(model, optimizer, precision, micro_batches, loss_fn=loss_fn).loss
             steps += 1
             progress(done + steps, total)
     seconds = timer.stop()
@@ -632,10 +650,14 @@ def _evaluate(
     x_test: torch.Tensor,
     y_test: torch.Tensor,
     batch_size: int,
-) -> tuple[float, float]:
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+) -> tuple[float | None, float]:
     """Under the training autocast state. `forward` (the compiled module with --compile)
     sees full batches only, so a short last batch cannot recompile it; that remainder goes
-    through the eager `model`, which shares its weights."""
+    through the eager `model`, which shares its weights. `loss_fn`: a user workload's (mean)
+    loss, its accuracy only where the targets are class indices of the output's last axis."""
+    if loss_fn is not None:
+        return _evaluate_user(forward, model, precision, x_test, y_test, batch_size, loss_fn)
     model.eval()
     correct, loss_sum = 0, 0.0  # over every prediction: a sample's, or a token's
     for start in range(0, len(x_test), batch_size):
@@ -647,3 +669,68 @@ def _evaluate(
         correct += (output.argmax(dim=-1) == yb).sum().item()
     model.train()
     return correct / y_test.numel(), loss_sum / y_test.numel()
+
+
+@torch.no_grad()
+def _evaluate_user(
+    forward: Callable[[torch.Tensor], torch.Tensor],
+    model: torch.nn.Module,
+    precision: TorchPrecision,
+    x_test: torch.Tensor,
+    y_test: torch.Tensor,
+    batch_size: int,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+) -> tuple[float | None, float]:
+    model.eval()
+    correct, loss_sum, classes = 0, 0.0, not y_test.is_floating_point()
+    for start in range(0, len(x_test), batch_size):
+        xb, yb = x_test[start : start + batch_size], y_test[start : start + batch_size]
+        with precision.autocast():
+            output = (forward if len(xb) == batch_size else model)(xb).float()
+        loss_sum += loss_fn(output, yb).item() * len(xb)
+        classes = classes and output.shape[:-1] == yb.shape
+        if classes:
+            correct += (output.argmax(dim=-1) == yb).sum().item()
+    model.train()
+    return (correct / y_test.numel() if classes else None), loss_sum / len(x_test)
+
+
+def build_user(workload: Any, device: torch.device) -> tuple[Any, Any, Any]:
+    """A user workload's torch builder, called with the device: (model, optimizer, loss),
+    checked to be what the cell can train (TypeError naming the workload otherwise)."""
+    built = workload.torch(device)
+    if not isinstance(built, tuple) or len(built) != 3:
+        raise TypeError(
+            f"workload {workload.name}: torch(device) must return (model, optimizer, loss), "
+            f"got {type(built).__name__}"
+        )
+    model, optimizer, loss = built
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"workload {workload.name}: the model is a {type(model).__name__}, "
+                        "not a torch.nn.Module")  # fmt: skip
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"workload {workload.name}: the optimizer is a "
+                        f"{type(optimizer).__name__}, not a torch.optim.Optimizer")  # fmt: skip
+    if not callable(loss):
+        raise TypeError(f"workload {workload.name}: the loss is not callable")
+    return model.to(device), optimizer, loss
+
+
+def user_flops(cell: _Cell, model: torch.nn.Module, tensors: _Tensors) -> dict[str, Any]:
+    """A user workload's FLOPs per micro-batch: given by the workload, else counted by
+    FlopCounterMode over one forward and backward pass in float32 (the gradients are then
+    dropped: nothing trains)."""
+    batch = cell.spec.batch_size
+    given = cell.workload.flops(batch)
+    if given is not None:
+        return {"flops_per_micro_batch": given, "flops_source": "the workload"}
+    from torch.utils.flop_counter import FlopCounterMode
+
+    xb, yb = tensors.x_train[:batch], tensors.y_train[:batch]
+    with FlopCounterMode(display=False) as counter:
+        cell.loss(model(xb).float(), yb).backward()
+    model.zero_grad(set_to_none=True)
+    return {
+        "flops_per_micro_batch": float(counter.get_total_flops()),
+        "flops_source": "torch FlopCounterMode (forward + backward, float32)",
+    }

@@ -44,11 +44,15 @@ def train_step(
     micro_batches: Sequence[Batch],
     readback: dict[str, Any] | None = None,
     check_skip: bool = False,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
 ) -> StepResult:
     """`model` may be the compiled module: the scaler stays outside the compiled region (a
     scale changing between steps then causes no recompiles).
     `check_skip` keeps the scaler's overflow flags in the result; nothing here reads a value
-    back from the device (`StepResult.skipped` does, once the caller's clock has stopped)."""
+    back from the device (`StepResult.skipped` does, once the caller's clock has stopped).
+    `loss_fn`: a user workload's loss (of the float32 output and the targets); None: the
+    built-ins' cross-entropy."""
+    loss_fn = loss_fn or cross_entropy
     scaler = precision.scaler
     count = len(micro_batches)
     optimizer.zero_grad(set_to_none=True)
@@ -64,7 +68,7 @@ def train_step(
         if readback is not None:
             readback["output_dtype"] = str(output.dtype).replace("torch.", "")
             readback = None
-        loss = cross_entropy(output, yb)
+        loss = loss_fn(output, yb)
         losses.append(loss.detach())
         # Divided by N: the accumulated gradient is the mean over the effective batch.
         scaled = loss / count if count > 1 else loss
