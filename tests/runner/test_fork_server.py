@@ -80,6 +80,17 @@ def cell_process() -> psutil.Process:
     return found[0]
 
 
+def wait_for_cell(within_s: float) -> psutil.Process:
+    """The cell running under this test process, once it has started (within `within_s`)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        found = [p for p in psutil.Process().children(recursive=True) if p.name() == CELL_NAME]
+        if found:
+            return found[0]
+        time.sleep(0.1)
+    raise AssertionError(f"no cell started within {within_s:g} s")
+
+
 def server_processes() -> list[psutil.Process]:
     return [p for p in psutil.Process().children() if p.name() == SERVER_NAME]
 
@@ -127,15 +138,7 @@ def test_a_forked_cell_has_its_own_session_descriptors_and_environment(tmp_path,
         worker = threading.Thread(target=lambda: result.update(o=cells.run(spec(), 10)))
         worker.start()
         try:
-            deadline = time.monotonic() + 9
-            cell = None
-            while cell is None and time.monotonic() < deadline:
-                time.sleep(0.2)
-                found = [
-                    p for p in psutil.Process().children(recursive=True) if p.name() == CELL_NAME
-                ]
-                cell = found[0] if found else None
-            assert cell is not None
+            cell = wait_for_cell(9)
             time.sleep(0.5)
             assert os.getpgid(cell.pid) == cell.pid  # a session of its own
             fds = {e.name: os.readlink(e) for e in os.scandir(f"/proc/{cell.pid}/fd")}
@@ -202,11 +205,7 @@ def test_a_server_killed_under_a_running_cell_ends_that_cell_and_the_next_is_a_n
     with cells.servers:
         worker = threading.Thread(target=lambda: result.update(o=cells.run(spec(), 60)))
         worker.start()
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not [
-            p for p in psutil.Process().children(recursive=True) if p.name() == CELL_NAME
-        ]:
-            time.sleep(0.1)
+        wait_for_cell(30)
         (server,) = server_processes()
         time.sleep(0.5)
         server.send_signal(signal.SIGKILL)
