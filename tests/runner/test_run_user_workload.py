@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -105,3 +107,59 @@ def test_an_entry_point_names_a_workload(monkeypatch: pytest.MonkeyPatch) -> Non
     assert "tabular" in user.entry_point_names()
     assert user.reference("other") is None
     assert "examples" in sys.modules
+
+
+TINY_PACKAGE = '''"""A workload an installed package offers (mpbench.workloads entry points)."""
+import numpy as np
+
+from mpbench.workloads import UserWorkload
+
+
+def data(seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((640, 8)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64)
+    return x[:512], y[:512], x[512:], y[512:]
+
+
+def torch_build(device):
+    import torch
+    from torch import nn
+
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)).to(device)
+    return model, torch.optim.SGD(model.parameters(), lr=0.1), nn.functional.cross_entropy
+
+
+WORKLOAD = UserWorkload(name="tiny", data=data, torch=torch_build, batch_size=64)
+'''
+
+
+@needs_torch
+def test_an_installed_packages_entry_point_runs_through_the_cli(tmp_path: Path) -> None:
+    """A package put on the path as an installer leaves it: the module, and a dist-info with
+    its metadata and entry points. `-w tiny` then finds it, in the CLI and in the cells."""
+    site = tmp_path / "site"
+    info = site / "mpbench_tiny_workload-0.1.dist-info"
+    info.mkdir(parents=True)
+    (site / "mpbench_tiny_workload.py").write_text(TINY_PACKAGE, encoding="utf-8")
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: mpbench-tiny-workload\nVersion: 0.1\n", encoding="utf-8"
+    )
+    (info / "entry_points.txt").write_text(
+        "[mpbench.workloads]\ntiny = mpbench_tiny_workload:WORKLOAD\n", encoding="utf-8"
+    )
+    (info / "top_level.txt").write_text("mpbench_tiny_workload\n", encoding="utf-8")
+    out = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "mpbench", "run", "-w", "tiny", "-f", "torch", "-p", "fp32",
+         "--repeat", "1", "--device", "cpu", "--max-steps", "6", "--out", str(out)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(site)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    (record,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert record["status"] == "ok", record["reason"]
+    assert record["workload"] == "tiny"
+    source = record["config"]["workload_source"]
+    assert (source["module"], source["attribute"]) == ("mpbench_tiny_workload", "WORKLOAD")
+    assert (source["package"], source["version"]) == ("mpbench-tiny-workload", "0.1")
