@@ -238,8 +238,9 @@ SETTINGS: tuple[Setting, ...] = (
         list,
         _all_workloads,
         ("--workload", "-w"),
-        "mnist_dense, cifar10_cnn, transformer_lm, or your own as package.module:name or an "
-        "installed entry point's name (docs/workloads.md) (repeatable) (default: the config's).",
+        "mnist_dense, cifar10_cnn, transformer_lm, auto (the first two on a CPU, all three on "
+        "an accelerator), all, or your own as package.module:name or an installed entry "
+        "point's name (docs/workloads.md) (repeatable) (default: the config's).",
         toml=("run",),
         field="workload_names",
         required=True,

@@ -28,7 +28,7 @@ from mpbench.policies import (
     resolve,
 )
 from mpbench.runner.config import RunConfig
-from mpbench.workloads import describe_workload
+from mpbench.workloads import describe_workload, resolve_workloads
 
 
 @dataclass
@@ -155,7 +155,8 @@ def expand(config: RunConfig, report, run_id: str) -> tuple[str, DeviceTraits, l
     if device.startswith("cuda"):
         _check_gpus_per_node(max(config.nproc), report)
     frameworks = resolve_frameworks(config.frameworks)
-    workloads = [describe_workload(name) for name in config.workload_names]
+    names = resolve_workloads(config.workload_names, traits.kind)
+    workloads = [describe_workload(name) for name in names]
     policies = resolve_policies(config.policies, traits)
     cells: list[Cell] = []
     threads = config.threads or available_cores()

@@ -32,6 +32,7 @@ from mpbench.settings import (
     kind_name,
 )
 from mpbench.workloads import WORKLOADS, describe_workload
+from mpbench.workloads.spec import SELECTORS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -284,7 +285,7 @@ def add_user_workloads(config: RunConfig, names: list[str]) -> None:
     has none yet: its reference batch size and epochs (described by a child process that
     imports it, workloads/user.py), every other setting's default."""
     for name in names:
-        if name in config.workloads or name.strip().lower() in WORKLOADS:
+        if name in config.workloads or name.strip().lower() in (*WORKLOADS, *SELECTORS):
             continue
         workload = describe_workload(name)  # InvalidInput: one line naming the value
         config.workloads[name] = WorkloadSettings(

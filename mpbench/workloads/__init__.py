@@ -13,6 +13,7 @@ from mpbench.workloads.spec import (
     Workload,
     describe_workload,
     get_workload,
+    resolve_workloads,
 )
 from mpbench.workloads.user import UserWorkload
 
@@ -29,4 +30,5 @@ __all__ = [
     "Workload",
     "describe_workload",
     "get_workload",
+    "resolve_workloads",
 ]

@@ -295,6 +295,27 @@ TRANSFORMER_LM = LanguageModel(
 WORKLOADS: dict[str, Workload | LanguageModel] = {
     w.name: w for w in (MNIST_DENSE, CIFAR10_CNN, TRANSFORMER_LM)
 }
+# Names that stand for a set of built-ins, chosen by the device as `--policy auto` is: the
+# transformer's steps take about 0.1 s on a CPU and train a smaller model there, so `auto`
+# keeps it for accelerators, where it is the workload people train.
+SELECTORS = ("auto", "all")
+CPU_AUTO = (MNIST_DENSE.name, CIFAR10_CNN.name)
+
+
+def resolve_workloads(names: list[str], device_kind: str) -> list[str]:
+    """`names` with each selector replaced by the built-ins it stands for on this kind of
+    device (`auto`: MNIST and the CNN on a CPU, every built-in on an accelerator; `all`:
+    every built-in), in order, each once."""
+    out: list[str] = []
+    for name in names:
+        key = name.strip().lower()
+        if key == "all" or (key == "auto" and device_kind != "cpu"):
+            out += list(WORKLOADS)
+        elif key == "auto":
+            out += list(CPU_AUTO)
+        else:
+            out.append(name)
+    return list(dict.fromkeys(out))
 
 
 def get_workload(name: str) -> Workload | LanguageModel | UserWorkload:
@@ -315,6 +336,6 @@ def _builtin_or(name: str, user_side):
     if builtin is not None:
         return builtin
     if user.reference(name) is None:
-        choices = [*WORKLOADS, *user.entry_point_names(), "package.module:name"]
+        choices = [*WORKLOADS, *SELECTORS, *user.entry_point_names(), "package.module:name"]
         raise unknown_choice("workload", name, choices)
     return user_side(name)

@@ -105,6 +105,30 @@ def test_transformer_sizes_are_the_devices_preset_unless_the_config_sets_them(tm
         expand(build_config(options), Report(EPYC), "r")
 
 
+def test_the_default_configs_workloads_are_chosen_by_the_device():
+    """`workloads = ["auto"]`: MNIST and the CNN on a CPU, the transformer too on a GPU;
+    `all` is every built-in anywhere; a selector beside a name adds each workload once."""
+    options = RunOptions(frameworks=["torch"], policies=["fp32"], repeat=1)
+    options.config = Path(__file__).resolve().parents[2] / "configs" / "default.toml"
+
+    def workloads(report: Report, names: list[str] | None = None) -> list[str]:
+        options.workloads = names or []
+        _, _, cells = expand(build_config(options), report, "r")
+        return list(dict.fromkeys(c.spec.workload for c in cells))
+
+    assert workloads(Report(EPYC)) == ["mnist_dense", "cifar10_cnn"]
+    assert workloads(Report(A100)) == ["mnist_dense", "cifar10_cnn", "transformer_lm"]
+    assert workloads(Report(EPYC), ["all"]) == ["mnist_dense", "cifar10_cnn", "transformer_lm"]
+    assert workloads(Report(EPYC), ["transformer_lm", "AUTO"]) == [
+        "transformer_lm",
+        "mnist_dense",
+        "cifar10_cnn",
+    ]
+    options.workloads = ["everything"]
+    with pytest.raises(InvalidInput, match=r"unknown workload 'everything'.*auto, all"):
+        expand(build_config(options), Report(EPYC), "r")
+
+
 def _mnist_config() -> dict:
     _, cells = cells_for(Report(EPYC), policies=["fp32"])
     return cells[0].spec.config()

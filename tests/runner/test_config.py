@@ -12,8 +12,8 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 @pytest.mark.parametrize(
     ("name", "workloads"),
     [
-        ("default", {"mnist_dense", "cifar10_cnn"}),
-        # The CI smoke test: 3 repeats of every policy fit in minutes only for the small model.
+        ("default", {"auto"}),  # by device: test_cells.py, the default config's workloads
+        # The quick look: 3 repeats of every policy fit in seconds only for the small model.
         ("quick", {"mnist_dense"}),
         ("full", {"mnist_dense", "cifar10_cnn", "transformer_lm"}),
     ],
