@@ -642,6 +642,29 @@ def _train_end_to_end(
     return EndToEndStats(samples / seconds, steps, seconds, _TORCH_PIPELINE)
 
 
+def _test_batches(
+    forward: Callable[[torch.Tensor], torch.Tensor],
+    model: torch.nn.Module,
+    precision: TorchPrecision,
+    x_test: torch.Tensor,
+    y_test: torch.Tensor,
+    batch_size: int,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """(float32 output, targets) of each test batch, under the training autocast state, in
+    eval mode. `forward` (the compiled module with --compile) sees full batches only, so a
+    short last batch cannot recompile it; that remainder goes through the eager `model`,
+    which shares its weights."""
+    model.eval()
+    try:
+        for start in range(0, len(x_test), batch_size):
+            xb, yb = x_test[start : start + batch_size], y_test[start : start + batch_size]
+            with precision.autocast():
+                output = (forward if len(xb) == batch_size else model)(xb)
+            yield output.float(), yb
+    finally:
+        model.train()
+
+
 @torch.no_grad()
 def _evaluate(
     forward: Callable[[torch.Tensor], torch.Tensor],
@@ -652,47 +675,31 @@ def _evaluate(
     batch_size: int,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
 ) -> tuple[float | None, float]:
-    """Under the training autocast state. `forward` (the compiled module with --compile)
-    sees full batches only, so a short last batch cannot recompile it; that remainder goes
-    through the eager `model`, which shares its weights. `loss_fn`: a user workload's (mean)
-    loss, its accuracy only where the targets are class indices of the output's last axis."""
+    """(accuracy, mean loss) over every prediction: a sample's, or a token's. `loss_fn`: a
+    user workload's (mean) loss, its accuracy only where the targets are class indices of
+    the output's last axis."""
+    batches = _test_batches(forward, model, precision, x_test, y_test, batch_size)
     if loss_fn is not None:
-        return _evaluate_user(forward, model, precision, x_test, y_test, batch_size, loss_fn)
-    model.eval()
-    correct, loss_sum = 0, 0.0  # over every prediction: a sample's, or a token's
-    for start in range(0, len(x_test), batch_size):
-        xb, yb = x_test[start : start + batch_size], y_test[start : start + batch_size]
-        with precision.autocast():
-            logits = (forward if len(xb) == batch_size else model)(xb)
-        output = logits.float()
+        return _evaluate_user(batches, y_test, loss_fn)
+    correct, loss_sum = 0, 0.0
+    for output, yb in batches:
         loss_sum += cross_entropy(output, yb, reduction="sum").item()
         correct += (output.argmax(dim=-1) == yb).sum().item()
-    model.train()
     return correct / y_test.numel(), loss_sum / y_test.numel()
 
 
-@torch.no_grad()
 def _evaluate_user(
-    forward: Callable[[torch.Tensor], torch.Tensor],
-    model: torch.nn.Module,
-    precision: TorchPrecision,
-    x_test: torch.Tensor,
+    batches: Iterator[tuple[torch.Tensor, torch.Tensor]],
     y_test: torch.Tensor,
-    batch_size: int,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
 ) -> tuple[float | None, float]:
-    model.eval()
     correct, loss_sum, classes = 0, 0.0, not y_test.is_floating_point()
-    for start in range(0, len(x_test), batch_size):
-        xb, yb = x_test[start : start + batch_size], y_test[start : start + batch_size]
-        with precision.autocast():
-            output = (forward if len(xb) == batch_size else model)(xb).float()
-        loss_sum += loss_fn(output, yb).item() * len(xb)
+    for output, yb in batches:
+        loss_sum += loss_fn(output, yb).item() * len(yb)
         classes = classes and output.shape[:-1] == yb.shape
         if classes:
             correct += (output.argmax(dim=-1) == yb).sum().item()
-    model.train()
-    return (correct / y_test.numel() if classes else None), loss_sum / len(x_test)
+    return (correct / y_test.numel() if classes else None), loss_sum / len(y_test)
 
 
 def build_user(workload: Any, device: torch.device) -> tuple[Any, Any, Any]:
