@@ -21,14 +21,21 @@ class Policy:
     tf32: bool  # float32 matmuls may use TF32 Tensor Core math
     loss_scaling: bool  # dynamic loss scaling (GradScaler / LossScaleOptimizer)
     peak_key: str  # which column of the peak TFLOP/s table bounds this policy
+    # float8: Linear/Dense GEMMs in fp8 on top of the compute dtype (docs/policies.md, "fp8");
+    # an opt-in policy (an optional extra for torch): `--policy auto` never picks it.
+    fp8: bool = False
 
 
 FLOAT32 = Policy("float32", ("fp32",), "float32", False, False, "fp32")
 TF32 = Policy("tf32", (), "float32", True, False, "tf32")
 MIXED_FLOAT16 = Policy("mixed_float16", ("fp16", "amp_fp16"), "float16", False, True, "fp16")
 MIXED_BFLOAT16 = Policy("mixed_bfloat16", ("bf16", "amp_bf16"), "bfloat16", False, False, "bf16")
+# fp8 GEMMs for the eligible Linear/Dense layers, everything else under mixed_bfloat16.
+FLOAT8 = Policy("float8", ("fp8", "mixed_float8"), "bfloat16", False, False, "fp8", fp8=True)
 
-POLICIES: dict[str, Policy] = {p.name: p for p in (FLOAT32, TF32, MIXED_FLOAT16, MIXED_BFLOAT16)}
+POLICIES: dict[str, Policy] = {
+    p.name: p for p in (FLOAT32, TF32, MIXED_FLOAT16, MIXED_BFLOAT16, FLOAT8)
+}
 BASELINE = FLOAT32.name
 
 # Selectors accepted wherever a *set* of policies is named (`--policy auto`, `--policy all`).
@@ -65,6 +72,9 @@ def resolve(name: str) -> Policy:
 class Rating(str, Enum):
     FAST = "fast"
     SLOW = "slow"
+    # Runs, with the policy's numerics, but not on the hardware the policy is for: its step
+    # time is the cost of emulation, never a speed (float8 off sm_89+).
+    EMULATED = "emulated"
     UNSUPPORTED = "unsupported"
 
 
@@ -99,9 +109,23 @@ def _cc(device: DeviceTraits) -> str:
     return f"{major}.{minor}"
 
 
+# Hardware fp8 GEMMs (e4m3/e5m2 Tensor Cores): Ada sm_89, Hopper sm_90, Blackwell sm_100+.
+# torch._scaled_mm refuses fp8 below it ("only supported on CUDA devices with compute
+# capability >= 9.0 or 8.9"); Transformer Engine's support matrix says the same.
+FP8_MIN_CC = (8, 9)
+
+
 def _rate_nvidia(policy: Policy, device: DeviceTraits) -> PolicyRating:
     cc = device.compute_capability or (0, 0)
     here = f"compute capability {_cc(device)}"
+    if policy is FLOAT8:
+        if cc >= FP8_MIN_CC:
+            return PolicyRating(policy.name, Rating.FAST, f"fp8 Tensor Cores ({here} >= 8.9)")
+        return PolicyRating(
+            policy.name,
+            Rating.EMULATED,
+            f"no fp8 Tensor Cores ({here} < 8.9): fp8 numerics emulated, slower than bf16",
+        )
     if policy is FLOAT32:
         return PolicyRating(policy.name, Rating.FAST, "baseline: float32 with TF32 off")
     if policy is TF32:
@@ -143,6 +167,14 @@ def _rate_cpu(policy: Policy, device: DeviceTraits) -> PolicyRating:
         return PolicyRating(
             policy.name, Rating.UNSUPPORTED, "TF32 is an NVIDIA GPU math mode; CPUs have none"
         )
+    if policy is FLOAT8:
+        # torch._scaled_mm on a CPU upcasts to float32 (oneDNN only with AMX-INT8, which has
+        # no fp8 units either); Keras' float8 layers quantise-dequantise around a matmul.
+        return PolicyRating(
+            policy.name,
+            Rating.EMULATED,
+            "no CPU has fp8 matrix units: fp8 numerics emulated in float32, slower than float32",
+        )
     if flags is None:
         return PolicyRating(
             policy.name, Rating.SLOW, "CPU features unknown: assume emulated and slow"
@@ -169,6 +201,8 @@ def _rate_cpu(policy: Policy, device: DeviceTraits) -> PolicyRating:
 
 
 def _rate_tpu(policy: Policy) -> PolicyRating:
+    if policy is FLOAT8:
+        return PolicyRating(policy.name, Rating.UNSUPPORTED, "mpbench has no fp8 path for TPUs")
     return {
         "float32": PolicyRating(policy.name, Rating.FAST, "baseline"),
         "tf32": PolicyRating(policy.name, Rating.UNSUPPORTED, "TF32 is an NVIDIA GPU math mode"),
@@ -181,6 +215,19 @@ def _rate_tpu(policy: Policy) -> PolicyRating:
 
 def _rate_other_gpu(policy: Policy, device: DeviceTraits) -> PolicyRating:
     vendor = "Apple GPU (MPS)" if device.kind == "mps" else "AMD GPU (ROCm)"
+    if policy is FLOAT8 and device.kind == "mps":
+        # pytorch/pytorch#132624: "Trying to convert Float8_e5m2 to the MPS backend but it
+        # does not have support for that dtype" (e4m3fn alone arrived in late 2026).
+        return PolicyRating(
+            policy.name, Rating.UNSUPPORTED, "torch's MPS backend lacks the float8 dtypes"
+        )
+    if policy is FLOAT8:
+        # MI300's fp8 (the fnuz formats) is not a path mpbench has checked: numerics only.
+        return PolicyRating(
+            policy.name,
+            Rating.EMULATED,
+            f"mpbench labels only NVIDIA sm_89+ fp8 as hardware: fp8 numerics on an {vendor}",
+        )
     if policy is FLOAT32:
         return PolicyRating(policy.name, Rating.FAST, "baseline")
     if policy is TF32:
@@ -214,8 +261,9 @@ def rate_all(device: DeviceTraits) -> list[PolicyRating]:
 
 
 def auto_policies(device: DeviceTraits) -> list[Policy]:
-    """The default set: float32 plus every policy rated fast on the device."""
-    fast = [p for p in POLICIES.values() if rate(p, device).rating is Rating.FAST]
+    """The default set: float32 plus every policy rated fast on the device; float8 only when
+    named (it needs an optional extra for torch and pays off only on large GEMMs)."""
+    fast = [p for p in POLICIES.values() if not p.fp8 and rate(p, device).rating is Rating.FAST]
     return [FLOAT32, *(p for p in fast if p is not FLOAT32)]
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mpbench.errors import InvalidInput, unknown_choice
+from mpbench.fp8 import FP8_MODES, TORCH_RECIPES
 
 DATA_MODES = ("auto", "real", "synthetic")
 LOOPS = ("fit", "custom")
@@ -540,6 +541,32 @@ SETTINGS: tuple[Setting, ...] = (
         toml=("run",),
         choices=ON_DIVERGE,
         example="fallback",
+    ),
+    # The float8 policy (docs/policies.md, "fp8"; the rules: mpbench/fp8.py).
+    Setting(
+        "fp8_mode",
+        str,
+        "auto",
+        ("--fp8-mode",),
+        "float8 cells: auto (fp8 GEMMs in hardware on NVIDIA sm_89+, emulated elsewhere, "
+        "labelled either way), hardware (skip the cell where there are none) or emulated "
+        "(fp8 numerics only, also on sm_89+).",
+        toml=("run",),
+        choices=FP8_MODES,
+        noun="mode",
+        example="emulated",
+    ),
+    Setting(
+        "fp8_recipe",
+        str,
+        "tensorwise",
+        ("--fp8-recipe",),
+        "torch float8 cells: torchao's recipe, tensorwise|rowwise|rowwise_with_gw_hp "
+        "(default: tensorwise; Keras has one: delayed scaling).",
+        toml=("torch",),
+        choices=TORCH_RECIPES,
+        noun="recipe",
+        example="rowwise",
     ),
     # Data-parallel cells (docs/distributed.md). nproc is a matrix axis (`--nproc 1,2`: the
     # same cell at each world size); the rest say where the job's other nodes are.

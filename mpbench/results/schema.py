@@ -16,7 +16,7 @@ from typing import Any
 from mpbench.errors import InvalidInput
 from mpbench.results.step_stats import StepStats
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 
 class Status(str, Enum):
@@ -273,6 +273,29 @@ class StartupStats:
 
 
 @dataclass
+class Fp8Stats:
+    """v9: a float8 cell's fp8, as it ran (docs/policies.md, "fp8"; the rules: mpbench.fp8).
+    `mode` is what executed, never what was asked: `emulated` step times are the cost of
+    emulation, and compare shows no speed-up for them."""
+
+    mode: str  # "hardware" | "emulated"
+    why: str  # why that mode: the device, the path, or --fp8-mode emulated
+    requested: str  # --fp8-mode: auto | hardware | emulated
+    backend: str  # "torchao 0.18.0 float8 training", "keras 3.15.1 float8 Dense layers"
+    gemm: str  # how each fp8 GEMM ran, in words
+    recipe: str  # torchao: tensorwise | rowwise | rowwise_with_gw_hp; Keras: delayed
+    scaling: str  # how the scales are chosen
+    formats: dict[str, str]  # operand -> float8 dtype: {"forward": "float8_e4m3fn", ...}
+    base_policy: str  # what every other op runs in: mixed_bfloat16
+    layers_fp8: list[str] = field(default_factory=list)
+    skipped_layers: dict[str, str] = field(default_factory=dict)  # layer -> why it stayed
+    # The fp8 GEMMs' share of the forward FLOPs per sample (the step's share too); None
+    # where the model's FLOPs are unknown (flop_share_note says why).
+    flop_share_fp8: float | None = None
+    flop_share_note: str | None = None
+
+
+@dataclass
 class CellRecord:
     run_id: str
     cell_id: str
@@ -315,6 +338,7 @@ class CellRecord:
     hardware_fingerprint: str = ""
     wall_s: float | None = None
     startup: StartupStats | None = None  # v8
+    fp8: Fp8Stats | None = None  # v9: float8 cells only
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:

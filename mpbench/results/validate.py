@@ -83,6 +83,7 @@ BOUNDS = {
     # A slowest rank is never faster than the median one.
     "distributed.straggler_ratio": Bounds(low=1.0),
     "accuracy.test_accuracy": FRACTION,
+    "fp8.flop_share_fp8": FRACTION,
 }
 
 
@@ -214,6 +215,13 @@ def shown(value: Any) -> str:
 def check_record(record: CellRecord) -> None:
     """SchemaError unless the record agrees with itself (its version: versions.load_record)."""
     _check_world_size(record)
+    _check_fp8(record)
+
+
+def _check_fp8(record: CellRecord) -> None:
+    """compare hides an emulated cell's speed-up by `fp8.mode`: it must be one of the two."""
+    if record.fp8 is not None and record.fp8.mode not in ("hardware", "emulated"):
+        raise SchemaError(f"fp8.mode must be hardware or emulated, got {shown(record.fp8.mode)}")
 
 
 def held(record: Any, path: str) -> bool:

@@ -211,11 +211,13 @@ def expand(config: RunConfig, report, run_id: str) -> tuple[str, DeviceTraits, l
                             node_rank=config.node_rank,
                             rdzv_endpoint=config.rdzv_endpoint,
                             grad_comm=recipe.grad_comm,
+                            fp8_mode=config.fp8_mode,
+                            fp8_recipe=config.fp8_recipe,
                             intra_op_threads=threads,
                             inter_op_threads=threads,
                             **sizes,
                         )
-                        skip = _skip_reason(policy, traits, framework, missing)
+                        skip = _skip_reason(policy, traits, framework, missing, config.fp8_mode)
                         skip = skip or _unsupported_by(workload, framework)
                         reference = None
                         if spec.world_size > 1 and config.nnodes == 1 and 1 in config.nproc:
@@ -290,13 +292,16 @@ def cell_id(framework: str, workload: str, policy: str, recipe: Recipe, repeat: 
 
 
 def _skip_reason(
-    policy: Policy, traits: DeviceTraits, framework: str, missing: str | None
+    policy: Policy, traits: DeviceTraits, framework: str, missing: str | None, fp8_mode: str
 ) -> str | None:
     if missing:
         return f"{framework} is not installed: {missing}"
     rating = rate(policy, traits)
     if rating.rating is Rating.UNSUPPORTED:
         return f"{policy.name} is unsupported on {traits.name}: {rating.reason}"
+    if policy.fp8 and fp8_mode == "hardware" and rating.rating is not Rating.FAST:
+        # Asked for fp8 GEMMs in hardware: never a silent emulation instead.
+        return f"--fp8-mode hardware: {traits.name} has no fp8 GEMMs ({rating.reason})"
     return None
 
 

@@ -17,6 +17,7 @@ from mpbench.policies import DeviceTraits, Rating, rate
 
 # Down the ladder: what a diverged policy falls back to, best first.
 LADDER = {
+    "float8": ("mixed_bfloat16", "float32"),
     "mixed_float16": ("mixed_bfloat16", "float32"),
     "mixed_bfloat16": ("float32",),
     "tf32": ("float32",),

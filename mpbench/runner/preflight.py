@@ -196,4 +196,15 @@ def unused_settings(config: RunConfig, cells: list[Cell]) -> list[str]:
             "--compile: applies to torch cells only, and none runs here; TensorFlow's "
             "switch is --jit on"
         )
+    fp8 = [spec for spec in running if spec.policy == "float8"]
+    if config.fp8_mode != "auto" and not fp8:
+        found.append(
+            f"--fp8-mode {config.fp8_mode}: applies to float8 cells only, and none runs here; "
+            "add -p fp8 to measure it"
+        )
+    if config.fp8_recipe != "tensorwise" and not any(s.framework == "torch" for s in fp8):
+        found.append(
+            f"--fp8-recipe {config.fp8_recipe}: applies to torch float8 cells only, and none "
+            "runs here; Keras' float8 layers have one recipe (delayed scaling)"
+        )
     return found

@@ -19,6 +19,7 @@ from mpbench.results import (
     DivergenceInfo,
     EndToEndStats,
     EnergyStats,
+    Fp8Stats,
     LossScaleStats,
     MemoryStats,
     StartupStats,
@@ -153,8 +154,12 @@ def _fill_measurements(
     record.end_to_end = EndToEndStats(**raw["end_to_end"]) if raw.get("end_to_end") else None
     record.threads = raw.get("threads") or {}
     record.compile = CompileStats(**raw["compile"]) if raw.get("compile") else None
+    record.fp8 = Fp8Stats(**raw["fp8"]) if raw.get("fp8") else None
+    # An emulated fp8 cell runs no fp8 GEMM: no peak bounds it, so it gets no MFU.
+    emulated = record.fp8 is not None and record.fp8.mode == "emulated"
     if stats.median_s:
         record.throughput_samples_per_s = raw["samples_per_step"] / stats.median_s
+    if stats.median_s and not emulated:
         record.peak_tflops = _peak_tflops(record.device, record.policy)
         record.measured_peak_tflops = measured_peaks.get(resolve(record.policy).peak_key)
         if record.flops_per_step is not None:  # None: a user workload's, unknown in Keras

@@ -256,7 +256,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_finished_cells(tmp_path, tiny_config):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--policy", "fp8"], "unknown policy 'fp8'; valid choices: float32"),
+        (["--policy", "fp4"], "unknown policy 'fp4'; valid choices: float32"),
         (["--workload", "resnet"], "unknown workload 'resnet'; valid choices: mnist_dense"),
         (["--framework", "jax"], "unknown framework 'jax'; valid choices: torch, tensorflow"),
         (["--device", "tpu"], "unknown device 'tpu'"),
