@@ -30,9 +30,9 @@ def test_aliases_resolve_to_canonical_names(name, canonical):
 
 def test_unknown_policy_names_the_valid_choices():
     with pytest.raises(InvalidInput) as err:
-        resolve("fp8")
+        resolve("fp4")
     message = str(err.value)
-    assert "'fp8'" in message
+    assert "'fp4'" in message
     for choice in ("float32", "tf32", "mixed_float16", "mixed_bfloat16", "bf16", "auto"):
         assert choice in message
 

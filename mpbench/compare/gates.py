@@ -285,6 +285,13 @@ def check_ratios(
                 if result is not None:
                     checked += 1
                     results.append(result)
+        emulated = any(g.emulated(row) for g in groups for row in g.cells)
+        if checked == 0 and emulated and policy == "float8":
+            raise InvalidInput(
+                f"--min-speedup {key}={minimum:g}: fp8 ran emulated here (no fp8 GEMMs on "
+                "this device), so its step time is the cost of emulation, not a speed-up; "
+                "gate its numerics with --max-accuracy-delta"
+            )
         if checked == 0:
             where = f" at world size {world}" if world is not None else ""
             raise InvalidInput(
@@ -347,6 +354,12 @@ def _min_speedup(
         return GateResult(
             "min-speedup", label, False, f"did not finish: {_status(cell)}", None, minimum
         )
+    if group.emulated(policy):
+        notes.append(
+            f"--min-speedup not checked for {label}: fp8 ran emulated here, so its step time "
+            "is the cost of emulation, not a speed-up"
+        )
+        return None
     speedup = group.speedup(policy)
     if speedup is None:
         notes.append(f"--min-speedup not checked for {label}: no step times")

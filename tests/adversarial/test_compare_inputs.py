@@ -222,7 +222,7 @@ ACCEPTED = "tf32, mixed_float16, mixed_bfloat16, fp16, amp_fp16, bf16, amp_bf16"
     [
         ("all=1.5", "name one policy per limit"),
         ("auto=1.5", "name one policy per limit"),
-        ("fp8=1.5", "unknown policy 'fp8'"),
+        ("fp4=1.5", "unknown policy 'fp4'"),
         ("fp32=1.5", "measured against float32 itself"),
     ],
 )

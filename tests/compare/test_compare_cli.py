@@ -107,7 +107,7 @@ def test_different_hardware_exits_2_unless_allowed(cpu_run_dir: Path, tmp_path: 
     ("args", "message"),
     [
         (["--max-slowdown", "10"], "--max-slowdown '10' is ambiguous"),
-        (["--min-speedup", "fp8=2"], "unknown policy 'fp8'"),
+        (["--min-speedup", "fp4=2"], "unknown policy 'fp4'"),
         (["--format", "html"], "unknown format 'html'"),
         (["--max-slowdown", "10%"], "need --baseline"),
     ],

@@ -57,7 +57,7 @@ def test_min_speedup_resolves_aliases_and_x_suffix() -> None:
     [
         ("bf16", "expected POLICY=RATIO"),
         ("=1.5", "expected POLICY=RATIO"),
-        ("fp8=1.5", "unknown policy 'fp8'; valid choices: tf32, mixed_float16"),
+        ("fp4=1.5", "unknown policy 'fp4'; valid choices: tf32, mixed_float16"),
         ("all=1.5", "name one policy per limit"),
         ("float32=1.2", "measured against float32 itself"),
         ("bf16=fast", "expected a ratio like 1.5"),

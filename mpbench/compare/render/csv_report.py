@@ -71,6 +71,10 @@ _CSV_COLUMNS = [
     "mfu",
     "mfu_measured",
     *TELEMETRY_COLUMNS,
+    "test_loss",
+    "fp8_mode",
+    "fp8_flop_share",
+    *_flat_columns("fp8_emulation_cost_vs_float32"),
     "drifting",
     "failed_gates",
     "inconclusive_gates",
@@ -120,6 +124,7 @@ def render_csv(report: Report) -> str:
     writer.writeheader()
     for group, policy, cell in report.policy_cells():
         data = cell_json(report, group, policy, cell)
+        fp8 = data["fp8"]
         row = {
             **{k: data[k] for k in ("cell", "group", "framework", "workload", "policy", "variant")},
             "device": data["device"],
@@ -148,6 +153,12 @@ def render_csv(report: Report) -> str:
             "mfu": cell.mfu,
             "mfu_measured": cell.mfu_measured,
             **{name: data[name] for name in TELEMETRY_COLUMNS},
+            "test_loss": data["test_loss"],
+            "fp8_mode": fp8["mode"] if fp8 else None,
+            "fp8_flop_share": fp8["flop_share"] if fp8 else None,
+            **_flat(
+                "fp8_emulation_cost_vs_float32", fp8["emulation_cost_vs_float32"] if fp8 else None
+            ),
             "drifting": data["drifting"],
             "failed_gates": ";".join(failed.get(data["cell"], [])),
             "inconclusive_gates": ";".join(unsure.get(data["cell"], [])),

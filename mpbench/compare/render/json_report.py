@@ -83,6 +83,8 @@ def cell_json(report: Report, group: PolicyGroup, policy: str, cell: CellSummary
         "memory_vs_float32": estimate_json(group.memory_ratio(policy)),
         "test_accuracy": estimate_json(cell.accuracy),
         "accuracy_delta_pp_vs_float32": estimate_json(group.accuracy_delta_pp(policy)),
+        "test_loss": cell.test_loss,
+        "fp8": _fp8_json(group, policy),
         "loss_scale": cell.loss_scale,
         "loss_scale_skipped_steps": cell.skipped_steps,
         "achieved_tflops": cell.achieved_tflops,
@@ -106,6 +108,25 @@ def cell_json(report: Report, group: PolicyGroup, policy: str, cell: CellSummary
             }
             for d in cell.drift
         ],
+    }
+
+
+def _fp8_json(group: PolicyGroup, policy: str) -> dict[str, Any] | None:
+    """A float8 cell's fp8 as it ran; an emulated cell's step time as the cost of emulation
+    (its speedup_vs_float32 is null) and its accuracy against bf16, its base policy."""
+    fp8 = group.cells[policy].fp8
+    if fp8 is None:
+        return None
+    return {
+        "mode": fp8.mode,
+        "why": fp8.why,
+        "layers_fp8": fp8.layers_fp8,
+        "layers_total": fp8.layers_total,
+        "flop_share": fp8.flop_share,
+        "emulation_cost_vs_float32": estimate_json(group.emulation_cost(policy)),
+        "accuracy_delta_pp_vs_bfloat16": estimate_json(
+            group.accuracy_delta_pp(policy, "mixed_bfloat16")
+        ),
     }
 
 

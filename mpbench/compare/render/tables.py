@@ -105,6 +105,19 @@ def _ratio_or_ref(policy: str, value: Estimate | None) -> str:
     return fmt.ratio_interval(value)
 
 
+# An emulated fp8 cell's speed-up column: its step time is the cost of emulating fp8.
+EMULATED_NOTE = (
+    "emulated fp8: fp8 numerics without fp8 GEMMs (no fp8 hardware here), so its step time "
+    "and memory are the cost of emulation, not fp8's: no speed-up or memory ratio is shown"
+)
+
+
+def _speedup_cell(group: PolicyGroup, policy: str, value: Estimate | None, notes: Footnotes) -> str:
+    if group.emulated(policy):
+        return "emulated " + notes.mark(EMULATED_NOTE)
+    return _ratio_or_ref(policy, value)
+
+
 def _delta_or_ref(policy: str, value: Estimate | None) -> str:
     if policy == BASELINE and value is not None:
         return REF
@@ -259,7 +272,7 @@ def section_table(section: Section, labeler: Labeler) -> TextTable:
                 STEP: fmt.ms(cell.step_time_s.value if cell.step_time_s else None),
                 SPREAD: fmt.ms_range(cell.p10_s, cell.p90_s) if cell.step_time_s else fmt.DASH,
                 STEP_CI: fmt.ms_interval(estimates[STEP_CI]),
-                SPEEDUP: _ratio_or_ref(policy, estimates[SPEEDUP]),
+                SPEEDUP: _speedup_cell(group, policy, estimates[SPEEDUP], notes),
                 E2E: _ratio_or_ref(policy, estimates[E2E]),
                 SAMPLES: fmt.throughput(cell.throughput),
                 MEMORY: memory,

@@ -222,6 +222,28 @@ def is_training_memory(kind: str | None) -> bool:
     return bool(kind) and kind.startswith("training")
 
 
+@dataclass(frozen=True)
+class Fp8Summary:
+    """A float8 cell's fp8 as its finished repeats ran it (results.Fp8Stats, v9)."""
+
+    mode: str  # "emulated" when any finished repeat was: no speed-up is shown then
+    why: str
+    layers_fp8: int
+    layers_total: int  # fp8 and kept in the base precision
+    flop_share: float | None  # the fp8 GEMMs' share of the FLOPs
+
+    @property
+    def emulated(self) -> bool:
+        return self.mode == "emulated"
+
+    def coverage(self) -> str:
+        """`2 of 3 Linear layers, 98 % of FLOPs`."""
+        text = f"{self.layers_fp8} of {self.layers_total} layers"
+        if self.flop_share is not None:
+            text += f", {self.flop_share * 100:.0f} % of FLOPs"
+        return text
+
+
 @dataclass
 class CellSummary:
     """One cell with its repeats merged; every number comes with its interval (estimate.py)."""
@@ -236,6 +258,7 @@ class CellSummary:
     memory_kind: str | None = None  # "training mem (cuda allocator)", ... (memory_readings)
     dataset_device_bytes: float | None = None  # the preloaded dataset, not in training memory
     accuracy: Estimate | None = None  # fraction in [0, 1]
+    test_loss: float | None = None  # median over the finished repeats
     loss_scale: float | None = None
     skipped_steps: int | None = None
     achieved_tflops: float | None = None
@@ -260,6 +283,7 @@ class CellSummary:
     contended_why: list[str] = field(default_factory=list)
     implausible: list[str] = field(default_factory=list)
     voided: list[str] = field(default_factory=list)
+    fp8: Fp8Summary | None = None  # float8 cells (v9)
 
     @property
     def policy(self) -> str:
@@ -379,6 +403,7 @@ def summarize(key: CellKey, records: list[CellRecord]) -> CellSummary:
     accuracies = list(cell.accuracies().values())
     if accuracies:
         cell.accuracy = of_repeats(accuracies, log=False)
+    cell.test_loss = median_of_present(r.accuracy.test_loss for r in ok)
     scales = [r.loss_scale for r in ok if r.loss_scale is not None]
     cell.loss_scale = median_of_present(s.final_scale for s in scales)
     skipped = median_of_present(s.skipped_steps for s in scales)
@@ -394,6 +419,7 @@ def summarize(key: CellKey, records: list[CellRecord]) -> CellSummary:
         cell.end_to_end_pipeline = "; ".join(dict.fromkeys(p for _, p in rates.values()))
     _summarize_telemetry(cell, ok)
     _summarize_trust(cell, ok)
+    cell.fp8 = _summarize_fp8(ok)
     cell.drift = [
         Drift(r.run_id, r.repeat, r.step_time.first_half_median_s, r.step_time.second_half_median_s)
         for r in timed
@@ -421,6 +447,23 @@ def _summarize_telemetry(cell: CellSummary, ok: list[CellRecord]) -> None:
         tried = energy or [r.energy for r in cell.records if r.energy is not None]
         reasons = dict.fromkeys(e.reason for e in tried if e.reason)
         cell.energy_reason = "; ".join(reasons) if reasons else None
+
+
+def _summarize_fp8(ok: list[CellRecord]) -> Fp8Summary | None:
+    """The fp8 of the finished repeats: emulated if any was (the step times then mix in the
+    cost of emulation), the layer counts and FLOP share of the first."""
+    ran = [r.fp8 for r in ok if r.fp8 is not None]
+    if not ran:
+        return None
+    emulated = [f for f in ran if f.mode == "emulated"]
+    first = (emulated or ran)[0]
+    return Fp8Summary(
+        mode=first.mode,
+        why=first.why,
+        layers_fp8=len(first.layers_fp8),
+        layers_total=len(first.layers_fp8) + len(first.skipped_layers),
+        flop_share=median_of_present(f.flop_share_fp8 for f in ran),
+    )
 
 
 # MFU against a datasheet peak above this is no measurement but a wrong step time or peak.
@@ -496,12 +539,23 @@ class PolicyGroup:
         cell = self.cells.get(BASELINE)
         return cell if cell is not None and cell.ok else None
 
+    def emulated(self, policy: str) -> bool:
+        """An emulated fp8 cell: its step time and memory are the cost of emulating fp8, so
+        no speed-up, memory ratio or end-to-end speed-up is taken of them (docs/policies.md)."""
+        cell = self.cells.get(policy)
+        return bool(cell and cell.fp8 and cell.fp8.emulated)
+
     def _pairs(
-        self, policy: str, values: Callable[[CellSummary], dict[RepeatKey, V]]
+        self,
+        policy: str,
+        values: Callable[[CellSummary], dict[RepeatKey, V]],
+        against: str = BASELINE,
     ) -> list[tuple[V, V]]:
-        """(float32, policy) values of the repeats both have, in repeat order."""
-        ref, cell = self.reference, self.cells.get(policy)
-        if ref is None or cell is None or not cell.ok:
+        """(float32, policy) values of the repeats both have, in repeat order; `against`:
+        another row than float32 (an emulated fp8 cell's accuracy against bf16)."""
+        ref = self.reference if against == BASELINE else self.cells.get(against)
+        cell = self.cells.get(policy)
+        if ref is None or not ref.ok or cell is None or not cell.ok:
             return []
         a, b = values(ref), values(cell)
         return [(a[k], b[k]) for k in sorted(a.keys() & b.keys())]
@@ -522,7 +576,10 @@ class PolicyGroup:
     def speedup(self, policy: str) -> Estimate | None:
         """float32 step time / this policy's (above 1: faster than float32). Where the 16-bit
         cells run a larger batch (--batch-scale-16bit) the times are per sample, so this is
-        the throughput ratio (samples/s) of the policy at its batch to float32 at its own."""
+        the throughput ratio (samples/s) of the policy at its batch to float32 at its own.
+        None for an emulated fp8 cell: emulation_cost says what its step time is."""
+        if self.emulated(policy):
+            return None
         pairs = self._pairs(policy, CellSummary.step_times)
         if pairs and self.batch_scaled:
             ref, cell = self.reference, self.cells[policy]
@@ -531,6 +588,14 @@ class PolicyGroup:
                 return None
             pairs = [(per_sample(a, ref_batch), per_sample(b, batch)) for a, b in pairs]
         return step_ratio(pairs) if pairs else None
+
+    def emulation_cost(self, policy: str) -> Estimate | None:
+        """An emulated fp8 cell's step time / float32's (above 1: slower): what emulating
+        fp8 costs here, never a speed; None for any other cell."""
+        if not self.emulated(policy) or self.batch_scaled:
+            return None
+        pairs = self._pairs(policy, CellSummary.step_times)
+        return step_ratio([(b, a) for a, b in pairs]) if pairs else None
 
     def speedup_ceiling(self, policy: str) -> tuple[float, str]:
         """The largest speed-up over float32 the device could deliver, and where it comes
@@ -578,19 +643,26 @@ class PolicyGroup:
         return "; ".join(dict.fromkeys(reasons)) if reasons else None
 
     def memory_ratio(self, policy: str) -> Estimate | None:
-        """This policy's memory / float32's, only between the same kind of memory."""
+        """This policy's memory / float32's, only between the same kind of memory (none for
+        an emulated fp8 cell, whose memory holds the emulation's float32 copies)."""
         ref, cell = self.reference, self.cells.get(policy)
+        if self.emulated(policy):
+            return None
         if ref is None or cell is None or ref.memory_kind != cell.memory_kind:
             return None
         pairs = [(m, r) for r, m in self._pairs(policy, CellSummary.memory_values) if r > 0]
         return paired_ratio(pairs) if pairs else None
 
-    def accuracy_delta_pp(self, policy: str) -> Estimate | None:
-        pairs = [(a, r) for r, a in self._pairs(policy, CellSummary.accuracies)]
+    def accuracy_delta_pp(self, policy: str, against: str = BASELINE) -> Estimate | None:
+        """This policy's test accuracy minus float32's (or `against`'s), in points."""
+        pairs = [(a, r) for r, a in self._pairs(policy, CellSummary.accuracies, against)]
         return paired_difference(pairs).scaled(100) if pairs else None
 
     def end_to_end_speedup(self, policy: str) -> Estimate | None:
-        """This policy's end-to-end samples/s / float32's, through the same input pipeline."""
+        """This policy's end-to-end samples/s / float32's, through the same input pipeline
+        (none for an emulated fp8 cell, as speedup)."""
+        if self.emulated(policy):
+            return None
         pairs = [
             (rate, ref_rate)
             for (ref_rate, ref_pipe), (rate, pipe) in self._pairs(

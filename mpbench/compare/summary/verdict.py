@@ -28,12 +28,16 @@ NOT_MEASURED = "not measured"
 NO_RATIO = "measured, no ratio to float32"
 FELL_BACK = "fell back"  # diverged, and --on-diverge fallback ran it one step down
 REMEASURE = "re-measure on a quiet machine"  # contended or implausible evidence decides nothing
+# An emulated fp8 cell (docs/policies.md): its accuracy is fp8's, its step time emulation's.
+NUMERICS_ONLY = "numerics only: fp8 emulated, no speed measured"
+BF16 = "mixed_bfloat16"  # the base policy of float8: its accuracy is the nearest reference
 
 SHORT_NAMES = {
     "float32": "fp32",
     "tf32": "tf32",
     "mixed_float16": "fp16",
     "mixed_bfloat16": "bf16",
+    "float8": "fp8",
 }
 
 
@@ -90,6 +94,8 @@ def policy_verdict(group: PolicyGroup, policy: str) -> PolicyVerdict:
         if story is not None:
             return PolicyVerdict(policy, story, FELL_BACK, why)
         return PolicyVerdict(policy, f"{cell.status}, no numbers", NOT_MEASURED, why)
+    if group.emulated(policy):
+        return emulated_verdict(group, policy)
     if group.reference is None:
         return PolicyVerdict(policy, _measured(cell, "no float32 cell to compare with"), NO_RATIO)
     speedup = group.speedup(policy)
@@ -97,6 +103,8 @@ def policy_verdict(group: PolicyGroup, policy: str) -> PolicyVerdict:
         why = "no step times paired with float32's"
         return PolicyVerdict(policy, _measured(cell, why), NO_RATIO)
     parts = [_speed(speedup)]
+    if cell.fp8 is not None:
+        parts.append(f"fp8 in {cell.fp8.coverage()}")
     accuracy = group.accuracy_delta_pp(policy)
     if accuracy is not None:
         parts.append(f"{fmt.points(accuracy.value)} accuracy")
@@ -120,6 +128,23 @@ def policy_verdict(group: PolicyGroup, policy: str) -> PolicyVerdict:
         caution = "one repeat: within-run interval only, confirm with --repeat 3"
         why = f"{why}; {caution}" if why else caution
     return PolicyVerdict(policy, ", ".join(parts), advice, why)
+
+
+def emulated_verdict(group: PolicyGroup, policy: str) -> PolicyVerdict:
+    """An emulated fp8 cell: its accuracy against float32 and bf16, what the emulation cost,
+    and never a speed-up (`emulated, fp8 in 2 of 3 layers, 98 % of FLOPs; -0.05 pp accuracy vs
+    fp32 (...); ...; step time 3.1× float32's: the cost of emulation`)."""
+    cell = group.cells[policy]
+    assert cell.fp8 is not None
+    parts = [f"emulated, fp8 in {cell.fp8.coverage()}"]
+    for against in (BASELINE, BF16):
+        delta = group.accuracy_delta_pp(policy, against) if against in group.cells else None
+        if delta is not None:
+            parts.append(f"{fmt.points_interval(delta)} accuracy vs {short(against)}")
+    cost = group.emulation_cost(policy)
+    if cost is not None:
+        parts.append(f"step time {fmt.ratio(cost.value)} float32's: the cost of emulation")
+    return PolicyVerdict(policy, "; ".join(parts), NUMERICS_ONLY, cell.fp8.why)
 
 
 def _measured(cell: CellSummary, why: str) -> str:
