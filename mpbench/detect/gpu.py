@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from mpbench.detect.peaks import all_peaks, lookup, normalise_name
+from mpbench.policies import FP8_MIN_CC
 
 GIB = 1024**3
 NO_PEAKS: dict[str, float | None] = dict.fromkeys(all_peaks(""))
@@ -89,7 +90,8 @@ class GpuInfo:
 
     @property
     def fp8(self) -> bool | None:
-        return self._at_least((8, 9))
+        # The policy table's rule (float8 is rated fast from here): one constant, not two.
+        return self._at_least(FP8_MIN_CC)
 
     @property
     def capability(self) -> str | None:

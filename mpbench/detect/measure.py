@@ -41,8 +41,17 @@ from mpbench.detect.cuda_order import in_pci_order
 CACHE_SCHEMA_VERSION = 2  # 2: "cache_key" (torch version, CPU threads), contention, forgotten
 DEFAULT_MEASURE_TIMEOUT_S = 900.0
 # Policy peak keys (mpbench.policies.Policy.peak_key) and the dtype names they may be given as.
-DTYPE_KEYS = ("fp32", "tf32", "fp16", "bf16")
-_ALIASES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "half": "fp16"}
+# "fp8" is timed only on NVIDIA compute capability >= 8.9 (measure_child.fp8_skip_reason);
+# elsewhere its entry is skipped with the reason and never becomes a cached peak.
+DTYPE_KEYS = ("fp32", "tf32", "fp16", "bf16", "fp8")
+_ALIASES = {
+    "float32": "fp32",
+    "float16": "fp16",
+    "bfloat16": "bf16",
+    "half": "fp16",
+    "float8": "fp8",
+    "float8_e4m3fn": "fp8",
+}
 _FINGERPRINT = re.compile(r"[0-9A-Za-z_-]{1,128}")
 
 
@@ -132,7 +141,7 @@ def cached_peaks(
     fingerprint: str, *, torch_version: str | None = None, threads: int | None = None
 ) -> dict[str, float]:
     """The best measured matmul TFLOP/s of this hardware per policy peak key ("fp32", "tf32",
-    "fp16", "bf16"), read from the cache once; keys with nothing measured, or forgotten, are
+    "fp16", "bf16", "fp8"), read from the cache once; keys with nothing measured, or forgotten, are
     left out. `torch_version` / `threads`: what the peaks will be set against (default:
     the installed torch, default_threads()); a cache measured with others gives {}."""
     data = read_cached(fingerprint, torch_version=torch_version, threads=threads) or {}

@@ -4,7 +4,7 @@ A child, like the --probe children: importing torch takes seconds, may initialis
 the TF32 switch is process-global. Usage:
 
     python -m mpbench.detect.measure_child --device cpu|mps|cuda[:N] [--sizes 512,1024]
-        [--dtypes fp32,tf32,fp16,bf16] [--budget SECONDS] [--max-iters N] [--min-iters N]
+        [--dtypes fp32,tf32,fp16,bf16,fp8] [--budget SECONDS] [--max-iters N] [--min-iters N]
         [--warmup N] [--threads N]
 
 The last stdout line is `MPBENCH_MEASURE <json>`; the JSON always has "ok", and "error" when
@@ -15,6 +15,13 @@ skipped, and so are the larger ones. FLOPs per multiply = 2 n^3. CPU and MPS tim
 perf_counter (MPS synchronised); CUDA with CUDA events around each multiply
 (torch.cuda.Event(enable_timing=True); elapsed_time is in milliseconds, torch docs) and the
 L2 cache flushed between multiplies, so no iteration reuses the previous one's cached inputs.
+
+fp8 ("fp8" peak key): timed only where the hardware has fp8 matrix units, an NVIDIA GPU of
+compute capability >= 8.9 (mpbench.policies.FP8_MIN_CC): torch._scaled_mm on float8_e4m3fn
+operands (mat2 column-major, as cuBLASLt wants), float32 scalar scales of 1.0 (tensorwise
+scaling), out_dtype bfloat16, use_fast_accum off; also 2 n^3 FLOPs. Anywhere else fp8 is
+skipped with the reason (fp8_skip_reason): a CPU's _scaled_mm upcasts to float32, so timing
+it would store emulation as an fp8 peak.
 
 The timed part runs inside a contention window (mpbench.telemetry.contention) whose root is
 this process: the answer's "contention" says how much CPU other processes took meanwhile,
@@ -32,8 +39,22 @@ from collections.abc import Callable
 from typing import Any
 
 from mpbench.detect.child import MEASURE_MARKER, answer, one_line
+from mpbench.policies import FP8_MIN_CC
 
-DTYPES = {"fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+DTYPES = {
+    "fp32": "float32",
+    "tf32": "float32",
+    "fp16": "float16",
+    "bf16": "bfloat16",
+    "fp8": "float8_e4m3fn",
+}
+FP8_OUT_DTYPE = "bfloat16"
+FP8_OP = (
+    "torch._scaled_mm(float8_e4m3fn, float8_e4m3fn column-major, float32 scalar scales, "
+    "out_dtype=bfloat16)"
+)
+# The CPU's reason is the one `detect --measure` shows most: say why nothing is timed.
+FP8_CPU_REASON = "no fp8 matrix units: an fp8 GEMM here would time float32 emulation"
 CPU_SIZES = (512, 1024, 2048)
 GPU_SIZES = (2048, 4096, 8192)
 
@@ -86,13 +107,74 @@ class _Timer:
         return time.perf_counter() - begin
 
 
-def _time_size(torch, device, dtype, n: int, timer: _Timer, limits: dict) -> dict:
+def fp8_skip_reason(
+    device_type: str, compute_capability: tuple[int, int] | None = None, hip: str | None = None
+) -> str | None:
+    """Why this device gets no fp8 timing; None where the hardware has fp8 matrix units (an
+    NVIDIA GPU of compute capability >= FP8_MIN_CC, the rule policies.rate uses)."""
+    if device_type == "cpu":
+        return FP8_CPU_REASON
+    if device_type == "mps":
+        return "torch's MPS backend has no fp8 matrix multiply: nothing to time"
+    if device_type != "cuda":
+        return f"no fp8 matrix multiply on {device_type}"
+    if hip:
+        # torch's "cuda" on ROCm: MI300's fp8 is the fnuz formats, not e4m3fn.
+        return (
+            f"ROCm (HIP {hip}): mpbench times fp8 only on NVIDIA compute capability >= "
+            "{}.{}".format(*FP8_MIN_CC)
+        )
+    if compute_capability is None:
+        return "compute capability unknown: fp8 not timed"
+    if tuple(compute_capability) < FP8_MIN_CC:
+        return (
+            "no fp8 Tensor Cores (compute capability {}.{} < {}.{}): torch._scaled_mm "
+            "needs 8.9+".format(*compute_capability, *FP8_MIN_CC)
+        )
+    return None
+
+
+def _fp8_multiply(torch, device, n: int) -> Callable[[], Any]:
+    """One n x n x n fp8 GEMM as the frameworks' fp8 Linear layers run it (torchao's
+    tensorwise recipe): e4m3fn x e4m3fn, mat2 column-major, bf16 out, FP32 accumulate."""
+    fp8 = torch.float8_e4m3fn
+    a = torch.randn(n, n, device=device).to(fp8)
+    b = torch.randn(n, n, device=device).to(fp8).t()  # column-major: cuBLASLt's "TN" layout
+    scale = torch.tensor(1.0, device=device, dtype=torch.float32)
+    out_dtype = getattr(torch, FP8_OUT_DTYPE)
+
+    def multiply() -> None:
+        # One tensor back; releases before pytorch#128683 (mid-2024) gave (out, amax): unused.
+        torch._scaled_mm(a, b, scale_a=scale, scale_b=scale, out_dtype=out_dtype)
+
+    return multiply
+
+
+def _multiply(torch, device, key: str, n: int) -> Callable[[], Any]:
+    if key == "fp8":
+        return _fp8_multiply(torch, device, n)
+    dtype = getattr(torch, DTYPES[key])
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
     out = torch.empty(n, n, device=device, dtype=dtype)
 
     def multiply() -> None:
         torch.mm(a, b, out=out)
+
+    return multiply
+
+
+def gemm_flops(n: int) -> float:
+    """FLOPs of one n x n x n GEMM: n^2 outputs, n multiply-adds each."""
+    return 2.0 * n**3
+
+
+def tflops(flops: float, seconds: float) -> float | None:
+    return flops / seconds / 1e12 if seconds > 0 else None
+
+
+def _time_size(torch, device, key: str, n: int, timer: _Timer, limits: dict) -> dict:
+    multiply = _multiply(torch, device, key, n)
 
     budget, min_iters = limits["budget"], limits["min_iters"]
     first = timer(multiply)  # also the first warm-up multiply
@@ -118,7 +200,7 @@ def _time_size(torch, device, dtype, n: int, timer: _Timer, limits: dict) -> dic
         len(times) < min_iters or time.perf_counter() < deadline
     ):
         times.append(timer(multiply))
-    flops = 2.0 * n**3
+    flops = gemm_flops(n)
     best, median = min(times), statistics.median(times)
     return {
         "n": n,
@@ -126,8 +208,8 @@ def _time_size(torch, device, dtype, n: int, timer: _Timer, limits: dict) -> dic
         "warmup_iterations": warmup,
         "best_s": best,
         "median_s": median,
-        "best_tflops": flops / best / 1e12 if best > 0 else None,
-        "median_tflops": flops / median / 1e12 if median > 0 else None,
+        "best_tflops": tflops(flops, best),
+        "median_tflops": tflops(flops, median),
     }
 
 
@@ -142,12 +224,19 @@ def _measure_dtype(torch, device, key: str, sizes: list[int], timer: _Timer, lim
         if tuple(cc) < (8, 0):
             entry["skipped"] = f"TF32 needs compute capability >= 8.0; this GPU is {cc[0]}.{cc[1]}"
             return entry
+    if key == "fp8":
+        cc = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
+        hip = getattr(torch.version, "hip", None) if device.type == "cuda" else None
+        reason = fp8_skip_reason(device.type, None if cc is None else tuple(cc), hip)
+        if reason:
+            entry["skipped"] = reason
+            return entry
+        entry["op"] = FP8_OP
     if device.type == "cuda" and key in ("fp32", "tf32"):
         entry["matmul_precision"] = _set_tf32(torch, key == "tf32")
-    dtype = getattr(torch, DTYPES[key])
     for n in sizes:
         try:
-            result = _time_size(torch, device, dtype, n, timer, limits)
+            result = _time_size(torch, device, key, n, timer, limits)
         except Exception as error:  # unsupported dtype, out of memory, ...: this dtype's answer
             entry["sizes"].append({"n": n, "error": one_line(error)})
             entry.setdefault("error", one_line(error))

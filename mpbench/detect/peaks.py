@@ -6,6 +6,9 @@ MFU (achieved / peak) is only honest against the right column, so every figure i
 - fp32: the non-Tensor-Core CUDA-core rate (what a float32 run with TF32 off can reach);
 - tf32 / fp16 / bf16 / fp8: Tensor Core rates with FP32 accumulate, which is what autocast
   and the frameworks' GEMMs use (GeForce cards run FP16-accumulate at twice that; not used).
+  fp8 GEMMs (torch._scaled_mm, cuBLASLt) always accumulate in FP32, so the fp8 column is the
+  FP32-accumulate figure too; it exists only for compute capability >= 8.9 (Ada, Hopper,
+  Blackwell), None on every older part.
 
 A part that is not in the table, or a dtype the part has no Tensor Core path for, gives None:
 never a guess from a similar-looking name (an A10G is not an A10; an L4 is not an L40S). A MIG
@@ -107,7 +110,9 @@ _TABLE: tuple[tuple[str, PartPeaks], ...] = (
     ),
     # NVIDIA Ada Lovelace architecture whitepaper (GeForce RTX 4090): FP32 82.6, TF32 82.6
     # (165.2 sparse), FP16 / BF16 with FP32 accumulate 165.2 (330.4 sparse), FP8 with FP32
-    # accumulate 330.3 (660.6 sparse).
+    # accumulate 330.3 (660.6 sparse). GeForce halves the FP32-accumulate rate: the
+    # whitepaper's FP8 with FP16 accumulate is 660.6 (1,321.2 sparse), a rate no fp8 GEMM of
+    # torch's reaches (cuBLASLt's fp8 GEMMs accumulate in FP32), so this row takes 330.3.
     (
         r"geforce rtx 4090",
         PartPeaks("GeForce RTX 4090", 82.6, 82.6, 165.2, 165.2, 330.3, "NVIDIA Ada whitepaper"),
@@ -158,7 +163,9 @@ _TABLE: tuple[tuple[str, PartPeaks], ...] = (
     ),
     # NVIDIA H200 datasheet, H200 SXM column: same Tensor Core rates as H100 SXM.
     (r"h200", PartPeaks("H200 SXM", 67.0, 494.5, 989.5, 989.5, 1979.0, "NVIDIA H200 datasheet")),
-    # NVIDIA H200 datasheet, H200 NVL column: same Tensor Core rates as H100 NVL.
+    # NVIDIA H200 datasheet, H200 NVL column: same Tensor Core rates as H100 NVL (FP8 3,341
+    # sparse, 1,670.5 dense; BF16 1,671 sparse). Not re-checked against the sheet since the
+    # row was added; H200 SXM's 3,958 / 1,979 was (third-party copies of the datasheet).
     (
         r"h200 nvl",
         PartPeaks("H200 NVL", 60.0, 417.5, 835.5, 835.5, 1670.5, "NVIDIA H200 datasheet"),

@@ -11,6 +11,7 @@ from rich.text import Text
 from mpbench.detect.cpu import ARM_FLAGS, X86_FLAGS
 from mpbench.detect.peaks import PEAK_KEYS, lookup
 from mpbench.detect.report import DetectReport
+from mpbench.policies import Rating
 
 _FLAG_MEANING = {
     "amx_bf16": "AMX tiles: bf16 matrix multiply",
@@ -28,7 +29,18 @@ _FLAG_MEANING = {
     "sve": "Arm Scalable Vector Extension",
     "sve2": "Arm SVE2",
 }
-_RATING_STYLE = {"fast": "green", "slow": "yellow", "unsupported": "red"}
+# Every Rating has a style (tests check it): emulated is yellow like slow, since it runs but
+# gains nothing here; the caption under the policy table says what its step time means.
+_RATING_STYLE = {
+    Rating.FAST: "green",
+    Rating.SLOW: "yellow",
+    Rating.EMULATED: "yellow",
+    Rating.UNSUPPORTED: "red",
+}
+EMULATED_CAPTION = (
+    "emulated: runs with the policy's numerics (its accuracy is real), but not on the "
+    "hardware the policy is for: its step time is the cost of emulation, never a speed-up"
+)
 
 
 def report_json(report: DetectReport) -> str:
@@ -158,6 +170,8 @@ def _measured_table(report: DetectReport) -> Table | Text:
         sizes = [r for r in result.get("sizes", []) if r.get("best_tflops")]
         at = max(sizes, key=lambda r: r["best_tflops"])["n"] if sizes else None
         note = result.get("error") or result.get("skipped") or ""
+        if not note and result.get("op"):
+            note = "torch._scaled_mm, bf16 out"  # fp8: not torch.mm (measure_child.FP8_OP)
         skipped_sizes = [r for r in result.get("sizes", []) if r.get("skipped")]
         if not note and skipped_sizes:
             note = f"n={skipped_sizes[0]['n']}+ skipped: {skipped_sizes[0]['skipped']}"
@@ -252,7 +266,14 @@ def _framework_table(report: DetectReport) -> Table:
 
 
 def _policy_table(report: DetectReport) -> Table:
-    table = Table(title="Precision policies", title_justify="left", show_lines=True)
+    emulated = any(r.rating is Rating.EMULATED for e in report.devices for r in e.ratings)
+    table = Table(
+        title="Precision policies",
+        title_justify="left",
+        show_lines=True,
+        caption=Text(EMULATED_CAPTION) if emulated else None,
+        caption_justify="left",
+    )
     table.add_column("device")
     table.add_column("policy")
     table.add_column("rating")
@@ -260,7 +281,7 @@ def _policy_table(report: DetectReport) -> Table:
     for entry in report.devices:
         device = f"{entry.label}\n{entry.name}"
         for i, rating in enumerate(entry.ratings):
-            style = _RATING_STYLE.get(rating.rating.value, "")
+            style = _RATING_STYLE.get(rating.rating, "")
             table.add_row(
                 Text(device if i == 0 else ""),
                 Text(rating.policy),

@@ -43,6 +43,7 @@ CASES = [
             "tf32": "unsupported",
             "mixed_float16": "fast",
             "mixed_bfloat16": "fast",
+            "float8": "emulated",
         },
         "mixed_bfloat16",
     ),
@@ -60,6 +61,7 @@ CASES = [
             "tf32": "unsupported",
             "mixed_float16": "slow",
             "mixed_bfloat16": "fast",
+            "float8": "emulated",
         },
         "mixed_bfloat16",
     ),
@@ -77,6 +79,7 @@ CASES = [
             "tf32": "unsupported",
             "mixed_float16": "slow",
             "mixed_bfloat16": "slow",
+            "float8": "emulated",
         },
         "float32",
     ),
@@ -94,6 +97,7 @@ CASES = [
             "tf32": "unsupported",
             "mixed_float16": "slow",
             "mixed_bfloat16": "slow",
+            "float8": "emulated",
         },
         "float32",
     ),
@@ -157,6 +161,7 @@ def test_without_cpuinfo_flags_are_unknown_and_rated_cautiously(content, tmp_pat
         "tf32": "unsupported",
         "mixed_float16": "slow",
         "mixed_bfloat16": "slow",
+        "float8": "emulated",
     }
     assert report.device("cpu").recommendation.policy == "float32"
     assert any("cpuinfo" in note for note in report.notes)

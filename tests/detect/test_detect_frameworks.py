@@ -154,6 +154,7 @@ def test_mps_joins_the_device_list(monkeypatch, no_gpu):
         "tf32": "unsupported",
         "mixed_float16": "fast",
         "mixed_bfloat16": "slow",
+        "float8": "unsupported",
     }
     assert entry.recommendation.policy == "mixed_float16"
     assert entry.source == "torch probe"

@@ -23,7 +23,7 @@ GPU_CASES = {
         False,
         False,
         False,
-        ("fast", "unsupported", "slow", "slow"),
+        ("fast", "unsupported", "slow", "slow", "emulated"),
         "float32",
     ),
     "V100": (
@@ -32,7 +32,7 @@ GPU_CASES = {
         False,
         False,
         False,
-        ("fast", "unsupported", "fast", "slow"),
+        ("fast", "unsupported", "fast", "slow", "emulated"),
         "mixed_float16",
     ),
     "T4": (
@@ -41,7 +41,7 @@ GPU_CASES = {
         False,
         False,
         False,
-        ("fast", "unsupported", "fast", "slow"),
+        ("fast", "unsupported", "fast", "slow", "emulated"),
         "mixed_float16",
     ),
     # TU116: compute capability 7.5 like the T4, but no Tensor Cores (double-rate fp16 units).
@@ -51,15 +51,47 @@ GPU_CASES = {
         False,
         False,
         False,
-        ("fast", "unsupported", "fast", "slow"),
+        ("fast", "unsupported", "fast", "slow", "emulated"),
         "mixed_float16",
     ),
-    "A100": ((8, 0), True, True, True, False, ("fast", "fast", "fast", "fast"), "mixed_bfloat16"),
-    "A10G": ((8, 6), True, True, True, False, ("fast", "fast", "fast", "fast"), "mixed_bfloat16"),
-    "L4": ((8, 9), True, True, True, True, ("fast", "fast", "fast", "fast"), "mixed_bfloat16"),
-    "H100": ((9, 0), True, True, True, True, ("fast", "fast", "fast", "fast"), "mixed_bfloat16"),
+    "A100": (
+        (8, 0),
+        True,
+        True,
+        True,
+        False,
+        ("fast", "fast", "fast", "fast", "emulated"),
+        "mixed_bfloat16",
+    ),
+    "A10G": (
+        (8, 6),
+        True,
+        True,
+        True,
+        False,
+        ("fast", "fast", "fast", "fast", "emulated"),
+        "mixed_bfloat16",
+    ),
+    "L4": (
+        (8, 9),
+        True,
+        True,
+        True,
+        True,
+        ("fast", "fast", "fast", "fast", "fast"),
+        "mixed_bfloat16",
+    ),
+    "H100": (
+        (9, 0),
+        True,
+        True,
+        True,
+        True,
+        ("fast", "fast", "fast", "fast", "fast"),
+        "mixed_bfloat16",
+    ),
 }
-POLICY_ORDER = ("float32", "tf32", "mixed_float16", "mixed_bfloat16")
+POLICY_ORDER = ("float32", "tf32", "mixed_float16", "mixed_bfloat16", "float8")
 
 
 @pytest.mark.parametrize("model", GPU_CASES)

@@ -66,7 +66,10 @@ def test_measure_on_this_cpu_and_cache(cache, no_gpu):
     contention = result["contention"]
     # A tiny measurement may end within one 10 ms CPU-time tick: own_cores can read 0.
     assert contention["wall_s"] > 0 and contention["own_cores"] >= 0 and contention["cpus"] >= 1
-    assert set(result["dtypes"]) == {"fp32", "tf32", "fp16", "bf16"}
+    assert set(result["dtypes"]) == {"fp32", "tf32", "fp16", "bf16", "fp8"}
+    # no fp8 matrix units on a CPU: skipped with the reason, never timed as an fp8 peak
+    assert result["dtypes"]["fp8"]["ok"] is False
+    assert "float32 emulation" in result["dtypes"]["fp8"]["skipped"]
     fp32 = result["dtypes"]["fp32"]
     assert fp32["ok"] and fp32["dtype"] == "float32"
     for size in fp32["sizes"]:
@@ -95,6 +98,7 @@ def test_measure_on_this_cpu_and_cache(cache, no_gpu):
     assert cached_peak(fingerprint, "fp32") == fp32["best_tflops"]
     assert cached_peak(fingerprint, "float32") == fp32["best_tflops"]
     assert cached_peak(fingerprint, "tf32") is None
+    assert cached_peak(fingerprint, "fp8") is None
     bf16 = result["dtypes"]["bf16"]
     assert cached_peak(fingerprint, "bf16") == (bf16["best_tflops"] if bf16["ok"] else None)
 

@@ -106,6 +106,7 @@ def test_tpu_joins_the_device_list_with_bf16_recommended(roots, no_gpu):
         "tf32": "unsupported",
         "mixed_float16": "unsupported",
         "mixed_bfloat16": "fast",
+        "float8": "unsupported",
     }
     assert entry.recommendation.policy == "mixed_bfloat16"
     data = json.loads(json.dumps(report.to_dict()))
