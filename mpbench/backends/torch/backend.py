@@ -28,6 +28,7 @@ from mpbench.backends.base import (
 from mpbench.backends.timing import StepTimer
 from mpbench.backends.torch.compiled import Compiler, undone
 from mpbench.backends.torch.distributed import DataParallel, job_step_times
+from mpbench.backends.torch.fp8 import apply_fp8
 from mpbench.backends.torch.models import build_model, build_optimizer
 from mpbench.backends.torch.precision import TorchPrecision, apply_policy, read_tf32
 from mpbench.backends.torch.steps import cross_entropy, train_step
@@ -185,6 +186,7 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
         divergence=divergence,
         distributed=distributed,
         extra_config=extra,
+        fp8=cell.fp8,
     )
 
 
@@ -200,6 +202,7 @@ class _Cell:
     threads: dict[str, Any]
     channels_last: bool
     loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None  # None: built-in
+    fp8: dict[str, Any] | None = None  # a float8 cell's record (backends/torch/fp8.py)
 
     @property
     def world(self) -> int:
@@ -258,10 +261,14 @@ def _build(cell: _Cell) -> tuple[torch.nn.Module, torch.optim.Optimizer, TorchPr
     """The workload's model and optimizer on the device, and the policy applied."""
     if cell.workload.kind == "user":
         model, optimizer, cell.loss = build_user(cell.workload, cell.device)
+        if cell.policy.fp8:
+            cell.fp8 = apply_fp8(cell, model, optimizer)
         return model, optimizer, apply_policy(cell.policy, cell.device, cell.spec.loss_scale)
     model = build_model(cell.workload, cell.spec.units, **cell.spec.sizes).to(cell.device)
     if cell.channels_last:
         model = model.to(memory_format=torch.channels_last)
+    if cell.policy.fp8:  # before the optimizer, so it holds the converted layers' parameters
+        cell.fp8 = apply_fp8(cell, model)
     optimizer = build_optimizer(cell.workload, model.parameters())
     precision = apply_policy(cell.policy, cell.device, cell.spec.loss_scale)
     return model, optimizer, precision

@@ -1,0 +1,230 @@
+"""The float8 policy in torch: torchao float8 training on the nn.Linear layers that mpbench.fp8's
+rules allow, labelled by what ran (hardware or emulated), and the record's `fp8` field.
+
+torchao is imported only for a float8 cell (the `fp8` extra)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import logging
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from mpbench.backends.base import Unsupported
+from mpbench.fp8 import (
+    HARDWARE,
+    Execution,
+    Fp8Refused,
+    LayerPlan,
+    LinearLayer,
+    device_refusal,
+    execution,
+    flop_share,
+    plan_layers,
+)
+
+INSTALL_HINT = "float8 in torch needs torchao: pip install 'mpbench[fp8]'"
+CONV_REASON = "convolution: torchao converts nn.Linear only"
+BASE_POLICY = "mixed_bfloat16"
+_OTHER_COMPUTE = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
+
+
+@dataclass
+class Fp8Setup:
+    """What a float8 cell decided before training: its plan, label and torchao config."""
+
+    plan: LayerPlan
+    execution: Execution
+    config: Any
+    forward_flops: float | None
+    flop_note: str | None = None
+    torchao: Any = None
+
+
+def import_torchao() -> Any:
+    """torchao and its float8 module. On a CPU, importing torchao 0.18 prints "Failed to load
+    ..._C_mxfp8..." lines (its CUDA kernels, harmless here) and a torch._pytree deprecation
+    warning (through torch's logger, whose handler keeps the real stderr, so redirecting
+    stderr alone misses it): they would read as errors in a cell's output, so they are
+    swallowed for the import only."""
+    pytree = logging.getLogger("torch.utils._pytree")
+    level = pytree.level
+    pytree.setLevel(logging.ERROR)
+    try:
+        with (
+            warnings.catch_warnings(),
+            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.redirect_stderr(io.StringIO()),
+        ):
+            warnings.simplefilter("ignore")
+            import torchao
+            import torchao.float8 as float8
+    except ImportError as exc:
+        raise Unsupported(INSTALL_HINT) from exc
+    finally:
+        pytree.setLevel(level)
+    return torchao, float8
+
+
+def layer_plan(model: torch.nn.Module, rows_per_sample: int = 1) -> LayerPlan:
+    """Every nn.Linear by its qualified name; convolutions listed as staying in bf16."""
+    linears, other = [], {}
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear):
+            linears.append(
+                LinearLayer(name, module.in_features, module.out_features, rows_per_sample)
+            )
+        elif isinstance(module, _OTHER_COMPUTE):
+            other[name] = CONV_REASON
+    return plan_layers(linears, other)
+
+
+def device_capability(device: torch.device) -> tuple[int, int] | None:
+    if device.type == "cuda":
+        return torch.cuda.get_device_capability(device)
+    return None
+
+
+def probe_scaled_mm(device: torch.device, recipe: str) -> str | None:
+    """Why this torch build's fp8 GEMM refuses the recipe's scales here; None where it runs.
+
+    Relies on torch._scaled_mm(self, mat2, scale_a, scale_b, bias=None, scale_result=None,
+    out_dtype=None, use_fast_accum=False) (aten native_functions.yaml, torch 2.4 to 2.13):
+    scale_a / scale_b are float32, a scalar for tensorwise, (M, 1) and (1, N) for rowwise;
+    mat2 must be column-major; K and N multiples of 16 on CUDA."""
+    m, k, n = 32, 128, 32
+    try:
+        a = torch.randn(m, k, device=device).to(torch.float8_e4m3fn)
+        b = torch.randn(n, k, device=device).to(torch.float8_e4m3fn).t()  # column-major
+        if recipe == "tensorwise":
+            sa = torch.tensor(1.0, device=device)
+            sb = torch.tensor(1.0, device=device)
+        else:
+            sa = torch.ones(m, 1, device=device, dtype=torch.float32)
+            sb = torch.ones(1, n, device=device, dtype=torch.float32)
+        torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    except Exception as exc:  # any refusal is the answer
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return f"this torch build's _scaled_mm refused {recipe} scales here: {first}"
+    return None
+
+
+def label(device: torch.device, requested: str, recipe: str) -> Execution:
+    """hardware or emulated, by the device and (on sm_89+) a probe of the GEMM path."""
+    refusal = device_refusal(device.type, device_capability(device))
+    path = None if refusal else probe_scaled_mm(device, recipe)
+    try:
+        return execution(requested, refusal, path)
+    except Fp8Refused as exc:
+        raise Unsupported(str(exc)) from exc
+
+
+def prepare(cell: Any, model: torch.nn.Module) -> Fp8Setup:
+    """Plan, label and configure a float8 cell (before its model is converted)."""
+    torchao, float8 = import_torchao()
+    spec, workload = cell.spec, cell.workload
+    rows, flops, note = 1, None, None
+    if workload.kind == "language_model":
+        # the sizes forward_flops counts with (the runner sets them all for a language model)
+        rows = workload.shape(spec.units, **spec.sizes).seq_len
+        flops = workload.forward_flops(1, spec.units, **spec.sizes)
+    elif workload.kind == "user":
+        note = "a user workload's FLOPs per sample are not known to mpbench"
+    else:
+        flops = workload.forward_flops(1, spec.units)
+    plan = layer_plan(model, rows)
+    run = label(cell.device, spec.fp8_mode, spec.fp8_recipe)
+    config = float8.Float8LinearConfig.from_recipe_name(spec.fp8_recipe)
+    config = dataclasses.replace(config, emulate=run.mode != HARDWARE)
+    return Fp8Setup(plan, run, config, flops, note, torchao)
+
+
+def convert(setup: Fp8Setup, model: torch.nn.Module) -> list[str]:
+    """Swap the plan's nn.Linear layers for torchao Float8Linear, in place; the names that are
+    Float8Linear afterwards (what runs, not the plan)."""
+    from torchao.float8 import convert_to_float8_training
+    from torchao.float8.float8_linear import Float8Linear
+
+    names = set(setup.plan.fp8_names)
+    convert_to_float8_training(
+        model, config=setup.config, module_filter_fn=lambda mod, fqn: fqn in names
+    )
+    return [name for name, mod in model.named_modules() if isinstance(mod, Float8Linear)]
+
+
+def check_optimizer(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """A user workload's optimizer was built before conversion: it must still hold the
+    model's parameters (torchao keeps the weight and bias objects)."""
+    own = {id(p) for p in model.parameters()}
+    held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    if not held <= own or not own <= held:
+        raise RuntimeError(
+            "float8: after torchao's conversion the user workload's optimizer no longer holds "
+            "the model's parameters; build the optimizer from model.parameters()"
+        )
+
+
+def _scaling(config: Any) -> str:
+    cast = config.cast_config_input
+    granularity = getattr(cast.scaling_granularity, "value", str(cast.scaling_granularity))
+    per = "per tensor" if granularity == "tensorwise" else "per row (axiswise)"
+    text = f"dynamic (current) scaling, {per}"
+    if getattr(config, "round_scales_to_power_of_2", False):
+        text += ", power-of-2 scales"
+    return text
+
+
+def _formats(config: Any) -> dict[str, str]:
+    def name(cast: Any) -> str:
+        return str(cast.target_dtype).removeprefix("torch.")
+
+    return {
+        "input": name(config.cast_config_input),
+        "weight": name(config.cast_config_weight),
+        "grad_output": name(config.cast_config_grad_output),
+    }
+
+
+def record(setup: Fp8Setup, requested: str, recipe: str, layers_fp8: list[str]) -> dict:
+    """The record's `fp8` (results.Fp8Stats' fields), from what ran."""
+    if setup.execution.mode == HARDWARE:
+        kind = "cuBLASLt tensorwise" if recipe == "tensorwise" else "CUTLASS/cuBLAS rowwise"
+        gemm = f"torch._scaled_mm on fp8 Tensor Cores ({kind})"
+    else:
+        gemm = "emulated (torchao emulate=True): fp8-rounded operands multiplied in float32"
+    ran = [layer for layer in setup.plan.fp8 if layer.name in set(layers_fp8)]
+    share = flop_share(LayerPlan(fp8=ran), setup.forward_flops)
+    return {
+        "mode": setup.execution.mode,
+        "why": setup.execution.why,
+        "requested": requested,
+        "backend": f"torchao {setup.torchao.__version__} float8 training",
+        "gemm": gemm,
+        "recipe": recipe,
+        "scaling": _scaling(setup.config),
+        "formats": _formats(setup.config),
+        "base_policy": BASE_POLICY,
+        "layers_fp8": list(layers_fp8),
+        "skipped_layers": dict(setup.plan.skipped),
+        "flop_share_fp8": share,
+        "flop_share_note": setup.flop_note if share is None else None,
+    }
+
+
+def apply_fp8(
+    cell: Any, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None
+) -> dict:
+    """The backend's one call: plan, label, convert `model` (before its optimizer is built,
+    or check `optimizer` after), and return the record's `fp8`."""
+    setup = prepare(cell, model)
+    names = convert(setup, model)
+    if optimizer is not None:
+        check_optimizer(model, optimizer)
+    return record(setup, cell.spec.fp8_mode, cell.spec.fp8_recipe, names)
