@@ -18,6 +18,7 @@ from mpbench.backends import base
 from mpbench.backends.base import CellSpec, Measurements, Progress
 from mpbench.backends.tensorflow import distributed
 from mpbench.backends.tensorflow.device import Placement
+from mpbench.policies import POLICIES
 from mpbench.results.schema import MemoryStats
 from mpbench.telemetry.cell import CellTelemetry
 from mpbench.telemetry.memory import fill as fill_memory
@@ -95,6 +96,7 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
         telemetry=timed.telemetry.report(),
         divergence=divergence,
         distributed=cell.mirrored.stats(spec) if cell.mirrored else None,
+        fp8=cell.fp8,
     )
 
 
@@ -132,6 +134,7 @@ class _Cell:
     threads: dict[str, Any]
     placement: Placement
     mirrored: Any  # distributed.Mirrored: replicas in sync on this node, or None
+    fp8: dict[str, Any] | None = None  # a float8 cell's record (tensorflow/fp8.py), once labelled
 
     @property
     def world(self) -> int:
@@ -201,6 +204,15 @@ def _build(
             f"loss scaling is {'on' if state['loss_scaling'] else 'off'} "
             f"under {spec.policy}: the policy was not applied as intended"
         )
+    if getattr(POLICIES.get(spec.policy), "fp8", False):
+        # Labelled (or refused: Unsupported) before any training step.
+        from mpbench.backends.tensorflow import fp8
+
+        micro = slice(0, spec.batch_size)
+        cell.fp8 = fp8.finish(
+            model, cell.placement, spec.fp8_mode, jit_compile,
+            data.x_train[micro], data.y_train[micro],
+        )  # fmt: skip
     # TensorFlow autotunes cuDNN convolutions unless this is set to false.
     state["cudnn_autotune"] = os.environ.get("TF_CUDNN_USE_AUTOTUNE", "1") not in ("0", "false")
     if cell.mirrored:

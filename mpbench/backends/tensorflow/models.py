@@ -7,6 +7,7 @@ from typing import Any
 import keras
 
 from mpbench.backends.tensorflow.loss_scale import StaticLossScaleOptimizer
+from mpbench.policies import POLICIES
 from mpbench.workloads import (
     Conv,
     Dense,
@@ -183,7 +184,9 @@ def compiled_model(
 ) -> keras.Model:
     """The compiled model, built under the global dtype policy already set for `policy`.
     `loss_scale`: a static scale for mixed_float16 (None: dynamic). `sizes`: a language
-    model's heads, layers and seq_len."""
+    model's heads, layers and seq_len. float8: the eligible Dense / EinsumDense layers are
+    quantized to Keras float8 after the model is built and before compile() (fp8.prepare;
+    fp8.setup_of(model) then says what was done)."""
     loss: Any = keras.losses.SparseCategoricalCrossentropy()
     if workload.kind == "user":
         model, optimizer, loss = build_user(workload)
@@ -194,6 +197,15 @@ def compiled_model(
         # Accumulation and any base-optimizer setting go on the inner optimizer: the
         # LossScaleOptimizer refuses them ("set it on the inner_optimizer").
         optimizer = build_optimizer(workload.optimizer, accumulate)
+    if POLICIES[policy].fp8:
+        from mpbench.backends.tensorflow import fp8
+
+        fp8.prepare(model, workload, units, sizes)
+        if optimizer.built:  # a user's optimizer, built over the variables quantize() changed
+            raise RuntimeError(
+                f"float8: workload {workload.name}'s optimizer is already built; Keras "
+                "quantizes the model before compile(), so leave the optimizer unbuilt"
+            )
     if policy == "mixed_float16" and loss_scale is not None:
         # Both loops: compile() leaves an optimizer that already scales alone.
         optimizer = StaticLossScaleOptimizer(optimizer, loss_scale)

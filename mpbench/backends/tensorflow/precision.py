@@ -18,11 +18,15 @@ from mpbench.backends.tensorflow.device import Placement
 from mpbench.policies import POLICIES
 
 # Keras global dtype policy per mpbench policy; tf32 is a float32 model with TF32 math.
+# float8 builds its model under its base policy, mixed_bfloat16, and then quantizes the eligible
+# Dense / EinsumDense layers to Keras float8 before compile() (fp8.py): a global
+# "float8_from_mixed_bfloat16" policy is no option, a Sequential has no float8 call.
 KERAS_POLICY = {
     "float32": "float32",
     "tf32": "float32",
     "mixed_float16": "mixed_float16",
     "mixed_bfloat16": "mixed_bfloat16",
+    "float8": "mixed_bfloat16",
 }
 
 
@@ -85,7 +89,11 @@ def read_back(model: keras.Model, sample: Any, loop: str, jit_compile: bool) -> 
 
 _SUFFIX = re.compile(r"_\d+$")
 # Ops that move or cast values rather than compute with them.
-_MOVES = {"Cast", "Identity", "ReadVariableOp", "Const", "Reshape", "Shape", "StridedSlice"}
+# IdentityN: what tf.custom_gradient wraps its outputs in (Keras float8 layers' q/dq).
+_MOVES = {
+    "Cast", "Identity", "IdentityN", "ReadVariableOp", "Const", "Reshape", "Shape",
+    "StridedSlice",
+}  # fmt: skip
 
 
 def traced_op_dtypes(model: keras.Model, tokens: Any, targets: Any) -> dict[str, Any]:
@@ -111,7 +119,10 @@ def traced_op_dtypes(model: keras.Model, tokens: Any, targets: Any) -> dict[str,
     for op in graph.get_operations():
         if op.type in _MOVES or "T" not in op.node_def.attr:
             continue
-        dtype = tf.as_dtype(op.get_attr("T"))
+        attr = op.get_attr("T")
+        if isinstance(attr, list):  # a list of types is an op that passes tensors along
+            continue
+        dtype = tf.as_dtype(attr)
         if not dtype.is_floating:  # indices, shapes and masks
             continue
         # A layer's ops are in its name scope, which TensorFlow may suffix: "ln_f_1".
