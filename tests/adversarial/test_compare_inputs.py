@@ -214,7 +214,9 @@ def test_a_read_only_folder_is_one_line(run, tmp_path, option):
 
 # --- 4. --min-speedup names what it accepts -------------------------------------------------
 
-ACCEPTED = "tf32, mixed_float16, mixed_bfloat16, fp16, amp_fp16, bf16, amp_bf16"
+ACCEPTED = (
+    "tf32, mixed_float16, mixed_bfloat16, float8, fp16, amp_fp16, bf16, amp_bf16, fp8, mixed_float8"
+)
 
 
 @pytest.mark.parametrize(
