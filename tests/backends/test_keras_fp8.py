@@ -216,19 +216,56 @@ def test_sm90_with_xla_is_hardware_only_where_the_compiled_program_has_the_fp8_g
     assert fp8.record(setup, run, "auto")["gemm"] == "XLA cuBLASLt fp8 GEMM"
 
 
+def _tape_gradients(model: keras.Model, x: np.ndarray, y: np.ndarray) -> list[tf.Tensor]:
+    """The gradients the custom step takes, in a tf.function as there (Keras' float8
+    custom gradients, which take the layer's variables, do not run under an eager tape)."""
+
+    @tf.function
+    def gradients() -> list[tf.Tensor]:
+        with tf.GradientTape() as tape:
+            loss = model.loss(y, model(x, training=True))
+        return tape.gradient(loss, model.trainable_variables)
+
+    return gradients()
+
+
+def test_gradient_health_leaves_out_the_float8_scales(small_model):
+    """The scales and amax histories are trainable variables whose "gradient" is their next
+    value (overwrite_with_gradient): the gradient norm is of the weights' gradients only."""
+    from mpbench.backends.tensorflow.loops import gradient_health, model_gradients
+
+    model, x, y = small_model
+    variables = model.trainable_variables
+    gradients = _tape_gradients(model, x, y)
+    weights = model_gradients(gradients, variables)
+    overwritten = [v.path for v in variables if v.overwrite_with_gradient]
+    assert len(weights) == 4 and len(overwritten) == 2 * 6  # kernel+bias; 3 scales+3 histories
+    assert all("scale" in p or "amax_history" in p for p in overwritten)
+    expected = np.sqrt(sum(np.sum(np.square(g.numpy().astype(np.float64))) for g in weights))
+    norm, nonfinite = (float(t) for t in gradient_health(weights))
+    assert norm == pytest.approx(expected, rel=1e-5) and nonfinite == 0
+    # Counted, the overwritten values would have moved the norm: that is what is left out.
+    assert float(gradient_health(gradients)[0]) != pytest.approx(norm, rel=1e-3)
+
+
 def test_custom_loop_step_overwrites_the_delayed_scales(small_model):
     """The custom loop's `optimizer.apply` writes the new scales and amax histories the
-    float8 layers' gradients carry (overwrite_with_gradient): delayed scaling runs. Last
-    user of small_model: it trains it."""
-    from mpbench.backends.tensorflow.loops import custom_train_step
+    float8 layers' gradients carry (overwrite_with_gradient): delayed scaling runs, and the
+    step's gradient norm is the weights'. Last user of small_model: it trains it."""
+    from mpbench.backends.tensorflow.loops import GRAD_NORM, custom_train_step, model_gradients
 
     model, x, y = small_model
     first = model.layers[0]
     assert float(first.inputs_scale.numpy()) == 1.0  # the initial scale
+    weights = model_gradients(_tape_gradients(model, x, y), model.trainable_variables)
+    expected = np.sqrt(sum(np.sum(np.square(g.numpy().astype(np.float64))) for g in weights))
     step = custom_train_step(model, False)
     batches = iter(tf.data.Dataset.from_tensors((x, y)).repeat())
-    for _ in range(3):
-        step(batches)
+    step.check_gradients.assign(True)
+    assert float(step.run(batches)[GRAD_NORM]) == pytest.approx(expected, rel=1e-4)
+    step.check_gradients.assign(False)
+    for _ in range(2):
+        step.run(batches)
     assert 0 < float(first.inputs_scale.numpy()) != 1.0
     assert np.count_nonzero(first.inputs_amax_history.numpy()) == 3  # one amax per step
     assert np.count_nonzero(first.outputs_grad_amax_history.numpy()) == 3

@@ -196,10 +196,23 @@ def train_with_fit(
     return result
 
 
+def model_gradients(gradients: list[tf.Tensor], variables: list) -> list[tf.Tensor]:
+    """The gradients of the model's weights: those of variables with
+    `overwrite_with_gradient` left out. Keras' float8 layers keep their scales and amax
+    histories in such variables, and their "gradient" is the variable's next value (an amax
+    of hundreds), not a gradient: counted, it would swamp the norm of a float8 cell."""
+    return [
+        g
+        for g, v in zip(gradients, variables, strict=True)
+        if not getattr(v, "overwrite_with_gradient", False)
+    ]
+
+
 def gradient_health(gradients: list[tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor]:
-    """In the graph: (global norm, non-finite elements) as float64 scalars. A finite norm
-    means every element is finite, so the elements are counted (`tf_grad_health_tensors`)
-    only when it is not, as torch_grad_health does: a healthy step pays one reduction."""
+    """In the graph: (global norm, non-finite elements) as float64 scalars, of the gradients
+    given (pass them through `model_gradients`). A finite norm means every element is
+    finite, so the elements are counted (`tf_grad_health_tensors`) only when it is not, as
+    torch_grad_health does: a healthy step pays one reduction."""
     present = [g.values if isinstance(g, tf.IndexedSlices) else g for g in gradients]
     present = [tf.cast(g, tf.float32) for g in present if g is not None]
     norm = tf.linalg.global_norm(present) if present else tf.constant(0.0, tf.float32)
@@ -274,7 +287,9 @@ def custom_train_step(
             scaled_loss = optimizer.scale_loss(loss)
         gradients = tape.gradient(scaled_loss, variables)
         norm, nonfinite = tf.cond(
-            check_gradients, lambda: gradient_health(gradients), lambda: unchecked
+            check_gradients,
+            lambda: gradient_health(model_gradients(gradients, variables)),
+            lambda: unchecked,
         )
         if scaled:
             # Reads are ordered with `apply`'s updates (automatic control dependencies).
@@ -334,7 +349,7 @@ def _replicated_train_step(
         gradients = tape.gradient(scaled_loss, variables)
         _, nonfinite = tf.cond(
             check_gradients,
-            lambda: gradient_health(gradients),
+            lambda: gradient_health(model_gradients(gradients, variables)),
             lambda: (tf.constant(math.nan, tf.float64), tf.constant(-1.0, tf.float64)),
         )
         if scaled:
