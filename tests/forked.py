@@ -8,6 +8,7 @@ that send the process signals, or need an interpreter's start (the streams' enco
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import select
 import signal
@@ -41,6 +42,12 @@ def run_mpbench(
     err_r, err_w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: never returns into pytest
+        # The test process's garbage is not the child's to collect: a tf.data iterator left
+        # in a cycle by an in-process Keras training waits, when finalized, for its prefetch
+        # thread, which a fork does not have, and hung `compare --plot` here for good (its
+        # first collection ran inside matplotlib). Frozen, inherited objects are never
+        # collected in the child; what the child allocates still is.
+        gc.freeze()
         code = 70
         try:
             os.dup2(out_w, 1)
