@@ -146,6 +146,11 @@ def test_a_language_model_counts_its_sequence_rows():
     model = build_model(cell.workload, 32, **cell.spec.sizes)
     fp8 = tfp8.apply_fp8(cell, model)
     assert fp8["layers_fp8"] == ["blocks.0.qkv", "blocks.0.proj", "blocks.0.fc_1", "blocks.0.fc_2"]
+    # The embeddings (the tied head's weight among them) are listed as staying in bf16.
+    assert fp8["skipped_layers"] == {
+        "tokens": tfp8.EMBEDDING_REASON,
+        "positions": tfp8.EMBEDDING_REASON,
+    }
     plan = tfp8.layer_plan(build_model(cell.workload, 32, **cell.spec.sizes), rows_per_sample=16)
     d, t = 32, 16
     assert sum(x.forward_flops_per_sample for x in plan.fp8) == 2 * t * (

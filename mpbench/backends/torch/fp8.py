@@ -30,8 +30,14 @@ from mpbench.fp8 import (
 
 INSTALL_HINT = "float8 in torch needs torchao: pip install 'mpbench[fp8]'"
 CONV_REASON = "convolution: torchao converts nn.Linear only"
+# As the Keras record says of its embeddings: a head tied to one (F.linear on its weight, as
+# transformer_lm's is) is no nn.Linear either, so its GEMM stays in bfloat16 too.
+EMBEDDING_REASON = (
+    "embedding (and a head tied to its weight, which is no nn.Linear): "
+    "torchao converts nn.Linear only"
+)
 BASE_POLICY = "mixed_bfloat16"
-_OTHER_COMPUTE = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
+_CONVOLUTIONS = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
 
 
 @dataclass
@@ -72,15 +78,18 @@ def import_torchao() -> Any:
 
 
 def layer_plan(model: torch.nn.Module, rows_per_sample: int = 1) -> LayerPlan:
-    """Every nn.Linear by its qualified name; convolutions listed as staying in bf16."""
+    """Every nn.Linear by its qualified name; convolutions and embeddings listed as staying
+    in bf16."""
     linears, other = [], {}
     for name, module in model.named_modules():
         if isinstance(module, torch.nn.Linear):
             linears.append(
                 LinearLayer(name, module.in_features, module.out_features, rows_per_sample)
             )
-        elif isinstance(module, _OTHER_COMPUTE):
+        elif isinstance(module, _CONVOLUTIONS):
             other[name] = CONV_REASON
+        elif isinstance(module, torch.nn.Embedding):
+            other[name] = EMBEDDING_REASON
     return plan_layers(linears, other)
 
 
