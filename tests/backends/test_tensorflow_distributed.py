@@ -101,6 +101,22 @@ def test_two_logical_replicas_train_and_are_recorded(tmp_path):
         assert "gradient accumulation under MirroredStrategy" in skipped["reason"]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("loop", ["fit", "custom"])
+def test_float8_trains_emulated_on_two_logical_replicas(tmp_path, loop):
+    """The float8 layers' scales and amax histories are trainable variables that the
+    optimizer overwrites (overwrite_with_gradient): under the strategy too, in both loops."""
+    _, found = run_cli(tmp_path, loop, "-p", "fp8", "--nproc", "2", "--loop", loop)
+    (record,) = found.values()
+    assert record["cell_id"] == "tensorflow/mnist_dense/float8@np2/r0"
+    assert record["status"] == "ok", record["reason"]
+    assert record["precision"]["replicas"] == 2
+    fp8 = record["fp8"]
+    assert fp8["mode"] == "emulated" and fp8["layers_fp8"] == ["dense", "dense_1"]
+    assert 0.9 < fp8["flop_share_fp8"] < 1.0  # the 10-class head stays in bfloat16
+    assert record["accuracy"]["test_accuracy"] > 0.2  # 10 classes: above chance, it learnt
+
+
 def test_xla_with_a_strategy_is_skipped_with_the_reason(tmp_path):
     _, found = run_cli(tmp_path, "jit", "-p", "fp32", "--nproc", "2", "--jit", "on")
     (record,) = found.values()

@@ -101,6 +101,25 @@ def test_world_sizes_one_and_two_with_a_bf16_all_reduce(tmp_path):
     assert 0 <= job["accuracy"]["test_accuracy"] <= 1
 
 
+@pytest.mark.slow
+def test_a_float8_job_trains_emulated_on_two_ranks(tmp_path):
+    """torchao converts the model before DDP wraps it: both ranks train the same fp8 layers."""
+    out = tmp_path / "run"
+    args = ["-w", "mnist_dense", "-p", "fp8", "--nproc", "2"]
+    done = subprocess.run(
+        arguments(config(tmp_path), out, *args), capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    (job,) = records(out).values()
+    assert job["cell_id"] == "torch/mnist_dense/float8@np2/r0"
+    assert job["status"] == "ok", job["reason"]
+    assert job["distributed"]["world_size"] == 2 and job["precision"]["replicas"] == 2
+    fp8 = job["fp8"]
+    assert fp8["mode"] == "emulated" and fp8["layers_fp8"] == ["0", "2"]
+    assert 0.9 < fp8["flop_share_fp8"] < 1.0  # the 10-class head stays in bfloat16
+    assert job["accuracy"]["test_accuracy"] > 0.2  # 10 classes: above chance, it learnt (0.37)
+
+
 def _rank_process(mark: str, rank: str) -> psutil.Process | None:
     for process in marked(mark):
         try:
