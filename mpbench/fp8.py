@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from mpbench.policies import FP8_MIN_CC
 
@@ -31,6 +32,8 @@ HARDWARE, EMULATED = "hardware", "emulated"
 # torchao's float8 training recipes (Float8LinearConfig.from_recipe_name); Keras has one.
 TORCH_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
 CUDA_MULTIPLE = 16
+# What every op that is not an fp8 GEMM runs in, in both backends.
+BASE_POLICY = "mixed_bfloat16"
 
 
 class Fp8Refused(Exception):
@@ -139,3 +142,38 @@ def execution(requested: str, device: str | None, path: str | None) -> Execution
     if refusal:
         return Execution(EMULATED, refusal)
     return Execution(HARDWARE, "fp8 GEMMs on fp8 Tensor Cores (compute capability >= 8.9)")
+
+
+def record(
+    run: Execution,
+    requested: str,
+    plan: LayerPlan,
+    layers_fp8: list[str],
+    forward_flops: float | None,
+    flop_note: str | None,
+    *,
+    backend: str,
+    gemm: str,
+    recipe: str,
+    scaling: str,
+    formats: dict[str, str],
+) -> dict[str, Any]:
+    """The record's `fp8` (results.schema.Fp8Stats' fields), from what ran: the FLOP share is
+    of the planned layers that are fp8 after conversion (`layers_fp8`), not of the plan."""
+    ran = set(layers_fp8)
+    share = flop_share(LayerPlan(fp8=[x for x in plan.fp8 if x.name in ran]), forward_flops)
+    return {
+        "mode": run.mode,
+        "why": run.why,
+        "requested": requested,
+        "backend": backend,
+        "gemm": gemm,
+        "recipe": recipe,
+        "scaling": scaling,
+        "formats": dict(formats),
+        "base_policy": BASE_POLICY,
+        "layers_fp8": list(layers_fp8),
+        "skipped_layers": dict(plan.skipped),
+        "flop_share_fp8": share,
+        "flop_share_note": flop_note,  # why there is no share, or where the FLOPs came from
+    }

@@ -204,7 +204,7 @@ def _build(
             f"loss scaling is {'on' if state['loss_scaling'] else 'off'} "
             f"under {spec.policy}: the policy was not applied as intended"
         )
-    if getattr(POLICIES.get(spec.policy), "fp8", False):
+    if POLICIES[spec.policy].fp8:
         # Labelled (or refused: Unsupported) before any training step.
         from mpbench.backends.tensorflow import fp8
 

@@ -40,6 +40,7 @@ from typing import Any
 
 import keras
 
+from mpbench import fp8 as rules
 from mpbench.backends.base import Unsupported
 from mpbench.fp8 import (
     HARDWARE,
@@ -49,11 +50,9 @@ from mpbench.fp8 import (
     LinearLayer,
     device_refusal,
     execution,
-    flop_share,
     plan_layers,
 )
 
-BASE_POLICY = "mixed_bfloat16"
 RECIPE = "delayed"  # Keras has one float8 recipe: delayed scaling
 # The operands' float8 formats, as _float8_call casts them (dense.py, einsum_dense.py).
 FORMATS = {"input": "float8_e4m3fn", "kernel": "float8_e4m3fn", "grad_output": "float8_e5m2"}
@@ -362,27 +361,24 @@ def record(setup: Fp8Setup, run: Execution, requested: str) -> dict[str, Any]:
     else:
         matmul = "/".join(setup.compute_dtypes) or "bfloat16"
         gemm = f"quantise-dequantise (fake fp8) around a {matmul} matmul"
-    ran = [layer for layer in setup.plan.fp8 if layer.name in set(setup.layers_fp8)]
-    share, note = flop_share(LayerPlan(fp8=ran), setup.forward_flops), setup.flop_note
+    flops, note = setup.forward_flops, setup.flop_note
     unknown = [name for name in setup.unknown_rows if name in set(setup.layers_fp8)]
-    if unknown and share is not None:
-        share = None
+    if unknown and flops is not None:
+        flops = None
         note = f"the rows per sample of {', '.join(unknown)} are unknown (a dim Keras left None)"
-    return {
-        "mode": run.mode,
-        "why": run.why,
-        "requested": requested,
-        "backend": f"keras {keras.__version__} float8 layers",
-        "gemm": gemm,
-        "recipe": RECIPE,
-        "scaling": _scaling(setup),
-        "formats": dict(FORMATS),
-        "base_policy": BASE_POLICY,
-        "layers_fp8": list(setup.layers_fp8),
-        "skipped_layers": dict(setup.plan.skipped),
-        "flop_share_fp8": share,
-        "flop_share_note": note,
-    }
+    return rules.record(
+        run,
+        requested,
+        setup.plan,
+        setup.layers_fp8,
+        flops,
+        note,
+        backend=f"keras {keras.__version__} float8 layers",
+        gemm=gemm,
+        recipe=RECIPE,
+        scaling=_scaling(setup),
+        formats=FORMATS,
+    )
 
 
 def finish(

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from mpbench import fp8 as rules
 from mpbench.backends.base import Unsupported
 from mpbench.fp8 import (
     HARDWARE,
@@ -24,7 +25,6 @@ from mpbench.fp8 import (
     LinearLayer,
     device_refusal,
     execution,
-    flop_share,
     plan_layers,
 )
 
@@ -36,7 +36,6 @@ EMBEDDING_REASON = (
     "embedding (and a head tied to its weight, which is no nn.Linear): "
     "torchao converts nn.Linear only"
 )
-BASE_POLICY = "mixed_bfloat16"
 _CONVOLUTIONS = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
 
 
@@ -208,23 +207,19 @@ def record(setup: Fp8Setup, requested: str, recipe: str, layers_fp8: list[str]) 
         gemm = f"torch._scaled_mm on fp8 Tensor Cores ({kind})"
     else:
         gemm = "emulated (torchao emulate=True): fp8-rounded operands multiplied in float32"
-    ran = [layer for layer in setup.plan.fp8 if layer.name in set(layers_fp8)]
-    share = flop_share(LayerPlan(fp8=ran), setup.forward_flops)
-    return {
-        "mode": setup.execution.mode,
-        "why": setup.execution.why,
-        "requested": requested,
-        "backend": f"torchao {setup.torchao.__version__} float8 training",
-        "gemm": gemm,
-        "recipe": recipe,
-        "scaling": _scaling(setup.config),
-        "formats": _formats(setup.config),
-        "base_policy": BASE_POLICY,
-        "layers_fp8": list(layers_fp8),
-        "skipped_layers": dict(setup.plan.skipped),
-        "flop_share_fp8": share,
-        "flop_share_note": setup.flop_note if share is None else None,
-    }
+    return rules.record(
+        setup.execution,
+        requested,
+        setup.plan,
+        layers_fp8,
+        setup.forward_flops,
+        setup.flop_note,
+        backend=f"torchao {setup.torchao.__version__} float8 training",
+        gemm=gemm,
+        recipe=recipe,
+        scaling=_scaling(setup.config),
+        formats=_formats(setup.config),
+    )
 
 
 def apply_fp8(
