@@ -23,7 +23,12 @@ the ratio of the medians, each cell's training memory by launcher, and the 1-min
 average before and after.
 
     python benchmarks/cell_startup.py [--rounds 5] [--framework torch tensorflow]
-        [--max-steps 20] [--seed 0]
+        [--max-steps 20] [--seed 0] [--device cpu|cuda|cuda:N]
+
+On a GPU (`--device cuda`) the cells train on it: a torch cell forked from the server creates
+its own CUDA context, and its training memory is the CUDA allocator's peak, its own. A
+TensorFlow GPU cell always starts as a new process (docs/measurement.md), so TensorFlow is
+left out there.
 
 Run it on a quiet machine: no test suite, no other benchmark beside it.
 """
@@ -52,7 +57,7 @@ IMPORTS = {
 }
 
 
-def cell_spec(framework: str, max_steps: int, workdir: Path):
+def cell_spec(framework: str, max_steps: int, workdir: Path, device: str = "cpu"):
     """The spec `mpbench run -f FRAMEWORK -w mnist_dense -p fp32 --data synthetic` gives its
     first cell, sized small (steps of about 1 ms here): start-up is what is left to see."""
     config_file = workdir / "startup.toml"
@@ -66,7 +71,7 @@ def cell_spec(framework: str, max_steps: int, workdir: Path):
         frameworks=[framework],
         workloads=["mnist_dense"],
         policies=["fp32"],
-        device="cpu",
+        device=device,
     )
     config = build_config(options)
     _, _, cells = expand(config, collect(environ=dict(os.environ)), "startup")
@@ -102,14 +107,20 @@ def main() -> int:
     parser.add_argument("--framework", nargs="+", default=["torch", "tensorflow"])
     parser.add_argument("--max-steps", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: cpu)")
     args = parser.parse_args()
+    if args.device != "cpu" and "tensorflow" in args.framework:
+        print("TensorFlow GPU cells are never forked: left out", file=sys.stderr)
+        args.framework = [fw for fw in args.framework if fw != "tensorflow"]
+    if not args.framework:
+        raise SystemExit("no framework left to measure")
 
     load_before = os.getloadavg()[0]
     figures: dict[str, list[float]] = {}
     server_start: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp, ForkServers(Path(tmp) / "logs", print) as servers:
         workdir = Path(tmp)
-        specs = {fw: cell_spec(fw, args.max_steps, workdir) for fw in args.framework}
+        specs = {fw: cell_spec(fw, args.max_steps, workdir, args.device) for fw in args.framework}
         for framework, spec in specs.items():  # the servers' own start, once, as in a run
             started = time.monotonic()
             run_cell(spec, workdir, servers)
@@ -131,7 +142,10 @@ def main() -> int:
             print(f"round {round_index + 1}/{args.rounds} done", file=sys.stderr, flush=True)
     load_after = os.getloadavg()[0]
 
-    print(f"cells: mnist_dense fp32, CPU, max_steps {args.max_steps}; {args.rounds} rounds")
+    print(
+        f"cells: mnist_dense fp32, device {args.device}, max_steps {args.max_steps}; "
+        f"{args.rounds} rounds"
+    )
     print(f"1-minute load average: {load_before:.2f} before, {load_after:.2f} after")
     print(f"{'seconds':<30} {'min':>6} {'median':>6} {'max':>6}   (max/min - 1)")
     for framework in args.framework:

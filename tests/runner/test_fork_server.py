@@ -6,8 +6,11 @@ as the record it would have been."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -22,6 +25,7 @@ from mpbench.runner.launchers.process import CELL_TIMEOUT_ENV, run_in_child
 from mpbench.runner.launchers.zygote import (
     CELL_NAME,
     FORK_SERVER_ENV,
+    NVML_CHECK_ENV,
     SERVER_NAME,
     ForkServer,
     ForkServers,
@@ -131,11 +135,14 @@ def test_a_forked_cell_has_its_own_session_descriptors_and_environment(tmp_path,
     stderr, the events pipe, and no socket of the server's; the cell's environment, with its
     own timeout, not the server's."""
     monkeypatch.setenv("MPBENCH_MARK", str(tmp_path))
-    monkeypatch.setenv("MPBENCH_FAULT", "hang")
+    monkeypatch.setenv("MPBENCH_FAULT", "hang@r1")
     cells = Cells(tmp_path)
     result = {}
     with cells.servers:
-        worker = threading.Thread(target=lambda: result.update(o=cells.run(spec(), 10)))
+        # A first cell starts the server, whose import (seconds on a busy machine) would
+        # otherwise count against the 10 s timeout of the cell under test.
+        assert cells.run(spec(repeat=0)).status == "ok"
+        worker = threading.Thread(target=lambda: result.update(o=cells.run(spec(repeat=1), 10)))
         worker.start()
         try:
             cell = wait_for_cell(9)
@@ -143,7 +150,7 @@ def test_a_forked_cell_has_its_own_session_descriptors_and_environment(tmp_path,
             assert os.getpgid(cell.pid) == cell.pid  # a session of its own
             fds = {e.name: os.readlink(e) for e in os.scandir(f"/proc/{cell.pid}/fd")}
             assert not [t for t in fds.values() if t.startswith("socket:")], fds
-            log = str(tmp_path / "torch__mnist_dense__float32__r0.log")
+            log = str(tmp_path / "torch__mnist_dense__float32__r1.log")
             assert fds["1"] == log and fds["2"] == log
             pipes = {fd for fd, target in fds.items() if target.startswith("pipe:")}
             assert "0" in pipes and len(pipes) == 2, fds
@@ -226,7 +233,12 @@ def test_which_cells_are_forked():
     environ = {}
     assert usable(spec("torch"), environ) and usable(spec("tensorflow"), environ)
     assert not usable(spec("torch"), {FORK_SERVER_ENV: "0"})
-    assert not usable(spec("torch", device="cuda:0"), environ)  # CUDA: a new process
+    # torch on CUDA: the fork creates its own context (the server never initialised CUDA).
+    assert usable(spec("torch", device="cuda:0"), environ)
+    assert usable(spec("torch", device="cuda"), environ)
+    # TensorFlow on a GPU has not been verified forked; MPS is not Linux.
+    assert not usable(spec("tensorflow", device="cuda:0"), environ)
+    assert not usable(spec("torch", device="mps"), environ)
     assert not usable(spec("torch", nproc=2), environ)  # torchrun ranks are new anyway
     assert not usable(spec("jax"), environ)
 
@@ -253,3 +265,118 @@ def test_a_cell_whose_environment_differs_gets_a_new_server(tmp_path, monkeypatc
         (new_server,) = server_processes()
     assert (first.status, second.status) == ("ok", "ok")
     assert new_server.pid != server.pid
+
+
+# --- CUDA: a torch server never initialises it, and a fork that finds it in use runs nothing.
+# This machine has no GPU: what CUDA would do is faked in the server alone, by a
+# sitecustomize.py that patches torch's own functions there (faithful to their signatures),
+# while cells started as new processes get the real ones.
+
+_CUDA_FAKES = {
+    # torch.cuda.is_initialized() true from the server's first look: CUDA came up on import.
+    "initialised on import": "torch.cuda.is_initialized = lambda: True",
+    # ...true from the third look on: the server's import and first fork were clean, and then
+    # something in the server initialised CUDA before its second fork.
+    "initialised later": (
+        "_looks = [0]\n"
+        "def _is_initialized():\n"
+        "    _looks[0] += 1\n"
+        "    return _looks[0] > 2\n"
+        "torch.cuda.is_initialized = _is_initialized"
+    ),
+    # torch's bad-fork flag set in the fork: the parent had initialised CUDA, unseen.
+    "bad fork": "torch.cuda._is_in_bad_fork = lambda: True",
+}
+
+
+def _fake_cuda_in_the_server(tmp_path: Path, monkeypatch, fake: str) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import sys\n"
+        "if 'mpbench.runner.launchers.zygote' in sys.orig_argv:\n"
+        "    import torch\n"
+        "    import torch.cuda\n"
+        + "".join(f"    {line}\n" for line in _CUDA_FAKES[fake].splitlines())
+    )
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
+    )
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    ("fake", "launchers", "warning"),
+    [
+        (
+            "initialised on import",
+            ["new process", "new process"],
+            "RuntimeError: torch initialised CUDA in the fork server while importing",
+        ),
+        (
+            "initialised later",
+            ["fork server", "new process"],
+            "cannot fork: torch initialised CUDA in the fork server",
+        ),
+        (
+            "bad fork",
+            ["new process", "new process"],
+            "cannot fork: the forked cell found CUDA initialised by its parent (a bad fork)",
+        ),
+    ],
+)
+def test_cuda_in_use_in_the_server_starts_cells_as_new_processes_with_a_warning(
+    tmp_path, monkeypatch, fake, launchers, warning
+):
+    _fake_cuda_in_the_server(tmp_path, monkeypatch, fake)
+    cells = Cells(tmp_path)
+    with cells.servers:
+        outcomes = [cells.run(spec(repeat=r)) for r in range(2)]
+    assert [o.status for o in outcomes] == ["ok", "ok"], [o.reason for o in outcomes]
+    assert [o.launcher for o in outcomes] == launchers
+    # One warning, once: the framework's later cells start as new processes without it.
+    assert len(cells.warnings) == 1, cells.warnings
+    assert warning in cells.warnings[0]
+    assert cells.warnings[0].endswith("; its cells start as new processes")
+    # The same training either way: the refused fork ran nothing of the cell.
+    assert outcomes[0].measurements["epoch_losses"] == outcomes[1].measurements["epoch_losses"]
+
+
+@needs_torch
+def test_the_torch_server_touches_no_cuda_and_starts_no_process(tmp_path):
+    """What the server runs (preload) calls none of torch.cuda's functions that initialise
+    CUDA or query a device, and leaves no child process (no compile-worker pool)."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import json, psutil, torch, torch.cuda\n"
+        "calls = []\n"
+        "def spy(name, real):\n"
+        "    def called(*args, **kwargs):\n"
+        "        calls.append(name)\n"
+        "        return real(*args, **kwargs)\n"
+        "    return called\n"
+        "for name in ('_lazy_init', 'init', 'is_available', 'device_count', 'current_device',\n"
+        "             'get_device_capability', 'get_device_properties', 'get_device_name',\n"
+        "             'set_device', 'synchronize', 'memory_allocated', 'mem_get_info'):\n"
+        "    setattr(torch.cuda, name, spy(name, getattr(torch.cuda, name)))\n"
+        "from mpbench.runner.launchers.zygote import preload\n"
+        "preload('torch')\n"
+        "print(json.dumps({'calls': calls, 'initialized': torch.cuda.is_initialized(),\n"
+        "                  'children': len(psutil.Process().children(recursive=True))}))\n"
+    )
+    done = subprocess.run([sys.executable, str(probe)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found == {"calls": [], "initialized": False, "children": 0}
+
+
+def test_the_torch_server_asks_nvml_not_cuda_whether_a_gpu_is_there(tmp_path):
+    """torch.cuda.is_available() initialises CUDA unless PYTORCH_NVML_BASED_CUDA_CHECK=1
+    (torch's docs): a torch server gets it in its own environment, a cell never does."""
+    server = ForkServer("torch", {**os.environ, "MPBENCH_X": "1"}, tmp_path / "fs.log")
+    try:
+        environ = Path(f"/proc/{server.process.pid}/environ").read_bytes().split(b"\0")
+        assert f"{NVML_CHECK_ENV}=1".encode() in environ
+        assert NVML_CHECK_ENV not in server.env  # what its forks are given is the cell's
+    finally:
+        server.close()

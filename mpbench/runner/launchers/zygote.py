@@ -6,16 +6,23 @@ device and starts no thread pool, so each fork begins where a new interpreter wo
 after its imports, less the seconds they take. docs/architecture.md ("Starting a cell")
 says what is shared, what is not, and why fork is safe here.
 
-Used only where it was verified: Linux, a CPU cell of one process, torch or TensorFlow.
-CUDA is not fork-safe once initialised, and TensorFlow's import already loads the CUDA
-libraries (tensorflow/tensorflow#29876), so device cells start as new processes, as do
-torchrun jobs (their ranks are new processes anyway). MPBENCH_FORK_SERVER=0 turns the
-servers off.
+Used only where it was verified: Linux, a cell of one process, torch on the CPU or a
+CUDA GPU, TensorFlow on the CPU. A torch server imports torch but never initialises CUDA, so
+each fork creates its own CUDA context, as a new interpreter would: PyTorch marks a child as
+a bad fork only when its parent had initialised CUDA. The server checks before each fork that
+CUDA is still untouched, and each fork checks torch's own bad-fork flag before it runs a
+cell; if either finds CUDA in use, the run warns and starts that framework's cells as new
+processes. TensorFlow's import already loads the CUDA libraries
+(tensorflow/tensorflow#29876) and has not been tried forked on a GPU, so TensorFlow GPU cells
+start as new processes, as do torchrun jobs (their ranks are new processes anyway).
+MPBENCH_FORK_SERVER=0 turns the servers off.
 
 Protocol, over a SOCK_SEQPACKET socket pair (one JSON message per packet):
     server -> run    {"ready": true, "import_s": s} | {"ready": false, "error": "..."}
     run -> server    {"env": {...}} with 4 descriptors: stdin, events, stdout, stderr
     server -> run    {"started": pid}, then {"exited": pid, "returncode": code}
+                     | {"refused": "why"}: CUDA is in use in the server, or the fork found
+                       itself a bad fork; the fork (if any) has exited, no cell ran
 The server serves one cell at a time (cells never overlap) and exits when the run closes
 its end; it dies with the run (parent-death signal) like a cell.
 """
@@ -48,6 +55,11 @@ PRELOAD = {
     "torch": ("torch", "torch._dynamo", "mpbench.backends.torch.backend"),
     "tensorflow": ("tensorflow", "keras", "mpbench.backends.tensorflow.backend"),
 }
+# Set in a torch server's own environment (never a cell's): torch.cuda.is_available() then
+# asks NVML and leaves CUDA uninitialised, should anything imported call it.
+NVML_CHECK_ENV = "PYTORCH_NVML_BASED_CUDA_CHECK"
+# A fork's own exit code when it found CUDA unusable before running anything (EX_TEMPFAIL).
+BAD_FORK_EXIT = 75
 READY_TIMEOUT_S = 300.0  # a first TensorFlow import from a cold disk can take a minute
 _MESSAGE_BYTES = 1 << 20  # an environment is a few KiB
 PR_SET_NAME = 15  # <linux/prctl.h>
@@ -69,17 +81,23 @@ def set_process_name(name: str) -> None:
 
 def usable(spec: CellSpec, environ: Mapping[str, str] = os.environ) -> bool:
     """Whether this cell may be forked from a server (the module docstring says why not)."""
+    on_cpu = spec.device == "cpu"
+    torch_on_cuda = spec.framework == "torch" and spec.device.split(":")[0] == "cuda"
     return (
         sys.platform.startswith("linux")
         and environ.get(FORK_SERVER_ENV, "1").strip() != "0"
         and spec.framework in PRELOAD
-        and spec.device == "cpu"
+        and (on_cpu or torch_on_cuda)
         and spec.world_size == 1
     )
 
 
 class ServerGone(RuntimeError):
     """The server closed its socket or died: the run falls back to new processes."""
+
+
+class ForkRefused(ServerGone):
+    """The server found CUDA in use (in itself, or in the fork): no cell can be forked."""
 
 
 class ForkedCell:
@@ -114,6 +132,9 @@ class ForkServer:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._socket = ours
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        server_env = dict(self.env)
+        if framework == "torch":
+            server_env[NVML_CHECK_ENV] = "1"  # the server's alone: a fork takes the cell's
         with open(log_path, "ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", __name__, framework, str(theirs.fileno()), str(os.getpid())],
@@ -122,7 +143,7 @@ class ForkServer:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # a Ctrl-C at the terminal is the run's to handle
-                env=self.env,
+                env=server_env,
             )
         theirs.close()
         started = time.monotonic()
@@ -144,6 +165,8 @@ class ForkServer:
         except OSError as exc:
             raise ServerGone(f"the {self.framework} fork server is gone ({exc})") from exc
         reply = self._receive(READY_TIMEOUT_S)
+        if reply is not None and "refused" in reply:
+            raise ForkRefused(f"the {self.framework} fork server cannot fork: {reply['refused']}")
         if reply is None or "started" not in reply:
             raise ServerGone(f"the {self.framework} fork server did not fork: {reply}")
         return int(reply["started"])
@@ -268,13 +291,33 @@ def _import_environment(env: Mapping[str, str]) -> dict[str, str]:
 def preload(framework: str) -> None:
     for module in PRELOAD[framework]:
         importlib.import_module(module)
+    hazard = fork_hazard(framework)
+    if hazard:
+        raise RuntimeError(f"{hazard} while importing")
+
+
+def fork_hazard(framework: str) -> str | None:
+    """Why this server must not fork a cell, or None. A server that initialised CUDA would
+    hand every fork a context it cannot use ("Cannot re-initialize CUDA in forked
+    subprocess"); nothing in the server should, and this makes sure before each fork."""
     if framework == "torch":
         import torch
 
-        # Belt and braces: a server that initialised CUDA would hand every fork a broken
-        # context ("Cannot re-initialize CUDA in forked subprocess").
         if torch.cuda.is_initialized():
-            raise RuntimeError("torch initialised CUDA while importing")
+            return "torch initialised CUDA in the fork server"
+    return None
+
+
+def bad_fork(framework: str) -> str | None:
+    """In a fork, before it runs anything: why CUDA cannot be used here, or None. torch sets
+    its bad-fork flag in a child whose parent had initialised CUDA (an atfork handler
+    registered at CUDA's first use), whatever the server's own check saw."""
+    if framework == "torch":
+        import torch
+
+        if torch.cuda._is_in_bad_fork():
+            return "the forked cell found CUDA initialised by its parent (a bad fork)"
+    return None
 
 
 def serve(framework: str, fd: int, parent_pid: int) -> int:
@@ -299,8 +342,17 @@ def serve(framework: str, fd: int, parent_pid: int) -> int:
         if not data:  # the run closed its end: it is over
             return 0
         request = json.loads(data)
+        hazard = fork_hazard(framework)
+        if hazard:
+            for descriptor in fds:
+                os.close(descriptor)
+            _send(channel, {"refused": hazard})
+            continue
         sys.stdout.flush()
         sys.stderr.flush()
+        # The fork says on this pipe whether it can run a cell before the run is told it
+        # started: a refused fork has run nothing, so the run can start the cell anew.
+        verdict_read, verdict_write = os.pipe()
         with warnings.catch_warnings():
             # Python 3.12+ warns about fork in a process with threads. The one thread here
             # besides ours is numpy's OpenBLAS pool, which stops for a fork and starts again
@@ -308,12 +360,37 @@ def serve(framework: str, fd: int, parent_pid: int) -> int:
             warnings.simplefilter("ignore", DeprecationWarning)
             pid = os.fork()
         if pid == 0:
+            os.close(verdict_read)
+            try:
+                why = bad_fork(framework)
+            except BaseException as exc:  # an unknown torch: say so rather than guess
+                why = f"cannot tell whether CUDA is usable in a fork ({exc!r})"
+            os.write(verdict_write, json.dumps(why).encode())
+            os.close(verdict_write)
+            if why:
+                os._exit(BAD_FORK_EXIT)
             _become_cell(channel, fds, request["env"], parent=os.getppid())
+        os.close(verdict_write)
+        verdict = _read_all(verdict_read)
         for descriptor in fds:
             os.close(descriptor)
+        if verdict != b"null":
+            os.waitpid(pid, 0)
+            why = json.loads(verdict) if verdict else "the fork died before it could start"
+            _send(channel, {"refused": why})
+            continue
         _send(channel, {"started": pid})
         _, status = os.waitpid(pid, 0)
         _send(channel, {"exited": pid, "returncode": os.waitstatus_to_exitcode(status)})
+
+
+def _read_all(fd: int) -> bytes:
+    """Everything written to a pipe until its last writer closes it; then close ours."""
+    chunks = []
+    while chunk := os.read(fd, 4096):
+        chunks.append(chunk)
+    os.close(fd)
+    return b"".join(chunks)
 
 
 def _become_cell(channel: socket.socket, fds: list[int], env: dict[str, str], parent: int) -> None:
