@@ -410,12 +410,18 @@ def _fallback(
 
 
 def _write_csv_if_possible(run_dir: Path, records: list[CellRecord]) -> ResultsWriteError | None:
+    """results.csv from the records, or the error that says why not and what is kept (a
+    record that fitted in the last page results.jsonl already had is saved although the
+    disk is full; the CSV, a new file, is not)."""
     if not records:
         return None
     try:
         write_csv(run_dir, records)
     except ResultsWriteError as exc:
-        return exc
+        return ResultsWriteError(
+            f"{exc}; the {len(records)} finished cells are kept in {run_dir / RESULTS_FILE}, "
+            f"and 'mpbench run --out {run_dir} --resume' writes the CSV once it can"
+        )
     return None
 
 

@@ -127,6 +127,15 @@ class FakeTensorFlow:
         return dict(self.memory)
 
 
+@pytest.fixture(autouse=True)
+def no_nvml_view(fake_nvml):
+    """NVML cannot be read (no driver library), whatever machine runs these tests: the fake
+    TensorFlow's GPUs are then taken in its own order. On a machine with a GPU, the real
+    NVML would list that GPU, and the fake's two A100s would not line up with it."""
+    fake = fake_nvml()
+    fake.configure(init_error=fake.NVML_ERROR_LIBRARY_NOT_FOUND)
+
+
 def test_a_tensorflow_gpu_cell_sees_only_its_gpu_and_grows_its_memory():
     tf = FakeTensorFlow()
     placement = tf_device.resolve(tf, "cuda:1")

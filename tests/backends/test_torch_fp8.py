@@ -98,9 +98,30 @@ def test_the_probe_reports_the_first_line_of_the_error(monkeypatch):
     assert why == "this torch build's _scaled_mm refused rowwise scales here: bad scales"
 
 
-def test_the_real_probe_runs_on_cpu():
-    assert tfp8.probe_scaled_mm(CPU, "tensorwise") is None
-    assert tfp8.probe_scaled_mm(CPU, "rowwise") is None
+def _scaled_mm_refusal(recipe: str) -> str | None:
+    """This torch build's own answer to the probe's GEMM, asked directly: its first error
+    line, or None where it runs (CPU rowwise scales run in torch 2.13, not in 2.11)."""
+    a = torch.randn(32, 128).to(torch.float8_e4m3fn)
+    b = torch.randn(32, 128).to(torch.float8_e4m3fn).t()
+    shapes = {"tensorwise": ((), ()), "rowwise": ((32, 1), (1, 32))}[recipe]
+    sa, sb = (torch.ones(shape, dtype=torch.float32) for shape in shapes)
+    try:
+        torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+    except Exception as exc:
+        return str(exc).strip().splitlines()[0]
+    return None
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+def test_the_real_probe_runs_on_cpu_and_says_what_this_build_refuses(recipe):
+    refusal = _scaled_mm_refusal(recipe)
+    answer = tfp8.probe_scaled_mm(CPU, recipe)
+    if refusal is None:
+        assert answer is None
+    else:
+        assert answer == f"this torch build's _scaled_mm refused {recipe} scales here: {refusal}"
+    if recipe == "tensorwise":  # every torch mpbench supports runs per-tensor scales on a CPU
+        assert answer is None
 
 
 def test_missing_torchao_is_unsupported_with_the_install_hint(monkeypatch):

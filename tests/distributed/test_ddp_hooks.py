@@ -52,13 +52,22 @@ def test_the_hook_all_reduces_the_gradients_in_its_precision(group, grad_comm, d
     assert data_parallel.comm_s[0] > 0 and data_parallel.comm_s[1] > 0
 
 
-def test_ddp_refuses_its_own_bf16_hook_on_gloo_by_name(group):
-    """Why mpbench brings a renamed copy (research notes §4(a))."""
+def test_ddp_refuses_its_own_bf16_hook_by_name_on_a_build_without_cuda_and_nccl(group):
+    """Why mpbench brings a renamed copy: DDP refuses torch's own bf16 hook, by the hook's
+    name, unless the torch build has CUDA (or ROCm) and NCCL 2.10+, whatever the process
+    group's backend (torch/nn/parallel/distributed.py, register_comm_hook). A CPU wheel
+    refuses it on gloo; a CUDA wheel accepts it there too."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
+    gpu_build = torch.version.cuda is not None or torch.version.hip is not None
+    nccl = dist.is_nccl_available() and torch.cuda.nccl.version() >= (2, 10)
     ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
-    with pytest.raises(TypeError, match="BF16 all reduce communication hook required"):
+    if gpu_build and nccl:
         ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
+        assert ddp._get_ddp_logging_data().get("comm_hook") == "bf16_compress_hook"
+    else:
+        with pytest.raises(TypeError, match="BF16 all reduce communication hook required"):
+            ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
 
 
 def test_fp32_registers_no_hook_and_the_report_takes_timed_steps_only(group):

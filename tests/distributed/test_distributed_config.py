@@ -121,7 +121,7 @@ def test_a_batch_the_world_cannot_fill_is_refused_before_anything_runs(tmp_path)
     done = subprocess.run(
         [sys.executable, "-m", "mpbench", "run", "-f", "torch", "-w", "mnist_dense",
          "-p", "fp32", "--data", "synthetic", "--batch-size", "40000", "--nproc", "1,2",
-         "--out", str(tmp_path / "run")],
+         "--device", "cpu", "--out", str(tmp_path / "run")],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 2, done.stdout + done.stderr
