@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# The prepared GPU check: everything worth measuring when a GPU machine is at hand for a few
+# minutes, in one command, with no network needed (docs/gpu-check.md).
+#
+#   bash benchmarks/gpu_check.sh               # on a machine with an NVIDIA GPU, ~8 minutes
+#   DRY=1 bash benchmarks/gpu_check.sh         # tiny versions of every step on a CPU (CI)
+#
+# Run it from anywhere; it works in the repository root. Each step has its own time box, cut
+# to one global deadline (BUDGET_S, default 480 s; DRY: 300 s), and is stopped with SIGINT at
+# its box, so `mpbench run` keeps what it finished and pytest prints what it ran. Everything
+# goes under one folder, then into a .tar.gz beside it:
+#   GPU_CHECK_OUT if set, else $OUT/gpu-check if OUT is set, else results/gpu-check-<time>
+# Settings (environment): DRY, BUDGET_S, PYTHON (default python3), WORKERS (pytest-xdist
+# workers; default min(cores, 8)), WHEELS (a folder of wheels to install for this check
+# only, into the output folder: for a machine without network, e.g. torchao for fp8).
+# Exit status: the number of steps that failed (a step stopped at its time box has not
+# failed: it was cut short, and the summary says so).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+DRY="${DRY:-0}"
+PY="${PYTHON:-python3}"
+if [ "$DRY" = 1 ]; then budget="${BUDGET_S:-300}"; else budget="${BUDGET_S:-480}"; fi
+dir="${GPU_CHECK_OUT:-${OUT:+$OUT/gpu-check}}"
+dir="${dir:-results/gpu-check-$(date +%Y%m%d-%H%M%S)}"
+mkdir -p "$dir"
+dir="$(cd "$dir" && pwd)"
+summary="$dir/summary.txt"
+: >"$summary"
+started=$(date +%s)
+deadline=$((started + budget))
+failed=0
+
+# The check's own measured-peak cache (detect --measure, then the runs' MFU), wide tables,
+# output as it happens.
+export MPBENCH_CACHE="$dir/cache" PYTHONUNBUFFERED=1 COLUMNS="${COLUMNS:-200}"
+
+say() { echo "$*" | tee -a "$summary"; }
+
+# step NAME BOX_SECONDS COMMAND [ARGS...]: run it under min(box, time left), its output in
+# NAME.log and on the terminal; one summary line.
+step() {
+    local name=$1 box=$2 left t rc began ended verdict
+    shift 2
+    left=$((deadline - $(date +%s)))
+    if [ "$left" -lt 5 ]; then
+        say "$(printf '%-16s %-34s' "$name" 'skipped: the global deadline passed')"
+        return
+    fi
+    t=$((box < left ? box : left))
+    echo "=== $name (time box ${t} s): $*"
+    began=$(date +%s.%N)
+    timeout --signal=INT --kill-after=30 "$t" "$@" 2>&1 | tee "$dir/$name.log"
+    rc=${PIPESTATUS[0]}
+    ended=$(date +%s.%N)
+    case $rc in
+        0) verdict="ok" ;;
+        124 | 130) verdict="stopped at its ${t} s time box" ;;
+        137) verdict="killed at its ${t} s time box" ;;
+        *) verdict="FAILED (exit $rc)"; failed=$((failed + 1)) ;;
+    esac
+    say "$(printf '%-16s %-34s %7.1f s' "$name" "$verdict" "$(awk "BEGIN { print $ended - $began }")")"
+}
+
+if [ -n "${WHEELS:-}" ]; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$dir/site" "$WHEELS"/*.whl \
+        && export PYTHONPATH="$dir/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+if ! "$PY" -c "import mpbench" 2>/dev/null; then
+    # No network: the checkout itself, without its dependencies (a GPU image has them).
+    "$PY" -m pip install -q --no-deps --no-build-isolation -e . >"$dir/install.log" 2>&1 \
+        || export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+fi
+mp() { "$PY" -m mpbench "$@"; }
+export -f mp
+export PY
+
+if [ "$DRY" = 1 ]; then
+    device=cpu
+    # Tiny sizes: each step's machinery, not its figures.
+    export MPBENCH_MEASURE_SIZES=32,64 MPBENCH_MEASURE_BUDGET=0.2
+    tiny=(--data synthetic --device cpu --repeat 1 --max-steps 6 --warmup-steps 2 --units 32
+        --batch-size 64 --threads 1)
+    default_run=(-f torch -w mnist_dense -p fp32 -p bf16 "${tiny[@]}")
+    fp8_run=(-f torch -w mnist_dense -p bf16 -p fp8 "${tiny[@]}")
+    tests=(tests/test_policies.py)
+    rounds=1
+else
+    device=cuda
+    default_run=(--data synthetic)
+    fp8_run=(-f torch -w mnist_dense -w transformer_lm -p bf16 -p fp8 --data synthetic --repeat 2)
+    cores=$(nproc)
+    workers="${WORKERS:-$((cores < 8 ? cores : 8))}"
+    tests=(-n "$workers" --dist loadfile)
+    "$PY" -c "import xdist" 2>/dev/null || tests=()
+    rounds=2
+fi
+
+say "mpbench GPU check ($( [ "$DRY" = 1 ] && echo 'DRY: tiny steps on the CPU' || echo "device $device")), $(date -u +%FT%TZ), budget ${budget} s, output $dir"
+say "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
+
+step machine 30 bash -c '
+    nvidia-smi 2>/dev/null || echo "nvidia-smi: not found (no NVIDIA driver here)"
+    echo "cores $(nproc), load $(cut -d" " -f1-3 /proc/loadavg)"
+    "$PY" - <<EOF
+import importlib.util, platform, torch
+print("python", platform.python_version(), "| torch", torch.__version__, "| CUDA", torch.version.cuda)
+for name in ("torchao", "tensorflow", "pynvml", "xdist"):
+    print(name, "installed" if importlib.util.find_spec(name) else "not installed")
+EOF'
+step startup-phases 90 "$PY" benchmarks/startup_phases.py --device "$device" --forks 3 \
+    --json "$dir/startup_phases.json"
+step detect 60 "$PY" -m mpbench detect
+step detect-json 90 bash -c "\"\$PY\" -m mpbench detect --json --probe > '$dir/detect.json'"
+step detect-measure 120 "$PY" -m mpbench detect --measure --device "$device"
+step cell-startup 90 "$PY" benchmarks/cell_startup.py --framework torch --device "$device" \
+    --rounds "$rounds" --max-steps 10
+step run-default 200 "$PY" -m mpbench run "${default_run[@]}" --out "$dir/run-default"
+step run-fp8 100 "$PY" -m mpbench run "${fp8_run[@]}" --out "$dir/run-fp8"
+step compare 60 bash -c "
+    for run in run-default run-fp8; do
+        [ -s '$dir'/\$run/results.jsonl ] || { echo \"\$run: no results\"; continue; }
+        mp compare '$dir'/\$run --format markdown -o '$dir'/compare-\$run.md \
+            --plot '$dir'/compare-\$run.png || exit 1
+        cat '$dir'/compare-\$run.md
+    done"
+step tests 600 "$PY" -m pytest -v -p no:cacheprovider "${tests[@]}"
+
+# The figures the closing note asks for, from the records.
+"$PY" - "$dir" <<'EOF' | tee -a "$summary"
+import json, statistics, sys
+from pathlib import Path
+
+for run in ("run-default", "run-fp8"):
+    path = Path(sys.argv[1]) / run / "results.jsonl"
+    if not path.exists():
+        print(f"{run}: no results")
+        continue
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    by = {}
+    for r in records:
+        started = r.get("startup") or {}
+        if started.get("seconds") is not None:
+            by.setdefault((r["framework"], started.get("launcher")), []).append(started["seconds"])
+    statuses = {}
+    for r in records:
+        statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+    print(f"{run}: {len(records)} cells {statuses}")
+    for (framework, launcher), seconds in sorted(by.items()):
+        print(
+            f"  start-up {framework} ({launcher}): median {statistics.median(seconds):.2f} s, "
+            f"{min(seconds):.2f}-{max(seconds):.2f} over {len(seconds)} cells"
+        )
+EOF
+say "total $(($(date +%s) - started)) s, $failed step(s) failed"
+tar -czf "$dir.tar.gz" -C "$(dirname "$dir")" "$(basename "$dir")" 2>/dev/null \
+    && echo "everything: $dir.tar.gz"
+exit "$failed"
