@@ -17,3 +17,9 @@ needs_torch = pytest.mark.skipif(not installed("torch"), reason="torch is not in
 needs_tensorflow = pytest.mark.skipif(
     not installed("tensorflow"), reason="TensorFlow is not installed"
 )
+# What a machine without TensorFlow does instead (CI runs the fast tier without it too).
+without_tensorflow = pytest.mark.skipif(
+    installed("tensorflow"), reason="about a machine without TensorFlow"
+)
+# The reason a TensorFlow cell is skipped with where TensorFlow is not installed.
+TENSORFLOW_MISSING = "tensorflow is not installed: pip install 'mpbench[tensorflow]'"

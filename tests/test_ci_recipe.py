@@ -18,9 +18,9 @@ WORKFLOW = ROOT / ".github" / "workflows" / "mpbench.yml"
 SCRIPT = ROOT / ".github" / "mpbench-gate.sh"
 SCRIPT_IN_CHECKOUT = ".github/mpbench-gate.sh"
 
-# Not part of a checkout: the virtual environment, run outputs and build leftovers at the top,
-# caches anywhere.
-NOT_CHECKED_OUT_AT_TOP = {".git", ".venv", "results", "build", "dist"}
+# Not part of a checkout: the virtual environments (.venv-notf: the one without TensorFlow),
+# run outputs and build leftovers at the top, caches anywhere.
+NOT_CHECKED_OUT_AT_TOP = {".git", ".venv", ".venv-notf", "results", "build", "dist"}
 NOT_CHECKED_OUT = {".pytest_cache", ".ruff_cache", ".mypy_cache", "__pycache__"}
 
 # The gate script with a matrix small enough for this project's CI: 2 policies x 2 repeats,

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from adversary import TINY_TOML, assert_refused, mpbench, read_jsonl
-from frameworks import needs_torch
+from frameworks import needs_tensorflow, needs_torch
 
 from mpbench.errors import InvalidInput
 from mpbench.policies import DeviceTraits
@@ -267,6 +267,7 @@ def _cells(config: Path, **options: Any):
     return built, expand(built, _Report(), "run")[2]
 
 
+@needs_tensorflow  # without it the TensorFlow cells are skipped: none runs to warn about
 def test_compile_with_only_tensorflow_cells_warns(tiny_config: Path) -> None:
     from mpbench.runner.preflight import unused_settings
 
@@ -275,6 +276,11 @@ def test_compile_with_only_tensorflow_cells_warns(tiny_config: Path) -> None:
     )
     (line,) = unused_settings(config, cells)
     assert line.startswith("--compile: applies to torch cells only, and none runs here")
+
+
+def test_settings_that_change_a_running_cell_do_not_warn(tiny_config: Path) -> None:
+    from mpbench.runner.preflight import unused_settings
+
     config, cells = _cells(tiny_config, frameworks=["torch"], policies=["fp32"], compile=[True])
     assert unused_settings(config, cells) == []
     config, cells = _cells(tiny_config, policies=["fp16"], loss_scale=["1024"], nproc=["2"])

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from frameworks import TENSORFLOW_MISSING, needs_tensorflow, without_tensorflow
 
 from mpbench.errors import InvalidInput
 from mpbench.policies import DeviceTraits
@@ -130,9 +131,7 @@ def test_a_batch_the_world_cannot_fill_is_refused_before_anything_runs(tmp_path)
     assert not (tmp_path / "run").exists()
 
 
-def test_grad_comm_with_tensorflow_cells_is_said_once_before_the_run(tmp_path):
-    from mpbench.runner.preflight import preflight
-
+def _tensorflow_cells(**options):
     config = build_config(
         RunOptions(
             config=QUICK,
@@ -142,9 +141,17 @@ def test_grad_comm_with_tensorflow_cells_is_said_once_before_the_run(tmp_path):
             nproc=["1,2"],
             grad_comm="bf16",
             data="synthetic",
+            **options,
         )
     )
-    cells = expand(config, _Report(), "run")[2]
+    return config, expand(config, _Report(), "run")[2]
+
+
+@needs_tensorflow
+def test_grad_comm_with_tensorflow_cells_is_said_once_before_the_run(tmp_path):
+    from mpbench.runner.preflight import preflight
+
+    config, cells = _tensorflow_cells()
     said: list[str] = []
     preflight(config, cells, said.append)
     (note,) = [m for m in said if "--grad-comm" in m]
@@ -153,3 +160,16 @@ def test_grad_comm_with_tensorflow_cells_is_said_once_before_the_run(tmp_path):
     config.grad_comm = "fp32"
     preflight(config, cells, said.append)
     assert not [m for m in said if "--grad-comm" in m]
+
+
+@without_tensorflow
+def test_without_tensorflow_its_cells_are_skipped_and_no_setting_is_said_unused():
+    """Nothing runs, so no setting could look measured: the cells' skip reason says why."""
+    from mpbench.runner.preflight import preflight
+
+    config, cells = _tensorflow_cells(compile=[True])
+    assert {cell.spec.world_size for cell in cells} == {1, 2}  # data-parallel cells too
+    assert {cell.skip_reason for cell in cells} == {TENSORFLOW_MISSING}
+    said: list[str] = []
+    preflight(config, cells, said.append)
+    assert not [m for m in said if "--grad-comm" in m or "--compile" in m], said
