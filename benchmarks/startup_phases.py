@@ -54,12 +54,14 @@ def device_phases(device: str) -> dict[str, float | bool | int | None]:
     """Time the context and the first matmul on `device` in this process."""
     began = time.monotonic()
     target = torch.device(device)
+    peak_at_start = None
     if target.type == "cuda":
         torch.cuda.init()
+        # Before this process allocates anything: 0 in a fresh context of its own.
+        peak_at_start = torch.cuda.max_memory_allocated(target)
     first = torch.zeros(1, device=target)
     if target.type == "cuda":
         torch.cuda.synchronize(target)
-    peak_at_start = torch.cuda.max_memory_allocated(target) if target.type == "cuda" else None
     initialised = time.monotonic()
     a = torch.randn(1024, 1024, device=target)
     (a @ a).sum().item()
