@@ -66,10 +66,18 @@ if [ -n "${WHEELS:-}" ]; then
     "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$dir/site" "$WHEELS"/*.whl \
         && export PYTHONPATH="$dir/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
-if ! "$PY" -c "import mpbench" 2>/dev/null; then
+# This checkout's mpbench, importable from anywhere (the tests start it from their temporary
+# folders) and as the `mpbench` command (the CI gate script calls it): asked from / because
+# the checkout's own folder would always find it.
+repo="$PWD"
+this_checkout() {
+    (cd / && "$PY" -c "import mpbench, pathlib, sys
+sys.exit(pathlib.Path(mpbench.__file__).resolve().parent != pathlib.Path('$repo/mpbench').resolve())") 2>/dev/null
+}
+if ! this_checkout || ! command -v mpbench >/dev/null; then
     # No network: the checkout itself, without its dependencies (a GPU image has them).
-    "$PY" -m pip install -q --no-deps --no-build-isolation -e . >"$dir/install.log" 2>&1 \
-        || export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+    "$PY" -m pip install -q --no-deps --no-build-isolation -e . >"$dir/install.log" 2>&1
+    this_checkout || export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
 fi
 mp() { "$PY" -m mpbench "$@"; }
 export -f mp
@@ -97,6 +105,7 @@ else
 fi
 
 say "mpbench GPU check ($( [ "$DRY" = 1 ] && echo 'DRY: tiny steps on the CPU' || echo "device $device")), $(date -u +%FT%TZ), budget ${budget} s, output $dir"
+say "mpbench from $(cd / && "$PY" -c 'import mpbench; print(mpbench.__file__)' 2>&1 | tail -1), command: $(command -v mpbench || echo 'none (tests that call it fail)')"
 say "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
 
 step machine 30 bash -c '

@@ -51,7 +51,12 @@ def test_the_dry_check_runs_every_step_and_keeps_what_each_made(tmp_path):
     steps = summary_lines(out)
     assert list(steps) == STEPS
     assert all(" ok " in line for line in steps.values()), steps
-    assert "DRY: tiny steps on the CPU" in (out / "summary.txt").read_text()
+    summary = (out / "summary.txt").read_text()
+    assert "DRY: tiny steps on the CPU" in summary
+    # This checkout's mpbench, found from outside it (no install needed here: it is one).
+    mpbench_dir = Path(__file__).resolve().parents[1] / "mpbench"
+    assert f"mpbench from {mpbench_dir / '__init__.py'}" in summary
+    assert not (out / "install.log").exists()
     # What each step left: the start-up phases, detect's JSON, both runs and their compare.
     phases = json.loads((out / "startup_phases.json").read_text())
     assert phases["device"] == "cpu" and len(phases["forks"]) == 3
