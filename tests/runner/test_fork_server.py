@@ -142,7 +142,7 @@ def test_a_forked_cell_has_its_own_session_descriptors_and_environment(tmp_path,
         # A first cell starts the server, whose import (seconds on a busy machine) would
         # otherwise count against the 10 s timeout of the cell under test.
         assert cells.run(spec(repeat=0)).status == "ok"
-        worker = threading.Thread(target=lambda: result.update(o=cells.run(spec(repeat=1), 10)))
+        worker = threading.Thread(target=lambda: result.update(o=cells.run(spec(repeat=1), 5)))
         worker.start()
         try:
             cell = wait_for_cell(9)
@@ -161,7 +161,7 @@ def test_a_forked_cell_has_its_own_session_descriptors_and_environment(tmp_path,
             worker.join(60)
     outcome = result["o"]
     assert outcome.status == "timeout", outcome.reason
-    assert "10 s timeout" in outcome.reason  # the cell's timeout reached the cell's env
+    assert "5 s timeout" in outcome.reason  # the cell's timeout reached the cell's env
 
 
 @needs_torch
@@ -203,24 +203,38 @@ def test_a_timed_out_cell_is_killed_with_its_group_and_the_server_serves_the_nex
 
 
 @needs_torch
-def test_a_server_killed_under_a_running_cell_ends_that_cell_and_the_next_is_a_new_process(
-    tmp_path, monkeypatch
-):
-    monkeypatch.setenv("MPBENCH_FAULT", "hang@r0")
+def test_a_cell_whose_server_is_killed_under_it_runs_again_as_a_new_process(tmp_path, monkeypatch):
+    """The cell died with its server, unmeasured: it is not recorded as an error of its own
+    but runs again, as a new process (the server is gone), and says why; so do the next."""
+    # Slow enough steps that the server dies while the forked cell trains.
+    monkeypatch.setenv("MPBENCH_MARK", str(tmp_path))
     cells = Cells(tmp_path)
     result = {}
+    slow = spec(max_steps=200, epochs=30, units=1024)
     with cells.servers:
-        worker = threading.Thread(target=lambda: result.update(o=cells.run(spec(), 60)))
+        worker = threading.Thread(target=lambda: result.update(o=cells.run(slow, 120)))
         worker.start()
-        wait_for_cell(30)
+        forked = wait_for_cell(30)
         (server,) = server_processes()
+        assert forked.ppid() == server.pid
         time.sleep(0.5)
         server.send_signal(signal.SIGKILL)
-        worker.join(60)
+        worker.join(120)
         assert not worker.is_alive()
         after = cells.run(spec(repeat=1))
-    assert result["o"].status == "error" and "SIGKILL" in result["o"].reason
-    assert after.status == "ok", after.reason
+    outcome = result["o"]
+    assert outcome.status == "ok", outcome.reason
+    assert outcome.launcher == "new process"
+    said = (
+        f"the torch fork server (pid {server.pid}) was killed by SIGKILL "
+        f"while cell {forked.pid} ran"
+    )
+    assert outcome.warnings[0].startswith(said)
+    assert outcome.warnings[0].endswith("that cell was not measured: it ran again as a new process")
+    assert len(outcome.measurements["step_times_s"]) > 0
+    # The run says it once, and the framework's next cells start as new processes.
+    assert len(cells.warnings) == 1 and cells.warnings[0].startswith(said)
+    assert (after.status, after.launcher) == ("ok", "new process")
 
 
 def test_a_server_that_cannot_import_its_framework_says_why(tmp_path):

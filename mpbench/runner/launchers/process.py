@@ -157,6 +157,14 @@ def run_in_child(
         if log:
             log.close()
 
+    if outcome is None and isinstance(process, ForkedCell) and process.server_died:
+        # The cell died with its fork server, unmeasured: it runs again, as a new process
+        # (the server is gone), so that nothing is lost and the record says why.
+        assert fork_servers is not None
+        why = fork_servers.lost(process)
+        again = run_in_child(spec, timeout_s, log_path, on_step, verbose)
+        again.warnings.insert(0, f"{why}: it ran again as a new process")
+        return again
     if outcome is None:  # no final event: the child died or timed out
         oom_killed = _rose(oom_kills_before, oom_kill_count(cgroup))
         outcome = _from_exit(process, timeout_s, log_path, verbose, oom_killed)

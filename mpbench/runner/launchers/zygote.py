@@ -110,6 +110,9 @@ class ForkedCell:
         self.stdin = stdin
         self.returncode: int | None = None
         self.args = f"cell {pid} forked by the {server.framework} fork server"
+        # Why the cell died with its server (killed from outside, or crashed), or None: such
+        # a cell was never measured, and runs again as a new process (launchers/process.py).
+        self.server_died: str | None = None
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -180,11 +183,21 @@ class ForkServer:
             # The server died (killed from outside); its cells die with it (parent-death
             # signal), so the cell's own status is lost: report the kill that ended it.
             cell.returncode = -9
+            cell.server_died = self.how_it_ended()
             return True
         if reply.get("exited") != cell.pid:
             raise ServerGone(f"the {self.framework} fork server answered {reply}")
         cell.returncode = int(reply["returncode"])
         return True
+
+    def how_it_ended(self) -> str:
+        """How the server process ended, in words ("was killed by SIGKILL"), once it has."""
+        from mpbench.runner.launchers.torchrun import how_it_ended
+
+        try:
+            return how_it_ended(self.process.wait(timeout=5))
+        except subprocess.TimeoutExpired:
+            return "stopped answering"
 
     def _receive(self, timeout: float | None) -> dict[str, Any] | None:
         """The next message, None after `timeout` seconds, {"gone": True} if the server went."""
@@ -256,6 +269,17 @@ class ForkServers:
                 return None
             self._servers[framework] = server
         return server
+
+    def lost(self, cell: ForkedCell) -> str:
+        """A cell died with its server: forget the server (its framework's cells start as
+        new processes from now on) and say what happened, once."""
+        server = cell._server
+        why = (
+            f"the {server.framework} fork server (pid {server.process.pid}) "
+            f"{cell.server_died} while cell {cell.pid} ran; that cell was not measured"
+        )
+        self._give_up(server.framework, why)
+        return why
 
     def _give_up(self, framework: str, why: str) -> None:
         self._failed.add(framework)
