@@ -65,9 +65,11 @@ class CellTelemetry:
 
     def stop_timed(self, samples: int) -> None:
         """`samples`: training samples the timed steps processed (for joules per sample)."""
-        if self._window is not None:
+        if self._window is not None and self._window.long_enough():
             self._contention = self._window.stop()
             self._window = None
+        # A window too short for the CPU counters' ticks stays open: contention() reads it at
+        # the end of the cell, over the end-to-end window and the evaluation too.
         if self._sampler is not None:
             self._device = self._sampler.stop()
             self._sampler = None
@@ -112,7 +114,12 @@ class CellTelemetry:
             self.stop_timed(self._samples)
 
     def contention(self) -> ContentionReading | None:
-        """The window's CPU reading with the GPU's part from the sampler, judged."""
+        """The window's CPU reading with the GPU's part from the sampler, judged. The window
+        is the timed steps', or, where they were too short for the CPU counters, the rest of
+        the cell's from their start (docs/measurement.md, "Contention")."""
+        if self._window is not None:
+            self._contention = self._window.stop()
+            self._window = None
         reading = self._contention
         if reading is None:
             return None

@@ -37,6 +37,14 @@ STEAL_PCT_LIMIT = 2.0  # the hypervisor ran another VM on our CPUs ...
 # ... for at least this long: /proc/stat counts in ticks of 10 ms (USER_HZ 100), so in a
 # half-second window on 2 cores two stray ticks already read 2 % (seen on a quiet VM).
 STEAL_MIN_S = 0.05
+# The CPU counters (/proc/stat, a process's utime and stime) advance in clock ticks of
+# 1/USER_HZ s, so over a window of a few ticks rounding alone reads tenths of a core:
+# 29-37 ms windows on a quiet 2-core VM read other_cores 0.27-0.35 and busy 2.26 of 2 cores.
+# Over at least MIN_WINDOW_TICKS ticks a tick or two of rounding reads at most ~0.1 core,
+# under OTHER_CORES_LIMIT; a shorter window cannot tell others' CPU use from rounding.
+CLOCK_TICK_S = 1 / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
+MIN_WINDOW_TICKS = 20
+MIN_WINDOW_S = MIN_WINDOW_TICKS * CLOCK_TICK_S
 # NVML clock-event reasons that slow a GPU down (nvml.h "NvmlClocksEventReasons"). Idle (0x1),
 # the application clock setting (0x2), sync boost (0x10) and the display clock (0x100) do not.
 GPU_SLOWDOWN_REASONS = {
@@ -57,7 +65,8 @@ def reasons(reading: ContentionReading) -> list[str]:
     r = reading
     out = []
     saturated = r.own_cores + r.other_cores > SATURATION * r.cpus
-    if r.other_cores > OTHER_CORES_LIMIT and saturated:
+    measured = "other_cores" not in r.unavailable  # a window too short for the counters
+    if measured and r.other_cores > OTHER_CORES_LIMIT and saturated:
         out.append(f"other processes used {r.other_cores:.2f} of {r.cpus} cores")
     stolen_s = (r.steal_pct or 0.0) / 100 * r.wall_s * r.cpus
     if r.steal_pct is not None and r.steal_pct > STEAL_PCT_LIMIT and stolen_s >= STEAL_MIN_S:
@@ -225,25 +234,37 @@ class ContentionWindow:
         self._start = self._read()
         return self
 
+    def long_enough(self) -> bool:
+        """Whether the window so far spans enough clock ticks for its CPU reading to mean
+        anything (MIN_WINDOW_TICKS)."""
+        return time.monotonic() - self._start["t"] >= MIN_WINDOW_S
+
     def stop(self) -> ContentionReading:
         a, b = self._start, self._read()
         wall = max(b["t"] - a["t"], 1e-9)
         cpus = psutil.cpu_count() or 1
-        busy = (b["busy"] - a["busy"]) / wall
-        own = (b["own"] - a["own"]) / wall
+        # Tick rounding (USER_HZ) can read more busy cores than exist, and the cell's own a
+        # hair above the machine's busy time: neither is real.
+        busy = min((b["busy"] - a["busy"]) / wall, float(cpus))
+        own = min((b["own"] - a["own"]) / wall, busy)
         reading = ContentionReading(
             wall_s=round(wall, 3),
             cpus=cpus,
             busy_cores=round(busy, 3),
             own_cores=round(own, 3),
-            # Tick granularity (USER_HZ) can put own a hair above busy: never negative.
-            other_cores=round(max(0.0, busy - own), 3),
+            other_cores=round(busy - own, 3),
             load_1min_start=a["load"],
             load_1min_end=b["load"],
             runnable_end=_runnable(),
             cpu_mhz=_cpu_mhz(),
         )
         unavailable = reading.unavailable
+        if wall < MIN_WINDOW_S:
+            unavailable["other_cores"] = (
+                f"not measured (window too short): {wall * 1000:.0f} ms is under "
+                f"{MIN_WINDOW_TICKS} ticks of the CPU counters ({MIN_WINDOW_S * 1000:.0f} ms), "
+                "where their rounding alone reads tenths of a core"
+            )
         if a["steal"] is not None and b["steal"] is not None:
             reading.steal_pct = round(100 * (b["steal"] - a["steal"]) / (wall * cpus), 2)
         else:

@@ -194,3 +194,61 @@ def test_the_cell_reading_marks_a_shared_throttled_gpu(fake_nvml) -> None:
     assert report["gpu_clock_event_reasons"] == ["HwThermalSlowdown"]
     assert report["contended"]
     assert "1 other compute process(es) on the GPU" in report["why"]
+
+
+# --- windows too short for the CPU counters' clock ticks -----------------------------------
+
+
+def test_a_window_of_a_few_ticks_decides_nothing_about_other_processes() -> None:
+    """29-37 ms windows on a quiet 2-core VM read other_cores 0.27-0.35 from rounding alone:
+    such a window says the CPU figure was not measured, and the CPU rule does not fire."""
+    window = contention.ContentionWindow(psutil.Process()).start()
+    time.sleep(0.03)
+    assert not window.long_enough()
+    seen = window.stop()
+    assert seen.wall_s < contention.MIN_WINDOW_S
+    assert seen.unavailable["other_cores"].startswith("not measured (window too short): ")
+    assert f"{contention.MIN_WINDOW_TICKS} ticks" in seen.unavailable["other_cores"]
+    short = reading(
+        wall_s=0.033,
+        busy_cores=2.0,
+        own_cores=1.7,
+        other_cores=0.3,
+        unavailable={"other_cores": "not measured (window too short): ..."},
+    )
+    assert contention.reasons(short) == []
+    # The same figures over a long enough window are contention.
+    assert contention.reasons(reading(busy_cores=2.0, own_cores=1.7, other_cores=0.3))
+
+
+def test_a_window_never_reads_more_busy_cores_than_the_machine_has(monkeypatch) -> None:
+    counters = iter([(100.0, None), (100.0 + 2.5 * 0.3, None)])  # 2.5 cores' worth in 0.3 s
+    monkeypatch.setattr(contention, "_busy_and_steal", lambda: next(counters))
+    monkeypatch.setattr(psutil, "cpu_count", lambda logical=True: 2)
+    window = contention.ContentionWindow(psutil.Process()).start()
+    time.sleep(0.3)
+    seen = window.stop()
+    assert seen.busy_cores <= 2.0 and seen.own_cores <= seen.busy_cores
+    assert seen.other_cores == pytest.approx(seen.busy_cores - seen.own_cores, abs=1e-3)
+
+
+def test_a_cell_whose_timed_steps_were_too_short_is_read_over_the_rest_of_the_cell() -> None:
+    telemetry = CellTelemetry("cpu", dynamic_scale=False)
+    telemetry.start_timed()
+    time.sleep(0.02)  # timed steps of 20 ms: two ticks
+    telemetry.stop_timed(samples=64)
+    time.sleep(contention.MIN_WINDOW_S + 0.05)  # the end-to-end window and the evaluation
+    seen = telemetry.contention()
+    assert seen.wall_s >= contention.MIN_WINDOW_S
+    assert "other_cores" not in seen.unavailable
+    assert telemetry.contention() is seen or telemetry.contention().wall_s == seen.wall_s
+
+
+def test_a_long_enough_timed_window_is_read_when_the_steps_end() -> None:
+    telemetry = CellTelemetry("cpu", dynamic_scale=False)
+    telemetry.start_timed()
+    time.sleep(contention.MIN_WINDOW_S + 0.02)
+    telemetry.stop_timed(samples=64)
+    time.sleep(0.3)  # not part of the window
+    seen = telemetry.contention()
+    assert contention.MIN_WINDOW_S <= seen.wall_s < contention.MIN_WINDOW_S + 0.25
