@@ -267,6 +267,18 @@ def auto_policies(device: DeviceTraits) -> list[Policy]:
     return [FLOAT32, *(p for p in fast if p is not FLOAT32)]
 
 
+def left_out_by_auto(device: DeviceTraits) -> list[PolicyRating]:
+    """What `auto` leaves out on the device, each with its rating (slow, emulated,
+    unsupported; float8 also where it is fast, being opt-in)."""
+    chosen = auto_policies(device)
+    return [rate(p, device) for p in POLICIES.values() if p not in chosen]
+
+
+def help_names() -> str:
+    """The policies as `--policy`'s help lists them: each name with its short alias."""
+    return ", ".join("|".join((p.name, *p.aliases[:1])) for p in POLICIES.values())
+
+
 def recommend(device: DeviceTraits) -> Recommendation:
     ratings = {r.policy: r for r in rate_all(device)}
     bf16, fp16 = ratings["mixed_bfloat16"], ratings["mixed_float16"]

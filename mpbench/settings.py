@@ -19,6 +19,8 @@ from typing import Any
 
 from mpbench.errors import InvalidInput, unknown_choice
 from mpbench.fp8 import FP8_MODES, TORCH_RECIPES
+from mpbench.policies import SELECTORS as POLICY_SELECTORS
+from mpbench.policies import help_names, valid_names
 
 DATA_MODES = ("auto", "real", "synthetic")
 LOOPS = ("fit", "custom")
@@ -37,7 +39,8 @@ REFERENCE = "the workload's reference value"
 
 _NUMBER = (int, float)
 WHOLE_NUMBER = re.compile(r"[+-]?\d+")
-_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(s|m|h)?", re.IGNORECASE)
+# A sign is read too, so that -1 is a number below 0, not text that is no duration.
+_DURATION = re.compile(r"([+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*(s|m|h)?", re.IGNORECASE)
 _SECONDS = {"s": 1, "m": 60, "h": 3600}
 
 
@@ -181,6 +184,19 @@ def seconds_value(where: str, value: float | str) -> float:
     return float(seconds)
 
 
+def policy_names(where: str, value: list[str]) -> list[str]:
+    """A list of policies: each a name, an alias or a selector (auto, all), in any case;
+    InvalidInput naming `where` (an option, a TOML key, run.json's key) and the bad one."""
+    known = {name.lower() for name in (*valid_names(), *POLICY_SELECTORS)}
+    for name in value:
+        if name.strip().lower() not in known:
+            raise InvalidInput(
+                f"{where.removesuffix(' =')}: "
+                f"{unknown_choice('policy', name, [*valid_names(), *POLICY_SELECTORS])}"
+            )
+    return value
+
+
 def choice(kind: str, value: str, choices: tuple[str, ...]) -> str:
     """One of `choices`, whatever its case and spaces; InvalidInput naming the valid ones."""
     value = value.strip().lower()
@@ -253,11 +269,12 @@ SETTINGS: tuple[Setting, ...] = (
         list,
         ["auto"],
         ("--policy", "-p"),
-        "float32|fp32, tf32, mixed_float16|fp16, mixed_bfloat16|bf16, auto, all "
-        "(repeatable) (default: auto).",
+        f"{help_names()}, auto (float32 and the policies rated fast on the device; the run "
+        "says which it left out), all (repeatable) (default: auto).",
         toml=("run",),
         required=True,
         items=str,
+        parse=policy_names,
         example="bf16",
     ),
     Setting(

@@ -19,11 +19,14 @@ from mpbench.backends import FRAMEWORKS, INSTALL_HINTS
 from mpbench.backends.base import CellSpec
 from mpbench.errors import InvalidInput, unknown_choice
 from mpbench.policies import (
+    FLOAT32,
     POLICIES,
     DeviceTraits,
     Policy,
+    PolicyRating,
     Rating,
     auto_policies,
+    left_out_by_auto,
     rate,
     resolve,
 )
@@ -64,7 +67,19 @@ def resolve_frameworks(names: list[str]) -> list[str]:
     return list(dict.fromkeys(chosen))
 
 
+class Cells(list[Cell]):
+    """expand's cells, in order, and the plan's `notes`: what the run says once before its
+    first cell (preflight), such as the policies `auto` left out on this device."""
+
+    def __init__(self, cells: list[Cell], notes: list[str]) -> None:
+        super().__init__(cells)
+        self.notes = notes
+
+
 def resolve_policies(names: list[str], traits: DeviceTraits) -> list[Policy]:
+    """The policies `names` ask for, in order, each once: `auto` is float32 and every policy
+    rated fast on the device (never float8), `all` every policy; a policy named explicitly
+    runs even where it is slow (an unsupported one becomes a skipped cell, _skip_reason)."""
     chosen: list[Policy] = []
     for name in names:
         key = name.strip().lower()
@@ -75,6 +90,41 @@ def resolve_policies(names: list[str], traits: DeviceTraits) -> list[Policy]:
         else:
             chosen.append(resolve(key))
     return list(dict.fromkeys(chosen))
+
+
+def left_out(names: list[str], traits: DeviceTraits) -> list[PolicyRating]:
+    """The policies `auto` among `names` left out on this device, with their ratings: none
+    where `all` or no `auto` is asked, and never one that another name asks for."""
+    keys = [name.strip().lower() for name in names]
+    if "auto" not in keys or "all" in keys:
+        return []
+    chosen = resolve_policies(names, traits)
+    return [r for r in left_out_by_auto(traits) if POLICIES[r.policy] not in chosen]
+
+
+def left_out_note(names: list[str], traits: DeviceTraits) -> str | None:
+    """One line naming what `auto` left out and why (detect's rating), or None."""
+    ratings = left_out(names, traits)
+    if not ratings:
+        return None
+    kept = [policy.name for policy in resolve_policies(names, traits)]
+    said = []
+    for rating in ratings:
+        why = f"{rating.rating.value}: {rating.reason}"
+        if rating.rating is Rating.FAST:  # float8: opt-in even where fast
+            why += "; auto never picks float8"
+        said.append(f"{rating.policy} ({why})")
+    note = (
+        f"--policy auto runs {', '.join(kept)} (float32 and the policies rated fast on "
+        f"{traits.name}) and leaves out {', '.join(said)}; a policy named with -p (or in "
+        "[run] policies) runs even where it is slow"
+    )
+    if kept == [FLOAT32.name]:
+        note += (
+            "; with float32 alone, compare's --min-speedup and --max-accuracy-delta have "
+            "nothing to compare it to"
+        )
+    return note
 
 
 DEVICE_CHOICES = ["auto", "cpu", "cuda", "cuda:N", "mps"]
@@ -150,7 +200,7 @@ def _check_cuda_index(index: int, report) -> None:
     )
 
 
-def expand(config: RunConfig, report, run_id: str) -> tuple[str, DeviceTraits, list[Cell]]:
+def expand(config: RunConfig, report, run_id: str) -> tuple[str, DeviceTraits, Cells]:
     device, traits = resolve_device(config.device, report)
     if device.startswith("cuda"):
         _check_gpus_per_node(max(config.nproc), report)
@@ -230,7 +280,8 @@ def expand(config: RunConfig, report, run_id: str) -> tuple[str, DeviceTraits, l
         # --repeat auto decides after whole rounds (runner/adaptive.py): a round is every cell
         # of the matrix once, so the repeat is the outermost loop (a stable sort keeps the rest).
         cells.sort(key=lambda cell: cell.spec.repeat)
-    return device, traits, cells
+    note = left_out_note(config.policies, traits)
+    return device, traits, Cells(cells, [note] if note else [])
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from mpbench.workloads.spec import (
     describe_workload,
     get_workload,
     resolve_workloads,
+    shadowed_entry_point,
 )
 from mpbench.workloads.user import UserWorkload
 
@@ -31,4 +32,5 @@ __all__ = [
     "describe_workload",
     "get_workload",
     "resolve_workloads",
+    "shadowed_entry_point",
 ]

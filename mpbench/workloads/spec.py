@@ -336,6 +336,22 @@ def _builtin_or(name: str, user_side):
     if builtin is not None:
         return builtin
     if user.reference(name) is None:
+        # An entry point named like a built-in or a selector is shadowed: listed once.
         choices = [*WORKLOADS, *SELECTORS, *user.entry_point_names(), "package.module:name"]
-        raise unknown_choice("workload", name, choices)
+        raise unknown_choice("workload", name, dict.fromkeys(choices))
     return user_side(name)
+
+
+def shadowed_entry_point(name: str) -> str | None:
+    """What to say when `name` is a built-in workload and an installed package's entry point
+    has the same name: the built-in runs, and the entry point cannot be reached by name."""
+    builtin = name.strip().lower()
+    if builtin not in WORKLOADS:
+        return None
+    found = user.entry_point(builtin)
+    if found is None:
+        return None
+    return (
+        f"workload {builtin}: the built-in runs; the installed entry point of that name "
+        f"({user.ENTRY_POINT_GROUP}: {found}) is shadowed by it, so name it as {found}"
+    )

@@ -16,7 +16,7 @@ import pytest
 from forked import run_mpbench
 from frameworks import TENSORFLOW_MISSING, installed, needs_tensorflow, needs_torch
 
-from mpbench.workloads import user
+from mpbench.workloads import shadowed_entry_point, user
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "tabular_mlp.py"
@@ -110,6 +110,44 @@ def test_an_entry_point_names_a_workload(monkeypatch: pytest.MonkeyPatch) -> Non
     assert "tabular" in user.entry_point_names()
     assert user.reference("other") is None
     assert "examples" in sys.modules
+
+
+def test_an_entry_point_named_like_a_built_in_is_listed_once_and_said_shadowed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The built-in wins; the run says once that the entry point of that name is shadowed,
+    and a list of valid workloads names it once."""
+    points = [
+        SimpleNamespace(name="mnist_dense", value="mypkg.models:MNIST"),
+        SimpleNamespace(name="tabular", value="examples.tabular_mlp:WORKLOAD"),
+    ]
+    monkeypatch.setattr(
+        user.importlib.metadata,
+        "entry_points",
+        lambda group: points if group == user.ENTRY_POINT_GROUP else [],
+    )
+    said = shadowed_entry_point("mnist_dense")
+    assert said == (
+        "workload mnist_dense: the built-in runs; the installed entry point of that name "
+        "(mpbench.workloads: mypkg.models:MNIST) is shadowed by it, so name it as "
+        "mypkg.models:MNIST"
+    )
+    assert shadowed_entry_point("cifar10_cnn") is None
+
+    refused = run_mpbench(["run", "-w", "nosuch", "--out", tmp_path / "o"])
+    assert refused.returncode == 2
+    (line,) = refused.stderr.strip().splitlines()
+    assert "unknown workload 'nosuch'" in line and "Traceback" not in refused.stderr
+    assert line.count("mnist_dense") == 1 and "tabular" in line
+
+    # A run of the built-in (tf32 on a CPU: every cell skipped, nothing trains) says it once.
+    done = run_mpbench(
+        ["run", "-w", "mnist_dense", "-f", "torch", "-p", "tf32", "--device", "cpu",
+         "--repeat", "2", "--out", tmp_path / "run"]
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    warned = " ".join(done.stderr.split())
+    assert warned.count("warning: workload mnist_dense: the built-in runs;") == 1
 
 
 TINY_PACKAGE = '''"""A workload an installed package offers (mpbench.workloads entry points)."""
