@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from mpbench.policies import FP8_MIN_CC
+from mpbench.policies import FP8_CPU_REASON, FP8_MIN_CC
 
 # --fp8-mode: auto (hardware where there is one, else emulated), hardware (refuse where there
 # is none), emulated (fp8 numerics without fp8 GEMMs, also on an sm_89+ GPU).
@@ -112,8 +112,21 @@ def device_refusal(kind: str, capability: tuple[int, int] | None) -> str | None:
         cc = f"{capability[0]}.{capability[1]}" if capability else "unknown"
         return f"compute capability {cc} < 8.9 has no fp8 Tensor Cores"
     if kind == "cpu":
-        return "no CPU has fp8 matrix units (fp8 operands are multiplied in float32)"
+        return FP8_CPU_REASON
     return f"mpbench labels only NVIDIA sm_89+ fp8 as hardware, not {kind}"
+
+
+def emulated_gemm(how: str, operands: Iterable[str], output: str | None = None) -> str:
+    """An emulated fp8 GEMM in the record's words (`fp8.gemm`), the one place they are made:
+    `how` the backend's path, `operands` the dtype(s) its GEMM was seen multiplying the
+    fp8-rounded (dequantised) operands in, `output` the dtype the product left the layer in
+    where that differs (torchao casts its float32 product to the autocast dtype). Each
+    backend passes what ran, never what the policy would suggest."""
+    dtypes = "/".join(sorted(set(operands))) or "a dtype that was not traced"
+    text = f"emulated ({how}): fp8-rounded operands multiplied in {dtypes}"
+    if output and {output} != set(operands):
+        text += f", the product cast to {output}"
+    return text
 
 
 @dataclass(frozen=True)

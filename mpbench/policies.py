@@ -113,6 +113,9 @@ def _cc(device: DeviceTraits) -> str:
 # torch._scaled_mm refuses fp8 below it ("only supported on CUDA devices with compute
 # capability >= 9.0 or 8.9"); Transformer Engine's support matrix says the same.
 FP8_MIN_CC = (8, 9)
+# Why a CPU runs fp8 emulated, in detect's rating and in a float8 cell's `fp8.why` alike. No
+# dtype here: the emulated GEMM's dtype is the backend's, recorded from what ran (`fp8.gemm`).
+FP8_CPU_REASON = "no CPU has fp8 matrix units"
 
 
 def _rate_nvidia(policy: Policy, device: DeviceTraits) -> PolicyRating:
@@ -169,11 +172,13 @@ def _rate_cpu(policy: Policy, device: DeviceTraits) -> PolicyRating:
         )
     if policy is FLOAT8:
         # torch._scaled_mm on a CPU upcasts to float32 (oneDNN only with AMX-INT8, which has
-        # no fp8 units either); Keras' float8 layers quantise-dequantise around a matmul.
+        # no fp8 units either). A float8 cell never calls it here: torchao's emulate=True
+        # multiplies the fp8-rounded operands in float32, Keras' float8 layers in bfloat16.
+        # Which one ran is the cell's record (fp8.gemm), not a rating.
         return PolicyRating(
             policy.name,
             Rating.EMULATED,
-            "no CPU has fp8 matrix units: fp8 numerics emulated in float32, slower than float32",
+            f"{FP8_CPU_REASON}: fp8 numerics emulated, slower than float32",
         )
     if flags is None:
         return PolicyRating(

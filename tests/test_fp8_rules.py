@@ -14,11 +14,20 @@ from mpbench.fp8 import (
     Fp8Refused,
     LinearLayer,
     device_refusal,
+    emulated_gemm,
     execution,
     flop_share,
     plan_layers,
 )
-from mpbench.policies import FLOAT8, DeviceTraits, Rating, auto_policies, rate, resolve
+from mpbench.policies import (
+    FLOAT8,
+    FP8_CPU_REASON,
+    DeviceTraits,
+    Rating,
+    auto_policies,
+    rate,
+    resolve,
+)
 from mpbench.results import SCHEMA_VERSION, CellRecord, DeviceInfo, Fp8Stats, Status, load_record
 from mpbench.results.schema import SchemaError
 from mpbench.runner.fallback import next_policy
@@ -127,6 +136,30 @@ def test_asking_for_hardware_where_there_is_none_refuses(kind, cc, path, words):
         execution("hardware", device_refusal(kind, cc), path)
     assert str(refused.value).startswith("hardware fp8 was asked for (--fp8-mode hardware), but")
     assert words in str(refused.value)
+
+
+def test_the_emulated_gemm_is_worded_from_the_dtypes_that_ran():
+    """One wording for both backends (issue 33 item 6), made of what each saw run: torchao's
+    float32 GEMM cast to the autocast dtype, Keras' matmul in its compute dtype."""
+    torch = emulated_gemm("torchao emulate=True", ["float32"], "bfloat16")
+    assert torch == (
+        "emulated (torchao emulate=True): fp8-rounded operands multiplied in float32, "
+        "the product cast to bfloat16"
+    )
+    keras = emulated_gemm("Keras float8 quantise-dequantise", ["bfloat16"])
+    assert keras.endswith("multiplied in bfloat16")
+    assert "cast" not in emulated_gemm("x", ["bfloat16"], "bfloat16")  # nothing to cast
+    assert emulated_gemm("x", ["float32", "bfloat16", "float32"]).endswith("bfloat16/float32")
+    assert emulated_gemm("x", []).endswith("multiplied in a dtype that was not traced")
+
+
+def test_the_cpu_reason_names_no_emulation_dtype():
+    """Why a CPU cell is emulated, in the record and in detect's rating: the same words, and
+    no dtype (torchao emulates in float32, Keras in bfloat16: the record's gemm says which)."""
+    assert device_refusal("cpu", None) == FP8_CPU_REASON
+    reason = rate("fp8", CPU).reason
+    assert reason.startswith(FP8_CPU_REASON)
+    assert "in float32" not in reason and "bfloat16" not in reason
 
 
 def _fp8_record(**fp8: object) -> dict:

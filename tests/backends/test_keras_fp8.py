@@ -74,7 +74,13 @@ def test_mnist_dense_quantizes_the_hidden_layers_and_keeps_the_head(bf16_policy)
         "kernel": "float8_e4m3fn",
         "grad_output": "float8_e5m2",
     }
-    assert fields["gemm"] == "quantise-dequantise (fake fp8) around a bfloat16 matmul"
+    assert fields["gemm"] == (
+        "emulated (Keras float8 quantise-dequantise): fp8-rounded operands multiplied in bfloat16"
+    )
+    # 3 scales and 3 amax histories of 1024 per float8 layer: no weights, but said here.
+    assert fields["scaling"].endswith(
+        "; 6,150 scale and amax-history values, not counted in params"
+    )
     Fp8Stats(**fields)  # exactly the record's fields
 
 
@@ -96,6 +102,49 @@ def test_cifar10_cnn_keeps_convolutions_and_head_quantizes_dense_128(bf16_policy
     assert setup.forward_flops == convs + dense_flops + head_flops
     share = fp8.record(setup, fp8.Execution("emulated", "test"), "auto")["flop_share_fp8"]
     assert share == pytest.approx(dense_flops / (convs + dense_flops + head_flops))  # ≈ 0.070
+
+
+def test_a_float8_model_counts_the_weights_of_its_float32_twin(bf16_policy):
+    """Issue 33 item 7: the record's params counted the float8 scales and amax histories
+    (transformer_lm 482,852 against 445,952). weight_count leaves them out."""
+    sizes = {"heads": 2, "layers": 1, "seq_len": 16}
+    quantized, setup = _prepared("transformer_lm", 32, **sizes)
+    keras.mixed_precision.set_global_policy("float32")
+    twin = build_model(get_workload("transformer_lm"), 32, **sizes)
+    weights = get_workload("transformer_lm").param_count(32, **sizes)
+    assert fp8.weight_count(twin) == twin.count_params() == weights
+    assert fp8.weight_count(quantized) == weights
+    assert quantized.count_params() == weights + 6 * 3 * (1 + 1024)  # what was recorded
+    assert setup.scale_values == 6 * 3 * (1 + 1024)
+
+
+def _graph_matmuls(model: keras.Model, batch: np.ndarray) -> set[str]:
+    """The dtypes of the MatMul / BatchMatMul / Einsum ops in the graph of one training
+    step's forward pass and gradients, as TensorFlow would run them (no XLA)."""
+
+    @tf.function
+    def step(x: tf.Tensor) -> list[tf.Tensor]:
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.cast(model(x, training=True), tf.float32))
+        return tape.gradient(loss, model.trainable_variables)
+
+    graph = step.get_concrete_function(tf.TensorSpec(batch.shape, tf.float32)).graph
+    kinds = ("MatMul", "BatchMatMulV2", "BatchMatMulV3", "Einsum")
+    return {op.get_attr("T").name for op in graph.get_operations() if op.type in kinds}
+
+
+def test_the_emulated_label_is_the_dtype_the_graph_multiplies_in(bf16_policy):
+    """Issue 33 item 6 for Keras: unlike torchao (float32), Keras' emulated float8 Dense
+    multiplies the dequantised operands in its compute dtype; the label must say the dtype
+    the traced step's matmuls have, forward and backward."""
+    model, setup = _prepared("mnist_dense", 64)
+    for layer in model.layers:  # the head too, so every matmul in the graph is float8's
+        if layer.quantization_mode is None and isinstance(layer, keras.layers.Dense):
+            layer.quantize("float8")
+    ran = _graph_matmuls(model, np.zeros((8, 784), np.float32))
+    assert ran == {"bfloat16"}
+    gemm = fp8.record(setup, fp8.Execution("emulated", "test"), "auto")["gemm"]
+    assert gemm.endswith(f"multiplied in {'/'.join(sorted(ran))}")
 
 
 def test_transformer_attention_einsum_dense_and_mlp_with_their_rows(bf16_policy):
@@ -306,6 +355,20 @@ def _spec(policy: str, loop: str = "fit", **changes) -> CellSpec:
     return replace(spec, **changes)
 
 
+TINY_LM = dict(
+    workload="transformer_lm",
+    units=32,
+    heads=2,
+    layers=1,
+    seq_len=16,
+    batch_size=8,
+    epochs=1,
+    max_steps=6,
+    synthetic_train_size=512,
+    synthetic_test_size=64,
+)
+
+
 @pytest.fixture(scope="module")
 def cells():
     """The float8 cell (fit and custom) and its mixed_bfloat16 twin, run in this process; the
@@ -316,19 +379,10 @@ def cells():
             "float8": _spec("float8"),
             "float8-custom": _spec("float8", "custom"),
             "mixed_bfloat16": _spec("mixed_bfloat16"),
-            "float8-transformer": _spec(
-                "float8",
-                workload="transformer_lm",
-                units=32,
-                heads=2,
-                layers=1,
-                seq_len=16,
-                batch_size=8,
-                epochs=1,
-                max_steps=6,
-                synthetic_train_size=512,
-                synthetic_test_size=64,
-            ),
+            **{
+                f"{policy}-transformer": _spec(policy, **TINY_LM)
+                for policy in ("float8", "float32")
+            },
         }.items():
             warnings: list[str] = []
             out[name] = (
@@ -384,3 +438,22 @@ def test_float8_transformer_cell_quantizes_attention_and_mlp(cells):
     # types): the float8 layers' matmuls run in bfloat16, as under mixed_bfloat16.
     assert m["precision"]["linear_dtype"] == "bfloat16"
     assert m["precision"]["attention_dtype"] == "bfloat16"
+
+
+def test_a_float8_cell_records_the_params_of_its_float32_twin(cells):
+    """Issue 33 item 7: the scales and amax histories are no model weights (fp8.scaling
+    counts them); mnist_dense's float8 cell against its bf16 twin, the same weights."""
+    float8, float32 = cells["float8-transformer"][0], cells["float32-transformer"][0]
+    assert float32["status"] == "ok" and float32["fp8"] is None
+    sizes = {k: TINY_LM[k] for k in ("heads", "layers", "seq_len")}
+    weights = get_workload("transformer_lm").param_count(TINY_LM["units"], **sizes)
+    assert float8["params"] == float32["params"] == weights
+    assert "18,450 scale and amax-history values" in float8["fp8"]["scaling"]  # 6 x 3 x 1025
+    assert cells["float8"][0]["params"] == cells["mixed_bfloat16"][0]["params"]
+
+
+def test_the_cell_label_matches_the_matmul_dtype_the_cell_recorded(cells):
+    """The float8 language-model cell's own op-dtype trace (precision.linear_dtype: its
+    Dense and EinsumDense matmuls) is the dtype its fp8.gemm says it multiplied in."""
+    m, _ = cells["float8-transformer"]
+    assert m["fp8"]["gemm"].endswith(f"multiplied in {m['precision']['linear_dtype']}")

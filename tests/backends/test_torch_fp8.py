@@ -3,6 +3,7 @@ under faked devices, and real torchao float8 training on CPU (emulated) at tiny 
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from types import SimpleNamespace
 
@@ -11,6 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchao")
 
+from mpbench import fp8 as rules  # noqa: E402
 from mpbench.backends.base import CellSpec, Unsupported  # noqa: E402
 from mpbench.backends.torch import fp8 as tfp8  # noqa: E402
 from mpbench.backends.torch.backend import run_cell  # noqa: E402
@@ -179,6 +181,76 @@ def test_a_language_model_counts_its_sequence_rows():
     )
     total = cell.workload.forward_flops(1, 32, **cell.spec.sizes)
     assert fp8["flop_share_fp8"] == pytest.approx(2 * t * 12 * d * d / total)
+
+
+class _MmWitness:
+    """torch, as torchao.float8.float8_ops sees it, with torch.mm recording the dtypes it is
+    handed and returns: emulate=True's `torch.mm(a._data.float() / a._scale, ...)` runs below
+    autocast, so its result dtype is the dtype the GEMM computed in."""
+
+    def __init__(self) -> None:
+        self.ran: set[tuple[str, str, str]] = set()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(torch, name)
+
+    def mm(self, a: torch.Tensor, b: torch.Tensor, *args: object, **kwargs: object):
+        out = torch.mm(a, b, *args, **kwargs)
+        self.ran.add(tuple(str(t.dtype).removeprefix("torch.") for t in (a, b, out)))
+        return out
+
+
+def test_the_emulated_label_is_what_the_gemm_ran_in_and_what_the_cell_recorded(monkeypatch):
+    """Issue 33 item 6. A float8 language-model cell on this CPU: its fp8.gemm must name the
+    dtype torchao's emulated GEMM multiplied in (witnessed inside torchao, independently of
+    the backend's probe) and the dtype the cell's own op_dtypes trace recorded for the fp8
+    layers' aten.mm (torchao's wrapper tensors: the product's dtype). The old fixed label,
+    "fp8-rounded operands multiplied in float32", named no bfloat16 the cell recorded."""
+    import torchao.float8.float8_ops as float8_ops
+
+    witness = _MmWitness()
+    monkeypatch.setattr(float8_ops, "torch", witness)
+    spec = _spec("float8", heads=2, layers=1, seq_len=16)
+    spec = dataclasses.replace(
+        spec, workload="transformer_lm", units=32, batch_size=8, epochs=1, max_steps=4,
+        synthetic_train_size=128, synthetic_test_size=16,
+    )  # fmt: skip
+    result = run_cell(spec, lambda s, t: None, lambda m: None)
+    assert result.status == "ok" and result.fp8["mode"] == "emulated"
+    recorded = result.precision["op_dtypes"]["aten.mm"]  # the cell's own trace
+    assert witness.ran, "torchao's emulated path no longer calls torch.mm: recheck the label"
+    multiplied = {dtype for a, b, out in witness.ran for dtype in (a, b, out)}
+    assert len(multiplied) == 1  # operands and product in one dtype, below autocast
+    assert result.fp8["gemm"] == rules.emulated_gemm("torchao emulate=True", multiplied, recorded)
+    # On torch 2.13 / torchao 0.18 under the policy's bf16 autocast:
+    assert (multiplied, recorded) == ({"float32"}, "bfloat16")
+    assert result.fp8["gemm"].endswith("multiplied in float32, the product cast to bfloat16")
+
+
+def _config(recipe: str = "tensorwise"):
+    _, float8 = tfp8.import_torchao()
+    return dataclasses.replace(float8.Float8LinearConfig.from_recipe_name(recipe), emulate=True)
+
+
+@pytest.mark.parametrize(
+    ("autocast", "output"), [(torch.bfloat16, "bfloat16"), (None, "float32")]
+)  # fmt: skip
+def test_the_probe_follows_the_autocast_in_effect_and_draws_no_random_numbers(autocast, output):
+    state = torch.get_rng_state()
+    traced = tfp8.traced_gemm(_config(), CPU, autocast)
+    assert torch.equal(torch.get_rng_state(), state)  # the cell's seeded stream untouched
+    assert traced == tfp8.TracedGemm(["float32"], output)
+    label = rules.emulated_gemm("torchao emulate=True", traced.operands, traced.output)
+    assert label.endswith("cast to bfloat16" if autocast else "multiplied in float32")
+
+
+def test_a_probe_that_fails_says_so_in_the_label(monkeypatch):
+    cell = _cell("mnist_dense", 64)
+    monkeypatch.setattr(tfp8, "traced_gemm", lambda *a: tfp8.TracedGemm([], None, "boom"))
+    fp8 = tfp8.apply_fp8(cell, build_model(cell.workload, 64))
+    assert fp8["gemm"].endswith(
+        "multiplied in a dtype that was not traced (the probe failed: boom)"
+    )
 
 
 def test_a_user_optimizer_must_still_hold_the_converted_parameters():

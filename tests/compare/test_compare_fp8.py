@@ -20,6 +20,11 @@ from mpbench.errors import InvalidInput
 from mpbench.results import DeviceInfo, Fp8Stats
 
 H100 = DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", "9.0", 0)
+# An emulated torch cell's fp8.gemm, as backends/torch/fp8.py records it on a CPU.
+TORCH_GEMM = (
+    "emulated (torchao emulate=True): fp8-rounded operands multiplied in float32, "
+    "the product cast to bfloat16"
+)
 MS = {"float32": 2.0, "mixed_bfloat16": 0.8, "float8": 6.0}  # emulated fp8: 3× float32
 ACCURACY = {"float32": 0.970, "mixed_bfloat16": 0.968, "float8": 0.966}
 
@@ -30,7 +35,7 @@ def _fp8(mode: str) -> Fp8Stats:
         why="no CPU has fp8 matrix units" if mode == "emulated" else "fp8 Tensor Cores",
         requested="auto",
         backend="torchao 0.18.0 float8 training",
-        gemm="emulated" if mode == "emulated" else "torch._scaled_mm (cuBLASLt)",
+        gemm=TORCH_GEMM if mode == "emulated" else "torch._scaled_mm (cuBLASLt)",
         recipe="tensorwise",
         scaling="dynamic, per tensor",
         formats={"input": "float8_e4m3fn", "weight": "float8_e4m3fn", "grad_output": "float8_e5m2"},
@@ -74,7 +79,9 @@ def test_an_emulated_cell_has_no_speed_up_and_says_what_emulation_cost():
     cost = group.emulation_cost("float8")
     assert cost is not None and 2.9 < cost.value < 3.1 and cost.has_interval
     verdict = {v.policy: v for v in group_verdicts(group)}["float8"]
-    assert verdict.advice == NUMERICS_ONLY and verdict.why == "no CPU has fp8 matrix units"
+    assert verdict.advice == NUMERICS_ONLY
+    # Why it was emulated, then how its GEMMs ran: the record's words, none of compare's own.
+    assert verdict.why == f"no CPU has fp8 matrix units; {TORCH_GEMM}"
     assert verdict.evidence.startswith("emulated, fp8 in 2 of 3 layers, 98 % of FLOPs")
     assert "-0.40 pp" in verdict.evidence and "accuracy vs fp32" in verdict.evidence
     assert "-0.20 pp" in verdict.evidence and "accuracy vs bf16" in verdict.evidence
@@ -102,6 +109,7 @@ def test_json_and_csv_carry_the_mode_the_cost_and_the_bf16_delta():
     fp8 = next(c for c in cells if c["policy"] == "float8")
     assert fp8["speedup_vs_float32"] is None
     assert fp8["fp8"]["mode"] == "emulated" and fp8["fp8"]["flop_share"] == 0.985
+    assert fp8["fp8"]["gemm"] == TORCH_GEMM
     assert 2.9 < fp8["fp8"]["emulation_cost_vs_float32"]["value"] < 3.1
     assert round(fp8["fp8"]["accuracy_delta_pp_vs_bfloat16"]["value"], 2) == -0.2
     assert fp8["test_loss"] is not None
@@ -140,3 +148,19 @@ def test_one_emulated_repeat_makes_the_cell_emulated():
     last.fp8 = _fp8("emulated")
     _, group = _group(records)
     assert group.emulated("float8") and group.speedup("float8") is None
+
+
+def test_the_verdict_says_how_each_backend_emulated_from_its_record():
+    """torchao and Keras emulate in different dtypes: compare repeats each record's gemm and
+    claims no dtype of its own (issue 33 item 6: it said "multiplied in float32" for both)."""
+    keras_gemm = (
+        "emulated (Keras float8 quantise-dequantise): fp8-rounded operands multiplied in bfloat16"
+    )
+    records = _run()
+    for rec in records:
+        if rec.fp8 is not None:
+            rec.fp8.gemm = keras_gemm
+    _, group = _group(records)
+    verdict = {v.policy: v for v in group_verdicts(group)}["float8"]
+    assert verdict.why == f"no CPU has fp8 matrix units; {keras_gemm}"
+    assert "float32" not in verdict.why

@@ -210,6 +210,17 @@ def test_an_ampere_gpu_and_the_cpu_show_float8_emulated(fake_nvml):
     }
 
 
+def test_the_cpu_float8_rating_claims_no_emulation_dtype(fake_nvml):
+    """detect rates before anything runs, so it names no dtype for the emulated GEMMs (it said
+    "emulated in float32", which Keras' bfloat16 matmul is not): only why it is emulated, in
+    the words of the record's fp8.why (issue 33 item 6)."""
+    fake_nvml("A100")
+    report = collect(environ={})
+    reason = _ratings(json.loads(report_json(report)), "cpu")["float8"]["reason"]
+    assert reason == f"{policies.FP8_CPU_REASON}: fp8 numerics emulated, slower than float32"
+    assert "emulated in" not in _render(report)
+
+
 def test_an_sm89_gpu_shows_float8_fast_but_recommends_bf16(fake_nvml):
     fake_nvml("L4", "H100")
     report = collect(environ={})

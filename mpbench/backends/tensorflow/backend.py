@@ -74,7 +74,7 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
         epoch_losses=timed.trained.epoch_losses,
         test_accuracy=accuracy,
         test_loss=test_loss,
-        params=int(model.count_params()),
+        params=_param_count(model),
         memory=memory,
         loss_scale=timed.loss_scale,
         data=data.info,
@@ -110,6 +110,15 @@ def _user_flops(cell: _Cell) -> dict[str, Any]:
         "flops_per_micro_batch": given,
         "flops_source": "the workload" if given is not None else "unknown (no counter in Keras)",
     }
+
+
+def _param_count(model: Any) -> int:
+    """The record's `params`: the model's weights, without the float8 layers' scales and amax
+    histories (tensorflow/fp8.py weight_count; their number is in the record's fp8.scaling),
+    so that every cell of a model counts the same."""
+    from mpbench.backends.tensorflow import fp8
+
+    return fp8.weight_count(model)
 
 
 def _refuse_unsupported(spec: CellSpec) -> None:

@@ -64,10 +64,12 @@ EMBEDDING_REASON = (
 SUBCLASS_REASON = "a subclass of {base}: Keras quantizes Dense and EinsumDense themselves only"
 LORA_REASON = "LoRA enabled: Keras' float8 call does not support LoRA"
 XLA_REASON = (
-    "without XLA (jit_compile off) Keras float8 is quantise-dequantise around a bfloat16 "
+    "without XLA (jit_compile off) Keras float8 is quantise-dequantise around an ordinary "
     "matmul, no fp8 GEMM: --jit on lets XLA rewrite it to a cuBLASLt fp8 GEMM "
     "(keras-team/keras#19488)"
 )
+# fp8.gemm of an emulated cell: the path, with the dtype its matmul ran in (rules.emulated_gemm).
+EMULATED_PATH = "Keras float8 quantise-dequantise"
 F8_GEMM_CALL = "__cublas$lt$matmul$f8"  # XLA's kCublasLtMatmulF8CallTarget
 NO_FLOP_COUNTER = "Keras has no FLOP counter and the workload gives no flops_per_step"
 _CONVOLUTIONS = tuple(
@@ -93,7 +95,9 @@ class Fp8Setup:
     flop_note: str | None = None
     unknown_rows: list[str] = field(default_factory=list)  # planned layers of unknown rows
     amax_history: int | None = None  # as the quantized layers' variables have it
-    compute_dtypes: list[str] = field(default_factory=list)  # of the quantized layers
+    # Of the quantized layers: the dtype _float8_call dequantises to and multiplies in.
+    compute_dtypes: list[str] = field(default_factory=list)
+    scale_values: int = 0  # in the quantized layers' scales and amax histories (not params)
 
 
 # The setup of each float8 model compiled_model built, for the backend to label and record.
@@ -102,6 +106,19 @@ _SETUPS: weakref.WeakKeyDictionary[Any, Fp8Setup] = weakref.WeakKeyDictionary()
 
 def setup_of(model: keras.Model) -> Fp8Setup:
     return _SETUPS[model]
+
+
+def is_fp8_state(variable: Any) -> bool:
+    """A float8 layer's scale or amax history: a variable whose "gradient" is its next value
+    (`overwrite_with_gradient`), no model weight (loops.model_gradients leaves it out too)."""
+    return bool(getattr(variable, "overwrite_with_gradient", False))
+
+
+def weight_count(model: keras.Model) -> int:
+    """The record's `params`: the scalars in the model's weights as count_params() counts
+    them, less the float8 layers' scales and amax histories (is_fp8_state), so a float8
+    cell counts the same weights as its float32 twin."""
+    return sum(math.prod(v.shape) for v in model.weights if not is_fp8_state(v))
 
 
 def _children(layer: keras.layers.Layer) -> list[keras.layers.Layer]:
@@ -297,6 +314,7 @@ def prepare(
         unknown,
         histories.pop() if len(histories) == 1 else None,
         sorted({keras.backend.standardize_dtype(layer.compute_dtype) for layer in quantized}),
+        sum(math.prod(v.shape) for layer in quantized for v in layer.weights if is_fp8_state(v)),
     )
     _SETUPS[model] = setup
     return setup
@@ -351,7 +369,10 @@ def label(
 
 def _scaling(setup: Fp8Setup) -> str:
     history = setup.amax_history if setup.amax_history is not None else "unknown"
-    return f"delayed, amax history {history} (max); the first step at scale 1.0"
+    text = f"delayed, amax history {history} (max); the first step at scale 1.0"
+    if setup.scale_values:
+        text += f"; {setup.scale_values:,} scale and amax-history values, not counted in params"
+    return text
 
 
 def record(setup: Fp8Setup, run: Execution, requested: str) -> dict[str, Any]:
@@ -359,8 +380,7 @@ def record(setup: Fp8Setup, run: Execution, requested: str) -> dict[str, Any]:
     if run.mode == HARDWARE:
         gemm = "XLA cuBLASLt fp8 GEMM"
     else:
-        matmul = "/".join(setup.compute_dtypes) or "bfloat16"
-        gemm = f"quantise-dequantise (fake fp8) around a {matmul} matmul"
+        gemm = rules.emulated_gemm(EMULATED_PATH, setup.compute_dtypes)
     flops, note = setup.forward_flops, setup.flop_note
     unknown = [name for name in setup.unknown_rows if name in set(setup.layers_fp8)]
     if unknown and flops is not None:

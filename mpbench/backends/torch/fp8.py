@@ -14,9 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
+from torch.utils._pytree import tree_leaves
 
 from mpbench import fp8 as rules
 from mpbench.backends.base import Unsupported
+from mpbench.backends.torch.precision import TorchPrecision
 from mpbench.fp8 import (
     HARDWARE,
     Execution,
@@ -27,6 +30,7 @@ from mpbench.fp8 import (
     execution,
     plan_layers,
 )
+from mpbench.policies import FLOAT8
 
 INSTALL_HINT = "float8 in torch needs torchao: pip install 'mpbench[fp8]'"
 CONV_REASON = "convolution: torchao converts nn.Linear only"
@@ -37,6 +41,18 @@ EMBEDDING_REASON = (
     "torchao converts nn.Linear only"
 )
 _CONVOLUTIONS = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
+# The aten GEMMs an emulated Float8Linear may run below its Float8TrainingTensor operands.
+_GEMMS = ("aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm", "aten._scaled_mm")
+
+
+@dataclass
+class TracedGemm:
+    """What an emulated Float8Linear's GEMM ran in (traced_gemm): the dtypes of the tensors
+    it multiplied, the dtype its product left the layer in, or why it was not seen."""
+
+    operands: list[str]
+    output: str | None
+    error: str | None = None
 
 
 @dataclass
@@ -49,6 +65,7 @@ class Fp8Setup:
     forward_flops: float | None
     flop_note: str | None = None
     torchao: Any = None
+    gemm: TracedGemm | None = None  # an emulated cell's GEMM, as the probe saw it run
 
 
 def import_torchao() -> Any:
@@ -134,6 +151,63 @@ def label(device: torch.device, requested: str, recipe: str) -> Execution:
         raise Unsupported(str(exc)) from exc
 
 
+class _GemmRecorder(TorchDispatchMode):
+    """The GEMMs that run below torchao's Float8TrainingTensor. An op on that wrapper
+    subclass (what mpbench's op_dtypes trace records: its nominal dtype, the autocast one) is
+    handed back to the subclass (NotImplemented), so this mode sees, after autocast, the
+    plain-tensor ops the subclass runs in turn: the GEMM that computes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.operands: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        leaves = [x for x in tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
+        if any(is_traceable_wrapper_subclass(x) for x in leaves):
+            return NotImplemented
+        if str(func.overloadpacket) in _GEMMS:
+            self.operands.update(
+                str(x.dtype).removeprefix("torch.") for x in leaves if x.is_floating_point()
+            )
+        return func(*args, **kwargs)
+
+
+def traced_gemm(
+    config: Any, device: torch.device, autocast_dtype: torch.dtype | None
+) -> TracedGemm:
+    """Run one Float8Linear of the cell's config on its device, forward and backward, under
+    the autocast the cell trains in, and record the dtype its GEMMs multiply in and the dtype
+    its output has. torchao 0.18's emulate=True multiplies `a._data.float() / a._scale` by
+    `b._data.float() / b._scale` with autocast already applied above it, so float32 in,
+    float32 out, cast to the autocast dtype: the record says what this build ran, whatever
+    a later torchao does. No random numbers are drawn (the cell's seeded RNG is untouched)."""
+    from torchao.float8 import convert_to_float8_training
+
+    try:
+        linear = torch.nn.Linear(32, 32, bias=False, device="meta").to_empty(device=device)
+        with torch.no_grad():
+            linear.weight.copy_(torch.linspace(-1.0, 1.0, 32 * 32).reshape(32, 32))
+        probe = convert_to_float8_training(torch.nn.Sequential(linear), config=config)
+        x = torch.linspace(-2.0, 2.0, 16 * 32, device=device).reshape(16, 32)
+        recorder = _GemmRecorder()
+        with recorder:
+            with TorchPrecision(device.type, autocast_dtype, None).autocast():
+                y = probe(x)
+            y.float().sum().backward()
+    except Exception as exc:  # no trace: the record says so rather than guess
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return TracedGemm([], None, first)
+    return TracedGemm(sorted(recorder.operands), str(y.dtype).removeprefix("torch."))
+
+
+def _autocast_dtype(cell: Any) -> torch.dtype | None:
+    """The autocast dtype the cell trains in (precision.apply_policy's): its policy's compute
+    dtype, bfloat16 for float8."""
+    name = getattr(getattr(cell, "policy", None), "compute_dtype", FLOAT8.compute_dtype)
+    return None if name == "float32" else getattr(torch, name)
+
+
 def prepare(cell: Any, model: torch.nn.Module) -> Fp8Setup:
     """Plan, label and configure a float8 cell (before its model is converted)."""
     torchao, float8 = import_torchao()
@@ -151,7 +225,8 @@ def prepare(cell: Any, model: torch.nn.Module) -> Fp8Setup:
     run = label(cell.device, spec.fp8_mode, spec.fp8_recipe)
     config = float8.Float8LinearConfig.from_recipe_name(spec.fp8_recipe)
     config = dataclasses.replace(config, emulate=run.mode != HARDWARE)
-    return Fp8Setup(plan, run, config, flops, note, torchao)
+    gemm = traced_gemm(config, cell.device, _autocast_dtype(cell)) if config.emulate else None
+    return Fp8Setup(plan, run, config, flops, note, torchao, gemm)
 
 
 def convert(setup: Fp8Setup, model: torch.nn.Module) -> list[str]:
@@ -206,7 +281,10 @@ def record(setup: Fp8Setup, requested: str, recipe: str, layers_fp8: list[str]) 
         kind = "cuBLASLt tensorwise" if recipe == "tensorwise" else "CUTLASS/cuBLAS rowwise"
         gemm = f"torch._scaled_mm on fp8 Tensor Cores ({kind})"
     else:
-        gemm = "emulated (torchao emulate=True): fp8-rounded operands multiplied in float32"
+        traced = setup.gemm or TracedGemm([], None, "not traced")
+        gemm = rules.emulated_gemm("torchao emulate=True", traced.operands, traced.output)
+        if traced.error:
+            gemm += f" (the probe failed: {traced.error})"
     return rules.record(
         setup.execution,
         requested,

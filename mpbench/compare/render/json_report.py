@@ -120,6 +120,7 @@ def _fp8_json(group: PolicyGroup, policy: str) -> dict[str, Any] | None:
     return {
         "mode": fp8.mode,
         "why": fp8.why,
+        "gemm": fp8.gemm,
         "layers_fp8": fp8.layers_fp8,
         "layers_total": fp8.layers_total,
         "flop_share": fp8.flop_share,

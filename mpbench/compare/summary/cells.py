@@ -228,6 +228,7 @@ class Fp8Summary:
 
     mode: str  # "emulated" when any finished repeat was: no speed-up is shown then
     why: str
+    gemm: str  # how its fp8 GEMMs ran, the record's words (from what ran: mpbench.fp8)
     layers_fp8: int
     layers_total: int  # fp8 and kept in the base precision
     flop_share: float | None  # the fp8 GEMMs' share of the FLOPs
@@ -460,6 +461,7 @@ def _summarize_fp8(ok: list[CellRecord]) -> Fp8Summary | None:
     return Fp8Summary(
         mode=first.mode,
         why=first.why,
+        gemm=first.gemm,
         layers_fp8=len(first.layers_fp8),
         layers_total=len(first.layers_fp8) + len(first.skipped_layers),
         flop_share=median_of_present(f.flop_share_fp8 for f in ran),

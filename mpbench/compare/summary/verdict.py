@@ -144,7 +144,10 @@ def emulated_verdict(group: PolicyGroup, policy: str) -> PolicyVerdict:
     cost = group.emulation_cost(policy)
     if cost is not None:
         parts.append(f"step time {fmt.ratio(cost.value)} float32's: the cost of emulation")
-    return PolicyVerdict(policy, "; ".join(parts), NUMERICS_ONLY, cell.fp8.why)
+    # Why it was emulated, and how its GEMMs ran as the record says (derived from what ran,
+    # never assumed here: torchao and Keras emulate in different dtypes).
+    why = "; ".join(x for x in (cell.fp8.why, cell.fp8.gemm) if x)
+    return PolicyVerdict(policy, "; ".join(parts), NUMERICS_ONLY, why)
 
 
 def _measured(cell: CellSummary, why: str) -> str:
