@@ -2,9 +2,9 @@
 # The mixed-precision benchmark gate that .github/workflows/mpbench.yml runs, and that runs the
 # same anywhere else: show the machine (`mpbench detect`), run the CI matrix (`mpbench run`),
 # compare it (`mpbench compare`) with the baseline if there is one, and, when asked, make this run
-# the baseline. It installs nothing: `mpbench`, with the plot extra, must be on PATH.
+# the baseline. It installs nothing: `mpbench`, with the plot extra, and `python3` must be on PATH.
 #
-# Usage: .github/mpbench-gate.sh [--save-baseline]
+# Usage: .github/mpbench-gate.sh [--save-baseline] [--save-contended]
 #
 # Environment (the defaults are the workflow's; relative paths are from the repository root):
 #   MPBENCH_CONFIG         run configuration                      configs/ci.toml
@@ -12,6 +12,7 @@
 #   MPBENCH_OUT            this run's directory; must not hold a run yet   results/ci
 #   MPBENCH_BASELINE       the baseline: a run directory          results/ci-baseline
 #   MPBENCH_SAVE_BASELINE  1/true: same as --save-baseline        (off)
+#   MPBENCH_SAVE_CONTENDED 1/true: same as --save-contended       (off)
 #   MPBENCH_BASELINE_FROM  where the baseline came from, for the messages (the cache key)
 # Limits, each as `mpbench compare` takes it; an empty value turns that gate off:
 #   MPBENCH_MAX_SLOWDOWN         step time vs the baseline        5%
@@ -23,13 +24,20 @@
 #   MPBENCH_REQUIRE_CONCLUSIVE        1: an inconclusive gate fails                      0
 #
 # With no results.jsonl in MPBENCH_BASELINE, only the within-run gates (accuracy delta, speed-ups)
-# apply, and the run says so. --save-baseline copies this run into MPBENCH_BASELINE when it
-# passed, so the next run gates against it. The report goes to MPBENCH_OUT/compare.md and
-# compare.png, and, when GITHUB_STEP_SUMMARY is set, to the job summary.
+# apply, and the run says so. Where float32 ran alone (configs/ci.toml's `policies = ["auto"]`
+# on a device with no 16-bit policy rated fast), --max-accuracy-delta is not passed, and the
+# log says so. --save-baseline copies this run into MPBENCH_BASELINE when it
+# passed, so the next run gates against it; but not a run with contended cells (cells that ran
+# beside other work, marked `contended` in the report): every later run would be gated against
+# a busy machine's times. Such a run is not saved (exit 1, MPBENCH_BASELINE unchanged) unless
+# --save-contended (or MPBENCH_SAVE_CONTENDED=1) says to save it anyway. The report goes to
+# MPBENCH_OUT/compare.md and compare.png, and, when GITHUB_STEP_SUMMARY is set, to the job
+# summary.
 #
 # Exit code: `mpbench compare`'s: 0 every gate passed, 1 a gate failed, 2 invalid input; also 1
-# when a cell failed to run (`mpbench run` exit 1), and `mpbench run`'s own code when it could
-# not run the matrix (2 invalid input, 128 + N stopped by signal N).
+# when a cell failed to run (`mpbench run` exit 1) or a baseline to save had contended cells,
+# and `mpbench run`'s own code when it could not run the matrix (2 invalid input, 128 + N
+# stopped by signal N).
 set -euo pipefail
 
 usage() {
@@ -47,9 +55,14 @@ save=0
 if truthy "${MPBENCH_SAVE_BASELINE:-}"; then
     save=1
 fi
+save_contended=0
+if truthy "${MPBENCH_SAVE_CONTENDED:-}"; then
+    save_contended=1
+fi
 for arg in "$@"; do
     case "$arg" in
         --save-baseline) save=1 ;;
+        --save-contended) save_contended=1 ;;
         -h | --help)
             usage
             exit 0
@@ -109,9 +122,32 @@ case "$run_rc" in
         ;;
 esac
 
+# The policies of this run's cells that finished, one per line, from its results.jsonl.
+# `policies = ["auto"]` (configs/ci.toml) runs float32 alone on a device where no 16-bit policy
+# is rated fast (a CPU without avx512_bf16 or AMX, as many hosted runners are).
+finished_policies() {
+    PYTHONIOENCODING=utf-8 python3 -c '
+import json, sys
+seen = set()
+with open(sys.argv[1], encoding="utf-8") as lines:
+    for line in lines:
+        line = line.strip()
+        if line:
+            cell = json.loads(line)
+            if cell.get("status") == "ok":
+                seen.add(cell.get("policy"))
+print("\n".join(sorted(p for p in seen if p)))
+' "$out/results.jsonl"
+}
+
 args=("$out" --format markdown --output "$out/compare.md" --plot "$out/compare.png")
 if [[ -n "$max_accuracy_delta" ]]; then
-    args+=(--max-accuracy-delta "$max_accuracy_delta")
+    ran="$(finished_policies 2>/dev/null || true)"
+    if [[ "$ran" == float32 ]]; then
+        say "float32 ran alone on this device (the run said which policies it left out and why): --max-accuracy-delta has nothing to compare, so it is not checked; the baseline gates still apply."
+    else
+        args+=(--max-accuracy-delta "$max_accuracy_delta")
+    fi
 fi
 for speedup in $min_speedup; do # space-separated POLICY=X list: split on purpose
     args+=(--min-speedup "$speedup")
@@ -148,6 +184,47 @@ echo "mpbench-gate: report $out/compare.md, plot $out/compare.png"
 rc="$compare_rc"
 if ((rc == 0 && run_rc != 0)); then
     rc="$run_rc"
+fi
+
+# The cells of this run that ran beside other work, one name per line (the report's names):
+# `contended_repeats` in `mpbench compare --format json`, the fact behind the table's
+# `contended` status (docs/compare.md, "Busy machines and implausible figures"). The report is
+# in the job summary already: this one is not appended to it.
+contended_cells() {
+    GITHUB_STEP_SUMMARY='' mpbench compare "$out" --format json |
+        PYTHONIOENCODING=utf-8 python3 -c '
+import json, sys
+for cell in json.load(sys.stdin)["cells"]:
+    if cell["contended_repeats"]:
+        print(cell["cell"])
+'
+}
+
+if ((save && rc == 0)); then
+    busy_rc=0
+    busy="$(contended_cells)" || busy_rc=$?
+    if ((busy_rc != 0)); then
+        say "Baseline not saved: cannot tell whether this run's cells were contended (mpbench compare exit $busy_rc); $baseline is unchanged."
+        rc="$busy_rc"
+        save=0
+    elif [[ -n "$busy" ]]; then
+        mapfile -t names <<<"$busy"
+        count="${#names[@]} contended cell"
+        if ((${#names[@]} > 1)); then
+            count+="s"
+        fi
+        cells="${names[0]}"
+        for name in "${names[@]:1}"; do
+            cells+="; $name"
+        done
+        if ((save_contended)); then
+            say "Warning: saving a baseline with $count ($cells), as --save-contended asks: later runs are gated against a busy machine's times."
+        else
+            say "Baseline not saved: $count, run beside other work ($cells); $baseline is unchanged. Re-run on a quiet machine, or pass --save-contended (MPBENCH_SAVE_CONTENDED=1) to save it anyway."
+            rc=1
+            save=0
+        fi
+    fi
 fi
 
 if ((save)); then

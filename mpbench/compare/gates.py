@@ -296,7 +296,9 @@ def check_ratios(
             where = f" at world size {world}" if world is not None else ""
             raise InvalidInput(
                 f"--min-speedup {key}={minimum:g}: nothing comparable: no framework and "
-                f"workload has both a float32 and a {policy} cell{where}"
+                f"workload has both a float32 and a {policy} cell{where} (--policy auto runs "
+                f"only the policies rated fast on the device: name {policy} with -p, or in "
+                "[run] policies, to run it there)"
             )
     if options.min_scaling_efficiency:
         found, found_notes = check_scaling(sections, options, labeler)

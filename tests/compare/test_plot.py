@@ -250,3 +250,91 @@ def test_one_framework_with_two_configs_gets_two_colours_and_names(tmp_path: Pat
     assert len(colours) == 3
     titles = [ax.get_title() for ax in fig.axes]
     assert sum("training loss" in t for t in titles) == 3 + 2  # mnist: 3 groups; cifar: 2
+
+
+# --- contended cells (issue 33, item 4) -----------------------------------------------------
+
+
+def _busy(records: list[CellRecord], **where: str) -> list[CellRecord]:
+    """`records` with the cells matching `where` marked contended, as a busy machine's run."""
+    from mpbench.results import ContentionStats
+
+    for rec in records:
+        if rec.status is Status.OK and all(getattr(rec, k) == v for k, v in where.items()):
+            rec.contention = ContentionStats(
+                wall_s=436.0, cpus=2, busy_cores=2.0, own_cores=0.99, other_cores=1.01,
+                contended=True, why=["other processes used 1.01 of 2 cores"],
+            )  # fmt: skip
+    return records
+
+
+def _bars_at(ax) -> dict[float, object]:
+    """x (rounded) -> the bar drawn there."""
+    from matplotlib.patches import Rectangle
+
+    return {
+        round(p.get_x() + p.get_width() / 2, 6): p
+        for p in ax.patches
+        if isinstance(p, Rectangle) and p.get_width() > 0
+    }
+
+
+def _legend_texts(fig) -> list[str]:
+    return [t.get_text() for sub in fig.subfigs for lg in sub.legends for t in lg.texts]
+
+
+def test_a_contended_cell_is_hatched_where_its_timing_is_drawn(tmp_path: Path) -> None:
+    from mpbench.compare.plot.style import CONTENDED, CONTENDED_LABEL
+    from mpbench.compare.render.tables import status_text
+
+    records = _busy(cpu_run(), framework="torch", workload="mnist_dense", policy="mixed_bfloat16")
+    report = _report(records, tmp_path)
+    torch, tf = report.sections[0].groups  # mnist_dense: torch, then tensorflow
+    # The same fact as the table's status: torch bf16 says contended, nothing else does.
+    assert "contended" in status_text(torch.cells["mixed_bfloat16"])
+    assert not any("contended" in status_text(c) for c in tf.cells.values())
+    fig = build_figure(report)
+    axes = _axes(fig)
+    bars = _bars_at(axes["speed-up vs fp32 (synced step)"])
+    # Policies fp32, tf32, fp16, bf16 at 0..3; torch 0.2 left of the tick, tf 0.2 right.
+    busy, quiet = bars[round(3 - 0.2, 6)], bars[round(3 + 0.2, 6)]
+    assert busy.get_hatch() and busy.get_gid() == CONTENDED
+    assert not quiet.get_hatch() and quiet.get_gid() != CONTENDED
+    assert [x for x, bar in bars.items() if bar.get_hatch()] == [round(3 - 0.2, 6)]
+    # Its step-time box too, and no other box of the figure.
+    steps = axes["step time per policy"]
+    hatched = [p for p in steps.patches if p.get_hatch()]
+    assert len(hatched) == 1
+    box = hatched[0].get_path().get_extents()
+    assert (box.x0 + box.x1) / 2 == pytest.approx(3 - 0.2)  # torch's bf16 box
+    assert not any(p.get_hatch() for ax in fig.axes for p in ax.patches if ax is not steps
+                   and ax is not axes["speed-up vs fp32 (synced step)"])  # fmt: skip
+    # The memory bars are drawn as usual (a busy machine distorts time, not memory).
+    assert not any(p.get_hatch() for p in axes["training mem (process RSS sampled)"].patches)
+    # The legend says what hatching means, once.
+    assert _legend_texts(fig) == ["torch", "tf", CONTENDED_LABEL]
+    assert "re-measure on a quiet machine" in CONTENDED_LABEL
+
+
+def test_a_contended_float32_hatches_the_speedups_that_rest_on_it(tmp_path: Path) -> None:
+    records = _busy(_three_repeats(), policy="float32", repeat=1)
+    fig = build_figure(_report(records, tmp_path))
+    axes = _axes(fig)
+    bars = _bars_at(axes["speed-up vs fp32 (synced step)"])
+    assert bars[0.0].get_hatch() and bars[2.0].get_hatch()  # fp32 itself, and bf16 / fp32
+    steps = axes["step time per policy"]
+    assert [p.get_hatch() is not None for p in steps.patches] == [True, False]  # fp32, bf16
+
+
+def test_a_quiet_run_has_no_hatching_and_no_contended_entry(tmp_path: Path) -> None:
+    fig = build_figure(_report(cpu_run(), tmp_path))
+    assert not any(p.get_hatch() for ax in fig.axes for p in ax.patches)
+    assert _legend_texts(fig) == ["torch", "tf"]
+
+
+def test_the_contended_plot_is_written(tmp_path: Path) -> None:
+    records = _busy(cpu_run(), framework="torch", policy="mixed_bfloat16")
+    run = write_run(tmp_path / "run", records)
+    outcome = run_cli(run, "--plot", tmp_path / "busy.png", "--format", "json")
+    assert outcome.code == 0, outcome.stderr
+    assert _png_size(tmp_path / "busy.png")[0] == 1300

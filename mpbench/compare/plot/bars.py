@@ -4,12 +4,13 @@ Policies on the x axis, one bar (or point) per framework, a whisker for each val
 interval (the same Estimate the tables print), its value written at the tip. A cell without
 a value (skipped, failed, no float32 to divide by, a ratio that overflowed) is named where
 its bar would be, so a missing bar is never read as a zero. The axis is set by the values; a
-whisker reaching past it is cut at the edge and marked with an arrow and its true end.
+whisker reaching past it is cut at the edge and marked with an arrow and its true end. A
+speed-up that rests on a contended cell (the table's `contended` status, for the cell or its
+float32) is hatched (style.mark_contended).
 """
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -17,18 +18,21 @@ from mpbench.compare.plot.style import (
     LABEL_SIZE,
     NOTE_COLOUR,
     TITLE_SIZE,
+    VALUE,
     VALUE_SIZE,
     Palette,
     empty_panel,
     finite,
     log_axis,
     mark_beyond,
+    mark_contended,
     missing_text,
     offsets,
     policies,
     sane_range,
     style_axes,
     tick_label,
+    wrap_words,
 )
 from mpbench.compare.render import fmt
 from mpbench.compare.summary.cells import CellSummary, PolicyGroup, Section
@@ -88,44 +92,34 @@ class Label:
 # A whisker longer than this (fraction of the axis height) would carry its label far from the
 # bar: the label then sits at the bar's end, on the whisker, instead of past the cap.
 _FAR = 0.18
-_LINE = 0.055  # about one label's height, as a fraction of a panel's
 
 
 def _labels(ax, labels: list[Label]) -> None:
-    """Each value written at its whisker's end, or at its bar's end when the whisker is long;
-    drawn after the axis limits are set, so that the distance can be measured."""
+    """Each value written at its whisker's end, or at its bar's end when the whisker is long:
+    in data coordinates of that end, 3 points past it, so it stays with its bar on any scale.
+    Drawn after the axis limits are set, so that the whisker's length can be measured; where
+    labels crowd, the layout stands them upright (style.fit_values), never moves them away."""
     to_axes = ax.transAxes.inverted()
 
     def height(y: float) -> float:
         return to_axes.transform(ax.transData.transform((0.0, y)))[1]
 
-    placed: list[tuple[float, float]] = []  # (x, axes height) of the labels drawn so far
-    for label in sorted(labels, key=lambda item: item.x):
+    for label in labels:
         tip = height(label.tip)
         # A whisker cut at the axis edge (style.mark_beyond) has its tip outside.
         far = abs(tip - height(label.value)) > _FAR or not 0.0 <= tip <= 1.0
         anchor = label.value if far else label.tip
-        # Side by side at one policy and about one height, two labels would overprint: the
-        # second moves one line further out.
-        side = -1 if label.below else 1
-        level = 0
-        while any(
-            abs(x - label.x) < 0.5 and abs(y - (height(anchor) + side * level * _LINE)) < _LINE
-            for x, y in placed
-        ):
-            level += 1
-        offset = 3 + VALUE_SIZE * 1.5 * level
-        placed.append((label.x, height(anchor) + side * level * _LINE))
         ax.annotate(
             label.text,
             (label.x, anchor),
-            xytext=(0, -offset if label.below else offset),
+            xytext=(0, -3 if label.below else 3),
             textcoords="offset points",
             ha="center",
             va="top" if label.below else "bottom",
             fontsize=VALUE_SIZE,
             zorder=4,
             bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5, "alpha": 0.85},
+            gid=VALUE,
         )
 
 
@@ -191,6 +185,13 @@ def _speedup(group: PolicyGroup, policy: str) -> Estimate | None:
     return group.speedup(policy)
 
 
+def _rests_on_contended(group: PolicyGroup, cell: CellSummary) -> bool:
+    """Whether a speed-up rests on a cell the table's status calls contended: the cell's own
+    or its float32's (CellSummary.contended, the fact behind the `contended` status)."""
+    reference = group.reference
+    return cell.contended or (reference is not None and reference.contended)
+
+
 def _ratio_text(value: float) -> str:
     """As the tables write it (fmt.significant): `2.45×`, `0.0031×`, `308×`."""
     return fmt.ratio(value)
@@ -232,9 +233,11 @@ def speedup_panel(ax, section: Section, palette: Palette) -> None:
         colour = palette.colour(entry.group.key)
         value = estimate.value
         if log:  # bars grow from 1 (as fast as float32), up when faster, down when slower
-            ax.bar(entry.x, value - 1, width * 0.92, bottom=1, color=colour, zorder=2)
+            (bar,) = ax.bar(entry.x, value - 1, width * 0.92, bottom=1, color=colour, zorder=2)
         else:
-            ax.bar(entry.x, value, width * 0.92, color=colour, zorder=2)
+            (bar,) = ax.bar(entry.x, value, width * 0.92, color=colour, zorder=2)
+        if _rests_on_contended(entry.group, entry.cell):
+            mark_contended(bar)
         _whisker(ax, entry.x, estimate)
         below = log and value < 1
         tip = min(estimate.low, value) if below else max(estimate.high, value)
@@ -289,13 +292,17 @@ def memory_panel(ax, section: Section, palette: Palette) -> None:
             return None
         return cell.memory_bytes.scaled(1 / scale)
 
-    title = "\n".join(textwrap.wrap(kind, 34))
+    title = "\n".join(wrap_words(kind, 34))
     drawn, values = _open_panel(ax, section, title, value_of, "no memory figures recorded")
     if not values:
         return
-    label = (
-        "{:.2f}" if unit == "GiB" else "{:.0f}" if max(e.value for e in values) >= 10 else "{:.1f}"
-    )
+
+    def label(value: float) -> str:
+        """Each value with the figures it needs: `2.3` beside `16`, never `2`."""
+        if unit == "GiB":
+            return f"{value:.2f}"
+        return f"{value:.0f}" if abs(value) >= 10 else f"{value:.1f}"
+
     _, width = offsets(len(section.groups))
     tallest = _limits(values, origin=0.0)[1]
     labels = []
@@ -307,11 +314,11 @@ def memory_panel(ax, section: Section, palette: Palette) -> None:
         ax.bar(entry.x, estimate.value, width * 0.92, color=colour, zorder=2)
         _whisker(ax, entry.x, estimate)
         top = max(estimate.high, estimate.value)
-        text = label.format(estimate.value) + _mark(estimate)
+        text = label(estimate.value) + _mark(estimate)
         labels.append(Label(entry.x, estimate.value, top, text))
     ax.set_ylim(0, tallest * 1.2 if tallest > 0 else 1.0)
     _labels(ax, labels)
-    _clipped(ax, drawn, label.format)
+    _clipped(ax, drawn, label)
     ax.set_ylabel(f"{unit} (lower = better)", fontsize=LABEL_SIZE)
     _missing(ax, drawn, 0.0)
 

@@ -14,14 +14,16 @@ A value that does not exist (a skipped or failed cell, no float32 to divide by, 
 overflowed) is named where it would be drawn, never drawn as a zero. Each value axis spans the
 values, not the longest whisker: one past it is cut at the edge and marked with an arrow and
 its true end (style.sane_range, mark_beyond). Groups are named as the tables name them
-(labels.Labeler.group). Text that would not fit once laid out is fixed before the file is
-written (_fit): titles wrapped, crowded policy names staggered, upright or thinned. Drawn with
-Agg: files only, no display needed.
+(labels.Labeler.group), each in a colour clearly apart from the others' (style.Palette).
+A contended cell (the table's `contended` status) has its speed-up bar and step-time box
+hatched, and the legend says what that means. Text that would not fit once laid out is fixed
+before the file is written (_fit): titles wrapped at spaces (never inside a word) or set
+smaller, crowded policy names staggered, upright or thinned, crowded values stood upright
+beside their bars. Drawn with Agg: files only, no display needed.
 """
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 from mpbench.compare.plot.bars import accuracy_panel, memory_panel, speedup_panel
@@ -33,7 +35,15 @@ from mpbench.compare.plot.series import (
     step_loss_panel,
     step_time_panel,
 )
-from mpbench.compare.plot.style import Palette, fit_text, fit_ticks
+from mpbench.compare.plot.style import (
+    CONTENDED_LABEL,
+    Palette,
+    contended_patch,
+    fit_text,
+    fit_ticks,
+    fit_values,
+    wrap_words,
+)
 from mpbench.compare.render.tables import WITHIN_RUN_NOTE, config_text, interval_kinds
 from mpbench.compare.report import Report
 from mpbench.compare.summary.estimate import Estimate
@@ -115,7 +125,7 @@ def build_figure(report: Report):
     sections = report.sections
     side_files = report.side_files()
     telemetry = [_telemetry_panels(section, side_files) for section in sections]
-    caption = textwrap.wrap(_caption(report, side_files), 175)
+    caption = wrap_words(_caption(report, side_files), 175)
     footer_in = LINE_IN * len(caption) + 0.2
     heights = [(3 if panels else 2) * ROW_IN + SECTION_TITLE_IN for panels in telemetry]
     height = HEADER_IN + sum(heights) + footer_in
@@ -126,18 +136,23 @@ def build_figure(report: Report):
     header, footer = parts[0], parts[-1]
     runs = ", ".join(report.runs)
     title = header.suptitle(
-        "\n".join(textwrap.wrap(f"Mixed precision vs float32 (runs: {runs})", 110)),
+        "\n".join(wrap_words(f"Mixed precision vs float32 (runs: {runs})", 110)),
         fontsize=14,
         fontweight="bold",
     )
     keys = [g.key for s in sections for g in s.groups]
     palette = Palette(keys, report.labeler.group)  # the tables' names for the groups
     entries = palette.entries()
+    handles = [Patch(color=colour) for _, colour in entries]
+    names = [label for label, _ in entries]
+    if any(cell.contended for _, _, cell in report.policy_cells()):
+        handles.append(contended_patch())
+        names.append(CONTENDED_LABEL)
     legend = header.legend(
-        [Patch(color=colour) for _, colour in entries],
-        [label for label, _ in entries],
+        handles,
+        names,
         loc="lower center",
-        ncols=max(min(len(entries), 4), 1),
+        ncols=max(min(len(handles), 4), 1),
         fontsize=11,
         frameon=False,
     )
@@ -173,12 +188,14 @@ def _fit(fig, grid, heights: list[float], titles: list, legend) -> None:
         changed = _grow_rows(fig, grid, heights, renderer)
         for ax in fig.axes:
             changed |= fit_ticks(ax, renderer)
+            changed |= fit_values(ax, renderer)
             if ax.get_title():
                 changed |= fit_text(ax.title, _title_room(ax), renderer)
             if ax.get_ylabel():  # no taller than its panel, or it runs into the titles
                 changed |= fit_text(ax.yaxis.label, ax.bbox.height, renderer, vertical=True)
         for title in titles:
             changed |= fit_text(title, _suptitle_room(title), renderer)
+        changed |= _grow_header(fig, grid, heights, titles[0], legend, renderer)
         if not changed:
             return
 
@@ -219,6 +236,22 @@ def _grow_rows(fig, grid, heights: list[float], renderer) -> bool:
         grid.set_height_ratios(sizes)
         fig.set_size_inches(WIDTH_IN, sum(sizes))
     return changed
+
+
+def _grow_header(fig, grid, heights: list[float], title, legend, renderer) -> bool:
+    """The header grows to hold its title and the legend (a third row of entries: many
+    groups, or the `contended` entry), and the figure with it; `heights[0]` is its height."""
+    needed = title.get_window_extent(renderer).height + legend.get_window_extent(renderer).height
+    needed = (needed + 3 * _MARGIN) / fig.dpi
+    if needed <= heights[0] + 0.01:
+        return False
+    grow = needed - heights[0]
+    heights[0] = needed
+    ratios = list(grid.get_height_ratios())
+    ratios[0] += grow
+    grid.set_height_ratios(ratios)
+    fig.set_size_inches(WIDTH_IN, sum(ratios))
+    return True
 
 
 def _row_of(ax):

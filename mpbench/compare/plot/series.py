@@ -1,6 +1,7 @@
-"""The per-step and per-epoch panels of `--plot`: the step-time distribution of each policy,
-the training-loss curve of each policy, per framework, and, from the telemetry side files
-(v4 runs), the per-step training loss and the fp16 loss-scale trajectory per framework."""
+"""The per-step and per-epoch panels of `--plot`: the step-time distribution of each policy
+(a contended cell's box hatched, style.mark_contended), the training-loss curve of each
+policy, per framework, and, from the telemetry side files (v4 runs), the per-step training
+loss and the fp16 loss-scale trajectory per framework."""
 
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ from mpbench.compare.plot.style import (
     NOTE_COLOUR,
     POLICY_MARKERS,
     TITLE_SIZE,
+    VALUE,
     VALUE_SIZE,
     Palette,
     empty_panel,
     log_axis,
     mark_beyond,
+    mark_contended,
     missing_text,
     offsets,
     policies,
@@ -79,7 +82,7 @@ def _wide(data: list[list[float]]) -> bool:
 def step_time_panel(ax, section: Section, palette: Palette) -> None:
     names = policies(section)
     shifts, width = offsets(len(section.groups))
-    data, positions, colours, missing = [], [], [], []
+    data, positions, colours, missing, busy = [], [], [], [], []
     for index, group in enumerate(section.groups):
         for x, policy in enumerate(names):
             cell = group.cells.get(policy)
@@ -90,6 +93,7 @@ def step_time_panel(ax, section: Section, palette: Palette) -> None:
                 data.append(steps)
                 positions.append(x + shifts[index])
                 colours.append(palette.colour(group.key))
+                busy.append(cell.contended)  # the table's `contended` status
             else:
                 text = missing_text(cell, group)
                 missing.append((x + shifts[index], "no steps" if text == "n/a" else text))
@@ -122,10 +126,14 @@ def step_time_panel(ax, section: Section, palette: Palette) -> None:
         whiskerprops={"linewidth": 1},
         capprops={"linewidth": 1},
     )
-    for patch, flier, colour in zip(boxes["boxes"], boxes["fliers"], colours, strict=True):
+    for patch, flier, colour, contended in zip(
+        boxes["boxes"], boxes["fliers"], colours, busy, strict=True
+    ):
         patch.set_facecolor(colour)
         patch.set_alpha(0.75)
         flier.set_markerfacecolor(colour)
+        if contended:
+            mark_contended(patch)
     log = _wide(data)
     # The boxes (quartiles) set the scale (style.sane_range); a box whisker or outlier
     # step past it (a GC pause of 2 s among 2 ms steps) is cut at the edge and marked.
@@ -248,6 +256,7 @@ def _loss_points(
             textcoords="offset points",
             va="center",
             fontsize=VALUE_SIZE,
+            gid=VALUE,
         )
 
 

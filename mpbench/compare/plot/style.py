@@ -22,6 +22,16 @@ from mpbench.compare.summary.verdict import short
 # Fixed colours per framework, far apart so the two read apart at a glance (and in grey).
 FRAMEWORK_COLOURS = {"torch": "#d1495b", "tensorflow": "#2e6f9e"}
 _OTHER = ["#66a182", "#edae49", "#8d6a9f", "#6c757d"]
+# A framework's further groups (its other configs) take the next colours of its family, torch
+# warm and TensorFlow cool (Tableau 10's hues, made to be told apart), never shades of one hue:
+# two lighter reds read as one.
+GROUP_FAMILIES = {
+    "torch": ["#d1495b", "#f28e2b", "#9c755f", "#ff9da7", "#7a1f2b", "#edc948"],
+    "tensorflow": ["#2e6f9e", "#76b7b2", "#59a14f", "#b07aa1", "#1b2a5e", "#6a3d9a"],
+}
+# No two groups' colours closer than this (CIE76 colour difference, ΔE in CIELAB: about 2.3 is
+# the least an eye notices side by side; 25 is clearly another colour).
+MIN_GROUP_DISTANCE = 25.0
 # Per policy, for the loss curves (where a panel is one framework): float32 the neutral one.
 POLICY_COLOURS = {
     "float32": "#222222",
@@ -35,6 +45,31 @@ TITLE_SIZE = 11.5
 LABEL_SIZE = 9.5
 TICK_SIZE = 9.5
 VALUE_SIZE = 8
+MIN_TEXT_SIZE = 6.5  # a title or label whose words do not fit is made smaller, down to this
+VALUE = "value"  # the gid of a value written at its bar or point (fit_values)
+
+# A cell the table's status calls `contended` (CellSummary.contended: a repeat ran beside other
+# work) has its timing drawn hatched: its speed-up bar (also where its float32 is contended:
+# the ratio rests on both) and its step-time box.
+CONTENDED = "contended"  # the gid of a hatched bar or box
+CONTENDED_HATCH = "////"
+CONTENDED_EDGE = "#222222"
+CONTENDED_LABEL = "contended (hatched): re-measure on a quiet machine"
+
+
+def mark_contended(patch) -> None:
+    """Hatch a bar or box of a contended cell (its outline and hatch in CONTENDED_EDGE)."""
+    patch.set_hatch(CONTENDED_HATCH)
+    patch.set_edgecolor(CONTENDED_EDGE)
+    patch.set_linewidth(0.8)
+    patch.set_gid(CONTENDED)
+
+
+def contended_patch():
+    """The legend's entry for hatched cells."""
+    from matplotlib.patches import Patch
+
+    return Patch(facecolor="white", edgecolor=CONTENDED_EDGE, hatch=CONTENDED_HATCH, linewidth=0.8)
 
 
 def policies(section: Section) -> list[str]:
@@ -68,22 +103,77 @@ def shade(colour: str, variant: int) -> str:
     return "#" + "".join(f"{round(c * 255):02x}" for c in mixed)
 
 
+def _lab(colour: str) -> tuple[float, float, float]:
+    """CIELAB (D65) of a `#rrggbb` colour."""
+
+    def linear(c: float) -> float:
+        return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+
+    r, g, b = (linear(int(colour[i : i + 2], 16) / 255) for i in (1, 3, 5))
+    x = (0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047
+    y = 0.2126 * r + 0.7152 * g + 0.0722 * b
+    z = (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883
+
+    def f(t: float) -> float:
+        return t ** (1 / 3) if t > 0.008856 else 7.787 * t + 16 / 116
+
+    return 116 * f(y) - 16, 500 * (f(x) - f(y)), 200 * (f(y) - f(z))
+
+
+def colour_distance(a: str, b: str) -> float:
+    """How far apart two `#rrggbb` colours look: CIE76 ΔE, the distance in CIELAB."""
+    return math.dist(_lab(a), _lab(b))
+
+
+def _hues() -> list[str]:
+    """Evenly spaced hues at two lightnesses: where the families run out."""
+    import colorsys
+
+    out = []
+    for lightness, saturation in ((0.45, 0.65), (0.7, 0.55)):
+        for step in range(24):
+            rgb = colorsys.hls_to_rgb(step / 24, lightness, saturation)
+            out.append("#" + "".join(f"{round(c * 255):02x}" for c in rgb))
+    return out
+
+
+def group_colour(framework: str, index: int, taken: list[str]) -> str:
+    """The colour of a framework's next group: the first of its family (then of the others,
+    then of evenly spaced hues) at least MIN_GROUP_DISTANCE from every colour `taken`; if none
+    is, the one farthest from them. `index`: the framework's position, for an unknown one."""
+    own = GROUP_FAMILIES.get(framework, [framework_colour(framework, index)])
+    # Another framework's own colour is kept for it (torch's tenth group never takes
+    # TensorFlow's blue), as are the other families' colours until the hues run out.
+    reserved = [family[0] for name, family in GROUP_FAMILIES.items() if name != framework]
+    others = [c for family in GROUP_FAMILIES.values() for c in family[1:]] + _OTHER
+    candidates = list(dict.fromkeys([*own, *_OTHER, *_hues(), *others]))
+
+    def nearest(colour: str) -> float:
+        return min((colour_distance(colour, t) for t in [*taken, *reserved]), default=math.inf)
+
+    for colour in candidates:
+        if nearest(colour) >= MIN_GROUP_DISTANCE:
+            return colour
+    return max(candidates, key=nearest)
+
+
 class Palette:
     """One colour per framework (and config, where one framework ran several), the same in
-    every panel and in the figure's legend. `label_of` names a group as the tables do."""
+    every panel and in the figure's legend; no two closer than MIN_GROUP_DISTANCE where the
+    palette has colours enough (group_colour). `label_of` names a group as the tables do."""
 
     def __init__(self, keys: Iterable[GroupKey], label_of: Callable[[GroupKey], str]) -> None:
         self._label_of = label_of
         self._colours: dict[str, str] = {}
-        frameworks: dict[str, int] = {}  # framework -> configs seen
+        frameworks: list[str] = []
         for key in keys:
             label = label_of(key)
             if label in self._colours:
                 continue
-            variant = frameworks.get(key.framework, 0)
-            frameworks[key.framework] = variant + 1
-            base = framework_colour(key.framework, list(frameworks).index(key.framework))
-            self._colours[label] = shade(base, variant)
+            if key.framework not in frameworks:
+                frameworks.append(key.framework)
+            index = frameworks.index(key.framework)
+            self._colours[label] = group_colour(key.framework, index, list(self._colours.values()))
 
     def colour(self, key: GroupKey) -> str:
         return self._colours[self._label_of(key)]
@@ -280,10 +370,18 @@ def log_axis(ax, unit: str = "") -> None:
 # that would overprint each other are staggered, stood upright or, as a last resort, thinned.
 
 
+def wrap_words(text: str, width: int) -> list[str]:
+    """`text` in lines of at most `width` characters, broken at spaces only: never inside a
+    word, a name (`[accumulate=2]`) or a run id (`20260301-101500-cpu`); a longer word has a
+    line of its own."""
+    return textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False)
+
+
 def fit_text(text, room: float, renderer, vertical: bool = False) -> bool:
     """Wrap `text` (a matplotlib Text) at spaces until it is at most `room` pixels wide (tall,
-    for an upright axis label: `vertical`), keeping its own line breaks. Returns whether it
-    changed."""
+    for an upright axis label: `vertical`), keeping its own line breaks and never breaking a
+    word (wrap_words); when its longest word alone is too wide, its type is made smaller, down
+    to MIN_TEXT_SIZE. Returns whether it changed."""
 
     def size() -> float:
         box = text.get_window_extent(renderer)
@@ -294,14 +392,22 @@ def fit_text(text, room: float, renderer, vertical: bool = False) -> bool:
         return False
     lines = text.get_text().split("\n")
     longest = max(len(line) for line in lines)
-    # A first guess from the size per character, then narrower until it fits.
+    # A first guess from the size per character, then narrower until it fits, or until every
+    # line too long is one word (no break left that would help).
     chars = max(int(longest * room / extent), 1)
-    while True:
-        wrapped = [part for line in lines for part in (textwrap.wrap(line, chars) or [""])]
+    while chars >= 1:
+        wrapped = [part for line in lines for part in (wrap_words(line, chars) or [""])]
         text.set_text("\n".join(wrapped))
-        if chars <= 8 or size() <= room:
+        extent = size()
+        if extent <= room:
             return True
+        per_char = extent / max(len(line) for line in wrapped)
+        if all(" " not in line for line in wrapped if len(line) * per_char > room):
+            break
         chars -= 1
+    while size() > room and text.get_fontsize() > MIN_TEXT_SIZE:
+        text.set_fontsize(max(text.get_fontsize() - 0.5, MIN_TEXT_SIZE))
+    return True
 
 
 _GAP = 3  # pixels that must stay between two tick labels
@@ -383,3 +489,90 @@ def fit_ticks(ax, renderer) -> bool:
             _set_ticks(ax, option, stand, lower)
             return True
     return True
+
+
+# --- values written at their bars and points ---------------------------------------------------
+#
+# A value is an annotation at its bar's end (or whisker tip, or point) in data coordinates, a
+# few points beside it: it moves with its bar whatever the axis scale. What crowding changes
+# is its direction and size, never its anchor.
+
+
+def _value_labels(ax) -> list:
+    return [t for t in ax.texts if t.get_gid() == VALUE and t.get_visible() and t.get_text()]
+
+
+def _overlap(a, b, gap: float = 1.0) -> bool:
+    return a.x0 < b.x1 + gap and b.x0 < a.x1 + gap and a.y0 < b.y1 + gap and b.y0 < a.y1 + gap
+
+
+def _obstacles(ax, renderer) -> list[tuple[float, object]]:
+    """(x in data, box in pixels) of each bar and each point marker of `ax`: what a value
+    must not cover, unless it is its own (at its own x)."""
+    from matplotlib.patches import Rectangle
+    from matplotlib.transforms import Bbox
+
+    out: list[tuple[float, object]] = []
+    for patch in ax.patches:
+        if isinstance(patch, Rectangle) and patch.get_visible():
+            out.append((patch.get_x() + patch.get_width() / 2, patch.get_window_extent(renderer)))
+    for line in ax.get_lines():
+        if not line.get_visible() or line.get_marker() in (None, "None", "", " "):
+            continue
+        half = line.get_markersize() * ax.figure.dpi / 72 / 2
+        for x, y in zip(line.get_xdata(), line.get_ydata(), strict=True):
+            px, py = ax.transData.transform((float(x), float(y)))
+            out.append((float(x), Bbox([[px - half, py - half], [px + half, py + half]])))
+    return out
+
+
+def _crowded(labels, boxes, obstacles) -> bool:
+    """Whether two values overprint each other, or a value covers another's bar or point."""
+    if any(_overlap(a, b) for a, b in itertools.combinations(boxes, 2)):
+        return True
+    return any(
+        abs(x - float(t.xy[0])) > 1e-9 and _overlap(box, other, gap=0.0)
+        for t, box in zip(labels, boxes, strict=True)
+        for x, other in obstacles
+    )
+
+
+def fit_values(ax, renderer) -> bool:
+    """Keep the values of `ax` (texts with gid VALUE) readable beside what they belong to:
+    where two would overprint each other, or one would cover another's bar or point, every
+    value of the panel stands upright (a bar's just past its end, a point's beside it), then
+    in smaller type, down to MIN_TEXT_SIZE; a
+    value that would stick out of the panel goes to the other side of its anchor (inside its
+    bar). Returns whether it changed anything."""
+    labels = _value_labels(ax)
+    if not labels:
+        return False
+    changed = False
+    obstacles = _obstacles(ax, renderer)
+
+    def boxes() -> list:
+        return [t.get_window_extent(renderer) for t in labels]
+
+    if _crowded(labels, boxes(), obstacles):
+        if any(t.get_rotation() != 90 for t in labels):
+            for t in labels:
+                t.set_rotation(90)
+            changed = True
+        while (
+            _crowded(labels, boxes(), obstacles)
+            and min(t.get_fontsize() for t in labels) > MIN_TEXT_SIZE
+        ):
+            for t in labels:
+                t.set_fontsize(max(t.get_fontsize() - 0.5, MIN_TEXT_SIZE))
+            changed = True
+    inside = ax.bbox
+    for t, box in zip(labels, boxes(), strict=True):
+        va = t.get_verticalalignment()
+        out = (va == "bottom" and box.y1 > inside.y1) or (va == "top" and box.y0 < inside.y0)
+        if out and not getattr(t, "_mpbench_flipped", False):  # once: no see-saw
+            dx, dy = t.xyann
+            t.xyann = (dx, -dy)
+            t.set_verticalalignment("top" if va == "bottom" else "bottom")
+            t._mpbench_flipped = True
+            changed = True
+    return changed
