@@ -150,8 +150,14 @@ def _group_names(fig) -> list[str]:
     return [t.get_text() for sub in fig.subfigs for lg in sub.legends for t in lg.texts]
 
 
-def test_titles_wrap_at_spaces_never_inside_a_word(tmp_path: Path) -> None:
-    fig, renderer = _figure(tmp_path, _many_groups())
+@pytest.fixture(scope="module")
+def many(tmp_path_factory: pytest.TempPathFactory):
+    """The eight-group figure, drawn once for the tests below (each only reads it)."""
+    return _figure(tmp_path_factory.mktemp("many"), _many_groups())
+
+
+def test_titles_wrap_at_spaces_never_inside_a_word(many) -> None:
+    fig, renderer = many
     names = _group_names(fig)
     assert "tf [accumulate=2, compile]" in names
     loss = [ax for ax in fig.axes if "training loss" in " ".join(ax.get_title().split())]
@@ -213,8 +219,8 @@ def _bar_ends(ax) -> dict[float, tuple[float, float]]:
 
 
 @pytest.mark.parametrize("panel", ["speed-up vs fp32", "training mem"])
-def test_each_value_is_written_at_its_own_bar(tmp_path: Path, panel: str) -> None:
-    fig, renderer = _figure(tmp_path, _many_groups())
+def test_each_value_is_written_at_its_own_bar(many, panel: str) -> None:
+    fig, renderer = many
     (ax,) = [a for a in fig.axes if a.get_title().startswith(panel)]
     values, ends = _value_texts(ax), _bar_ends(ax)
     checked = 0
@@ -243,8 +249,8 @@ def test_each_value_is_written_at_its_own_bar(tmp_path: Path, panel: str) -> Non
         assert first.xy[1] == pytest.approx(ends[min(values)][1], rel=0.01)
 
 
-def test_values_never_overprint_each_other(tmp_path: Path) -> None:
-    fig, renderer = _figure(tmp_path, _many_groups())
+def test_values_never_overprint_each_other(many) -> None:
+    fig, renderer = many
     for ax in fig.axes:
         if not ax.get_title().startswith(("speed-up", "training mem", "test accuracy")):
             continue
@@ -254,12 +260,12 @@ def test_values_never_overprint_each_other(tmp_path: Path) -> None:
             assert not _overlaps(a, b), ax.get_title()
 
 
-def test_group_colours_are_clearly_apart(tmp_path: Path) -> None:
+def test_group_colours_are_clearly_apart(many) -> None:
     from matplotlib.colors import to_hex, to_rgb
 
     from mpbench.compare.plot.style import MIN_GROUP_DISTANCE, colour_distance
 
-    fig, _ = _figure(tmp_path, _many_groups())
+    fig, _ = many
     handles = [h for sub in fig.subfigs for lg in sub.legends for h in lg.legend_handles]
     assert len(handles) == len(_group_names(fig)) == 8
     colours = [to_hex(h.get_facecolor()) for h in handles]
