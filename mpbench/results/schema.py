@@ -270,6 +270,10 @@ class StartupStats:
     # From asking for the process to its first training step done: the interpreter or the
     # fork, the imports, data, model and one step (a compile, with --compile). None: no step.
     seconds: float | None = None
+    # Why its first start was lost and it ran again as a new process: its fork server died
+    # under it ("the torch fork server (pid N) was killed by SIGKILL while cell M ran").
+    # None: it ran once.
+    rerun: str | None = None
 
 
 @dataclass

@@ -96,7 +96,7 @@ def build_record(
     )
     if outcome.launcher is not None:
         seconds = None if outcome.startup_s is None else round(outcome.startup_s, 3)
-        record.startup = StartupStats(outcome.launcher, seconds)
+        record.startup = StartupStats(outcome.launcher, seconds, outcome.rerun)
     if outcome.measurements is not None:
         _fill_measurements(record, outcome.measurements, measured_peaks or {})
     divergence = outcome.divergence or (outcome.measurements or {}).get("divergence")

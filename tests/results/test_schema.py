@@ -251,3 +251,22 @@ def test_a_version_8_record_says_how_its_cell_started_and_a_version_7_one_cannot
     (tmp_path / "results.jsonl").write_text(json.dumps(older) + "\n")
     (record,) = read_records(tmp_path)
     assert record.startup is None and record.schema_version == 7
+
+
+def test_a_cell_run_again_after_its_fork_server_died_says_why_and_an_older_record_reads(
+    tmp_path,
+):
+    from mpbench.results import StartupStats
+
+    why = "the torch fork server (pid 7) was killed by SIGKILL while cell 9 ran"
+    original = make_record()
+    original.startup = StartupStats("new process", 3.5, why)
+    (tmp_path / "results.jsonl").write_text(json.dumps(original.to_dict()) + "\n")
+    (record,) = read_records(tmp_path)
+    assert record.startup.rerun == why
+    # A version 8 record written before `rerun` existed: a cell that ran once.
+    older = original.to_dict()
+    del older["startup"]["rerun"]
+    (tmp_path / "results.jsonl").write_text(json.dumps(older) + "\n")
+    (record,) = read_records(tmp_path)
+    assert record.startup == StartupStats("new process", 3.5) and record.startup.rerun is None

@@ -41,6 +41,7 @@ class Outcome:
     # ran): the cost of starting a cell, which the fork servers cut (launchers/zygote.py).
     startup_s: float | None = None
     launcher: str | None = None  # "fork server" or "new process"; None: none started
+    rerun: str | None = None  # why a first start was lost and the cell ran again
     # A cell a divergence signal stopped: the signal and the telemetry up to that step.
     divergence: dict[str, Any] | None = None
     telemetry: dict[str, Any] | None = None
@@ -164,6 +165,7 @@ def run_in_child(
         why = fork_servers.lost(process)
         again = run_in_child(spec, timeout_s, log_path, on_step, verbose)
         again.warnings.insert(0, f"{why}: it ran again as a new process")
+        again.rerun = why
         return again
     if outcome is None:  # no final event: the child died or timed out
         oom_killed = _rose(oom_kills_before, oom_kill_count(cgroup))
