@@ -9,6 +9,7 @@ passes, unless --require-conclusive (docs/compare.md, "Intervals and inconclusiv
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from mpbench.compare.options import CompareOptions, split_world
@@ -158,44 +159,138 @@ def _status(cell: CellSummary) -> str:
 # --- against a baseline -------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class BaselineGate:
+    """One gate against the baseline, as a row of BASELINE_GATES: the option it answers to,
+    what it measures, and how the candidate's change from the baseline is judged."""
+
+    gate: str  # the option's name without dashes
+    measure: str  # what both sides must have finished with, in the refusal's words
+    limit: Callable[[CompareOptions], float | None]  # the option's value; None: not asked
+    change: Callable[[BaselineMatch], Estimate | None]  # in the unit judged against the limit
+    numbers: Callable[[BaselineMatch, Estimate, float], str | None]  # None: no figures
+    # Only a step time moves when other work shares the machine: a timing gate on a cell
+    # that ran contended (either side) is inconclusive, whatever its interval says.
+    timing: bool = False
+
+    def check(self, match: BaselineMatch, options: CompareOptions) -> GateResult | None:
+        limit = self.limit(options)
+        change = self.change(match) if limit is not None else None
+        if limit is None or change is None:
+            return None
+        numbers = self.numbers(match, change, limit)
+        if numbers is None:
+            return None
+        distrust = _busy(match) if self.timing else None
+        return _result(
+            self.gate, match.label, change, numbers, options, maximum=limit, distrust=distrust
+        )
+
+
+def _busy(match: BaselineMatch) -> str | None:
+    """Why the step times of a match cannot be trusted (a contended side), or None."""
+    busy = [
+        f"{side}: {text}"
+        for side, cell in (("baseline", match.baseline), ("now", match.candidate))
+        if (text := cell.busy_text())
+    ]
+    return "; ".join(busy) if busy else None
+
+
+def _slowdown(match: BaselineMatch) -> Estimate | None:
+    ratio = match.step_change()
+    return None if ratio is None else ratio.shifted(-1)
+
+
+def _slowdown_numbers(match: BaselineMatch, change: Estimate, limit: float) -> str | None:
+    cand, base = match.candidate.step_time_s, match.baseline.step_time_s
+    if cand is None or base is None:
+        return None
+    return (
+        f"median step {fmt.ms(cand.value)} ms vs baseline {fmt.ms(base.value)} ms: "
+        f"{fmt.percent_change(change.value)} (limit +{fmt.limit_percent(limit)})"
+    )
+
+
+def _memory_increase(match: BaselineMatch) -> Estimate | None:
+    ratio = match.memory_change()
+    return None if ratio is None else ratio.shifted(-1)
+
+
+def _memory_numbers(match: BaselineMatch, change: Estimate, limit: float) -> str | None:
+    cand, base = match.candidate.memory_bytes, match.baseline.memory_bytes
+    if cand is None or base is None:
+        return None
+    return (
+        f"{match.candidate.memory_kind} {fmt.size(cand.value)} vs baseline "
+        f"{fmt.size(base.value)}: {fmt.percent_change(change.value)} "
+        f"(limit +{fmt.limit_percent(limit)})"
+    )
+
+
+def _accuracy_drop(match: BaselineMatch) -> Estimate | None:
+    change = match.accuracy_change_pp()
+    return None if change is None else change.scaled(-1)  # judged as a drop
+
+
+def _accuracy_numbers(match: BaselineMatch, drop: Estimate, limit: float) -> str | None:
+    cand, base = match.candidate.accuracy, match.baseline.accuracy
+    if cand is None or base is None:
+        return None
+    return (
+        f"test accuracy {fmt.accuracy(cand.value)} vs baseline {fmt.accuracy(base.value)}: "
+        f"{fmt.points(-drop.value)} (limit -{limit:g} pp)"
+    )
+
+
+BASELINE_GATES = (
+    BaselineGate(
+        "max-slowdown",
+        "step time",
+        lambda options: options.max_slowdown,
+        _slowdown,
+        _slowdown_numbers,
+        timing=True,
+    ),
+    BaselineGate(
+        "max-memory-increase",
+        "memory of the same kind",
+        lambda options: options.max_memory_increase,
+        _memory_increase,
+        _memory_numbers,
+    ),
+    BaselineGate(
+        "max-accuracy-drop",
+        "test accuracy",
+        lambda options: options.max_accuracy_drop_pp,
+        _accuracy_drop,
+        _accuracy_numbers,
+    ),
+)
+
+
 def check_baseline(matches: list[BaselineMatch], options: CompareOptions) -> list[GateResult]:
     results: list[GateResult] = []
-    counted = {"max-slowdown": 0, "max-memory-increase": 0, "max-accuracy-drop": 0}
+    counted = {gate.gate: 0 for gate in BASELINE_GATES}
     for match in matches:
         status = _status_gate(match)
         if status is not None:
             results.append(status)
         if not match.comparable:
             continue
-        for gate, check in (
-            ("max-slowdown", _slowdown),
-            ("max-memory-increase", _memory_increase),
-            ("max-accuracy-drop", _accuracy_drop),
-        ):
-            result = check(match, options)
+        for gate in BASELINE_GATES:
+            result = gate.check(match, options)
             if result is not None:
-                counted[gate] += 1
+                counted[gate.gate] += 1
                 results.append(result)
-    asked = {
-        "max-slowdown": options.max_slowdown,
-        "max-memory-increase": options.max_memory_increase,
-        "max-accuracy-drop": options.max_accuracy_drop_pp,
-    }
-    for gate, limit in asked.items():
-        if limit is not None and counted[gate] == 0:
+    for gate in BASELINE_GATES:
+        limit = gate.limit(options)
+        if limit is not None and counted[gate.gate] == 0:
             raise InvalidInput(
-                f"--{gate}: nothing comparable: no cell finished with a {_measure(gate)} "
+                f"--{gate.gate}: nothing comparable: no cell finished with a {gate.measure} "
                 "in both this run and the baseline"
             )
     return results
-
-
-def _measure(gate: str) -> str:
-    return {
-        "max-slowdown": "step time",
-        "max-memory-increase": "memory of the same kind",
-        "max-accuracy-drop": "test accuracy",
-    }[gate]
 
 
 def _status_gate(match: BaselineMatch) -> GateResult | None:
@@ -207,57 +302,6 @@ def _status_gate(match: BaselineMatch) -> GateResult | None:
         return GateResult("status", match.label, True, "ok in both")
     message = f"was ok in the baseline; now {_status(cand)}"
     return GateResult("status", match.label, False, message)
-
-
-def _slowdown(match: BaselineMatch, options: CompareOptions) -> GateResult | None:
-    limit = options.max_slowdown
-    ratio = match.step_change()
-    cand, base = match.candidate.step_time_s, match.baseline.step_time_s
-    if limit is None or ratio is None or cand is None or base is None:
-        return None
-    change = ratio.shifted(-1)
-    numbers = (
-        f"median step {fmt.ms(cand.value)} ms vs baseline {fmt.ms(base.value)} ms: "
-        f"{fmt.percent_change(change.value)} (limit +{fmt.limit_percent(limit)})"
-    )
-    busy = [
-        f"{side}: {text}"
-        for side, cell in (("baseline", match.baseline), ("now", match.candidate))
-        if (text := cell.busy_text())
-    ]
-    distrust = "; ".join(busy) if busy else None
-    return _result(
-        "max-slowdown", match.label, change, numbers, options, maximum=limit, distrust=distrust
-    )
-
-
-def _memory_increase(match: BaselineMatch, options: CompareOptions) -> GateResult | None:
-    limit = options.max_memory_increase
-    ratio = match.memory_change()
-    cand, base = match.candidate.memory_bytes, match.baseline.memory_bytes
-    if limit is None or ratio is None or cand is None or base is None:
-        return None
-    change = ratio.shifted(-1)
-    numbers = (
-        f"{match.candidate.memory_kind} {fmt.size(cand.value)} vs baseline "
-        f"{fmt.size(base.value)}: {fmt.percent_change(change.value)} "
-        f"(limit +{fmt.limit_percent(limit)})"
-    )
-    return _result("max-memory-increase", match.label, change, numbers, options, maximum=limit)
-
-
-def _accuracy_drop(match: BaselineMatch, options: CompareOptions) -> GateResult | None:
-    limit = options.max_accuracy_drop_pp
-    change = match.accuracy_change_pp()
-    cand, base = match.candidate.accuracy, match.baseline.accuracy
-    if limit is None or change is None or cand is None or base is None:
-        return None
-    drop = change.scaled(-1)
-    numbers = (
-        f"test accuracy {fmt.accuracy(cand.value)} vs baseline {fmt.accuracy(base.value)}: "
-        f"{fmt.points(change.value)} (limit -{limit:g} pp)"
-    )
-    return _result("max-accuracy-drop", match.label, drop, numbers, options, maximum=limit)
 
 
 # --- within one run -----------------------------------------------------------------------
