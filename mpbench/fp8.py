@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from mpbench.policies import FP8_CPU_REASON, FP8_MIN_CC
+from mpbench.policies import FLOAT8, FP8_CPU_REASON, FP8_MIN_CC
 
 # --fp8-mode: auto (hardware where there is one, else emulated), hardware (refuse where there
 # is none), emulated (fp8 numerics without fp8 GEMMs, also on an sm_89+ GPU).
@@ -32,8 +32,8 @@ HARDWARE, EMULATED = "hardware", "emulated"
 # torchao's float8 training recipes (Float8LinearConfig.from_recipe_name); Keras has one.
 TORCH_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
 CUDA_MULTIPLE = 16
-# What every op that is not an fp8 GEMM runs in, in both backends.
-BASE_POLICY = "mixed_bfloat16"
+# What every op that is not an fp8 GEMM runs in, in both backends (the policy table's fact).
+BASE_POLICY = FLOAT8.base
 
 
 class Fp8Refused(Exception):

@@ -15,23 +15,93 @@ from mpbench.errors import unknown_choice
 
 @dataclass(frozen=True)
 class Policy:
+    """One precision policy and every fact about it that mpbench uses: what it computes in
+    (run), which peak bounds it (detect, MFU), what it falls back to (runner/fallback.py), what
+    it is compared with, and how compare names and draws it. A new policy is one row here."""
+
     name: str
     aliases: tuple[str, ...]
     compute_dtype: str  # dtype of matmuls/convolutions: float32, float16, bfloat16
     tf32: bool  # float32 matmuls may use TF32 Tensor Core math
     loss_scaling: bool  # dynamic loss scaling (GradScaler / LossScaleOptimizer)
     peak_key: str  # which column of the peak TFLOP/s table bounds this policy
+    short: str  # its name in compare's tables, verdicts and plot ticks (`fp16 [loss scale 1024]`)
+    marker: str  # its matplotlib marker on compare's plots (loss curves, points)
+    # Its loss-curve colour on compare's plots; None: a spare colour of the plot's, by the row's
+    # place (float8's: a colour of its own would change the plots that show it).
+    colour: str | None = None
+    # `--on-diverge fallback`: the policies a diverged cell is run again under, best first; the
+    # first that the device supports is taken. Empty: nothing below it.
+    fallbacks: tuple[str, ...] = ()
+    # The policy it builds on, its nearest accuracy reference after float32: float8's ops other
+    # than its fp8 GEMMs run under mixed_bfloat16 (mpbench.fp8). None: it builds on none.
+    base: str | None = None
     # float8: Linear/Dense GEMMs in fp8 on top of the compute dtype (docs/policies.md, "fp8");
     # an opt-in policy (an optional extra for torch): `--policy auto` never picks it.
     fp8: bool = False
 
 
-FLOAT32 = Policy("float32", ("fp32",), "float32", False, False, "fp32")
-TF32 = Policy("tf32", (), "float32", True, False, "tf32")
-MIXED_FLOAT16 = Policy("mixed_float16", ("fp16", "amp_fp16"), "float16", False, True, "fp16")
-MIXED_BFLOAT16 = Policy("mixed_bfloat16", ("bf16", "amp_bf16"), "bfloat16", False, False, "bf16")
+FLOAT32 = Policy(
+    name="float32",
+    aliases=("fp32",),
+    compute_dtype="float32",
+    tf32=False,
+    loss_scaling=False,
+    peak_key="fp32",
+    short="fp32",
+    marker="o",
+    colour="#222222",  # the neutral one: every other policy is read against it
+)
+TF32 = Policy(
+    name="tf32",
+    aliases=(),
+    compute_dtype="float32",
+    tf32=True,
+    loss_scaling=False,
+    peak_key="tf32",
+    short="tf32",
+    marker="D",
+    colour="#8d6a9f",
+    fallbacks=("float32",),
+)
+MIXED_FLOAT16 = Policy(
+    name="mixed_float16",
+    aliases=("fp16", "amp_fp16"),
+    compute_dtype="float16",
+    tf32=False,
+    loss_scaling=True,
+    peak_key="fp16",
+    short="fp16",
+    marker="s",
+    colour="#e07b00",
+    fallbacks=("mixed_bfloat16", "float32"),
+)
+MIXED_BFLOAT16 = Policy(
+    name="mixed_bfloat16",
+    aliases=("bf16", "amp_bf16"),
+    compute_dtype="bfloat16",
+    tf32=False,
+    loss_scaling=False,
+    peak_key="bf16",
+    short="bf16",
+    marker="^",
+    colour="#2a9d5c",
+    fallbacks=("float32",),
+)
 # fp8 GEMMs for the eligible Linear/Dense layers, everything else under mixed_bfloat16.
-FLOAT8 = Policy("float8", ("fp8", "mixed_float8"), "bfloat16", False, False, "fp8", fp8=True)
+FLOAT8 = Policy(
+    name="float8",
+    aliases=("fp8", "mixed_float8"),
+    compute_dtype="bfloat16",
+    tf32=False,
+    loss_scaling=False,
+    peak_key="fp8",
+    short="fp8",
+    marker="v",  # bf16's triangle upside down: bf16 is its base
+    fallbacks=("mixed_bfloat16", "float32"),
+    base="mixed_bfloat16",
+    fp8=True,
+)
 
 POLICIES: dict[str, Policy] = {
     p.name: p for p in (FLOAT32, TF32, MIXED_FLOAT16, MIXED_BFLOAT16, FLOAT8)

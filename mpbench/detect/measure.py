@@ -37,13 +37,14 @@ from mpbench import __version__
 from mpbench.cache import cache_dir
 from mpbench.detect.child import MEASURE_MARKER, run_child
 from mpbench.detect.cuda_order import in_pci_order
+from mpbench.detect.peaks import PEAK_KEYS
 
 CACHE_SCHEMA_VERSION = 2  # 2: "cache_key" (torch version, CPU threads), contention, forgotten
 DEFAULT_MEASURE_TIMEOUT_S = 900.0
-# Policy peak keys (mpbench.policies.Policy.peak_key) and the dtype names they may be given as.
-# "fp8" is timed only on NVIDIA compute capability >= 8.9 (measure_child.fp8_skip_reason);
-# elsewhere its entry is skipped with the reason and never becomes a cached peak.
-DTYPE_KEYS = ("fp32", "tf32", "fp16", "bf16", "fp8")
+# What is timed by default: the policies' peak keys (PEAK_KEYS, one list with the datasheet's
+# columns). "fp8" is timed only on NVIDIA compute capability >= 8.9
+# (measure_child.fp8_skip_reason); elsewhere its entry is skipped with the reason and never
+# becomes a cached peak. _ALIASES: the dtype names a peak key may also be given as.
 _ALIASES = {
     "float32": "fp32",
     "float16": "fp16",
@@ -208,7 +209,7 @@ def run_measure_child(
     device: str,
     *,
     sizes: list[int] | tuple[int, ...] | None = None,
-    dtypes: list[str] | tuple[str, ...] = DTYPE_KEYS,
+    dtypes: list[str] | tuple[str, ...] = PEAK_KEYS,
     budget_s: float | None = None,
     max_iters: int | None = None,
     min_iters: int | None = None,

@@ -20,7 +20,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-PEAK_KEYS = ("fp32", "tf32", "fp16", "bf16", "fp8")
+from mpbench.policies import POLICIES
+
+# The columns: one per policy's peak key (Policy.peak_key), in the policies' order (fp32, tf32,
+# fp16, bf16, fp8). detect's measurement times the same keys (detect/measure.py).
+PEAK_KEYS = tuple(dict.fromkeys(p.peak_key for p in POLICIES.values()))
 
 
 @dataclass(frozen=True)

@@ -320,13 +320,13 @@ def recipes(config: RunConfig, framework: str, policy: Policy) -> list[Recipe]:
     """The recipes a cell of this framework and policy runs: the product of the axes, where
     an axis that does not apply keeps its default instead of repeating an identical cell.
 
-    A loss scale applies to mixed_float16 only, the batch factor to the 16-bit policies only
-    (float32 is their reference at 1x), torch.compile to torch only; accumulation and the
-    world size to all. The gradient-communication precision marks torch cells of more than
-    one replica only. World size is the outer loop: a world-size-1 cell runs before the
-    data-parallel cells that take it as their scaling reference."""
+    A loss scale applies to the loss-scaled policy (mixed_float16) only, the batch factor to
+    the 16-bit policies only (float32 is their reference at 1x), torch.compile to torch only;
+    accumulation and the world size to all. The gradient-communication precision marks torch
+    cells of more than one replica only. World size is the outer loop: a world-size-1 cell
+    runs before the data-parallel cells that take it as their scaling reference."""
     sixteen = policy.compute_dtype in ("float16", "bfloat16")
-    loss_scales = config.loss_scale if policy.name == "mixed_float16" else [None]
+    loss_scales = config.loss_scale if policy.loss_scaling else [None]
     batch_scales = config.batch_scale_16bit if sixteen else [1]
     compiles = config.compile if framework == "torch" else [False]
     combos = itertools.product(config.nproc, config.accumulate, compiles, batch_scales, loss_scales)

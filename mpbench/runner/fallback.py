@@ -13,21 +13,15 @@ from __future__ import annotations
 import dataclasses
 
 from mpbench.backends.base import CellSpec
-from mpbench.policies import DeviceTraits, Rating, rate
+from mpbench.policies import DeviceTraits, Rating, rate, resolve
 
-# Down the ladder: what a diverged policy falls back to, best first.
-LADDER = {
-    "float8": ("mixed_bfloat16", "float32"),
-    "mixed_float16": ("mixed_bfloat16", "float32"),
-    "mixed_bfloat16": ("float32",),
-    "tf32": ("float32",),
-}
 MARK = "~fallback-"  # in the fallback's cell id, after the original's policy and recipe
 
 
 def next_policy(policy: str, traits: DeviceTraits) -> str | None:
-    """The first policy below `policy` that the device supports; None at the bottom."""
-    for candidate in LADDER.get(policy, ()):
+    """The first policy below `policy` (its `fallbacks`, mpbench.policies) that the device
+    supports; None at the bottom."""
+    for candidate in resolve(policy).fallbacks:
         if rate(candidate, traits).rating is not Rating.UNSUPPORTED:
             return candidate
     return None

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from mpbench.backends.base import plan_steps
 from mpbench.detect.system import busy_at_start
 from mpbench.errors import InvalidInput
+from mpbench.policies import resolve
 from mpbench.runner.cells import Cell, available_cores
 from mpbench.runner.config import RunConfig
 from mpbench.telemetry.contention import busy_warning
@@ -186,7 +187,7 @@ def unused_settings(config: RunConfig, cells: list[Cell]) -> list[str]:
         return []
     found = []
     static = [scale for scale in config.loss_scale if scale is not None]
-    if static and not any(spec.policy == "mixed_float16" for spec in running):
+    if static and not any(resolve(spec.policy).loss_scaling for spec in running):
         found.append(
             f"--loss-scale {static[0]:g}: applies to mixed_float16 cells only, and none runs "
             "here; add -p fp16 to measure it"
@@ -203,7 +204,7 @@ def unused_settings(config: RunConfig, cells: list[Cell]) -> list[str]:
         )
     # float8 cells skipped here (--fp8-mode hardware off sm_89+, a missing framework) say
     # why in their records: the options did not go unused, and -p fp8 was given.
-    planned_fp8 = [cell.spec for cell in cells if cell.spec.policy == "float8"]
+    planned_fp8 = [cell.spec for cell in cells if resolve(cell.spec.policy).fp8]
     if config.fp8_mode != "auto" and not planned_fp8:
         found.append(
             f"--fp8-mode {config.fp8_mode}: applies to float8 cells only, and none runs here; "

@@ -501,7 +501,7 @@ def test_a_skipped_fp8_entry_is_never_a_peak(tmp_path, monkeypatch):
 
 
 def test_measure_asks_for_fp8_by_default():
-    assert "fp8" in measure.DTYPE_KEYS
+    assert "fp8" in measure.PEAK_KEYS
 
 
 def test_detect_measure_shows_fp8_beside_its_datasheet_figure(fake_nvml, monkeypatch, tmp_path):

@@ -18,6 +18,7 @@ from mpbench.compare.summary.cells import (
 )
 from mpbench.compare.summary.estimate import Estimate
 from mpbench.compare.summary.verdict import short
+from mpbench.policies import POLICIES
 
 # Fixed colours per framework, far apart so the two read apart at a glance (and in grey).
 FRAMEWORK_COLOURS = {"torch": "#d1495b", "tensorflow": "#2e6f9e"}
@@ -32,14 +33,10 @@ GROUP_FAMILIES = {
 # No two groups' colours closer than this (CIE76 colour difference, ΔE in CIELAB: about 2.3 is
 # the least an eye notices side by side; 25 is clearly another colour).
 MIN_GROUP_DISTANCE = 25.0
-# Per policy, for the loss curves (where a panel is one framework): float32 the neutral one.
-POLICY_COLOURS = {
-    "float32": "#222222",
-    "tf32": "#8d6a9f",
-    "mixed_float16": "#e07b00",
-    "mixed_bfloat16": "#2a9d5c",
-}
-POLICY_MARKERS = {"float32": "o", "tf32": "D", "mixed_float16": "s", "mixed_bfloat16": "^"}
+# Per policy, for the loss curves (where a panel is one framework): the policies' own
+# (mpbench.policies); a policy without a colour takes a spare one by its row's place.
+POLICY_COLOURS = {p.name: p.colour for p in POLICIES.values() if p.colour is not None}
+POLICY_MARKERS = {p.name: p.marker for p in POLICIES.values()}
 NOTE_COLOUR = "#555555"
 TITLE_SIZE = 11.5
 LABEL_SIZE = 9.5

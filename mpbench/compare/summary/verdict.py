@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from mpbench.compare.render import fmt
 from mpbench.compare.summary.cells import CellSummary, PolicyGroup, is_training_memory, row_policy
 from mpbench.compare.summary.estimate import WITHIN_RUN, Estimate
-from mpbench.policies import BASELINE, DeviceTraits, Rating, rate
+from mpbench.policies import BASELINE, POLICIES, DeviceTraits, Rating, rate, resolve
 
 # An accuracy drop beyond this many points (point estimate) turns "recommended" into "use with
 # care": the speed is real, the model is worse.
@@ -30,21 +30,14 @@ FELL_BACK = "fell back"  # diverged, and --on-diverge fallback ran it one step d
 REMEASURE = "re-measure on a quiet machine"  # contended or implausible evidence decides nothing
 # An emulated fp8 cell (docs/policies.md): its accuracy is fp8's, its step time emulation's.
 NUMERICS_ONLY = "numerics only: fp8 emulated, no speed measured"
-BF16 = "mixed_bfloat16"  # the base policy of float8: its accuracy is the nearest reference
-
-SHORT_NAMES = {
-    "float32": "fp32",
-    "tf32": "tf32",
-    "mixed_float16": "fp16",
-    "mixed_bfloat16": "bf16",
-    "float8": "fp8",
-}
 
 
 def short(row: str) -> str:
-    """`mixed_float16 [loss scale 1024]` -> `fp16 [loss scale 1024]` (rows: summary/cells.py)."""
+    """`mixed_float16 [loss scale 1024]` -> `fp16 [loss scale 1024]` (rows: summary/cells.py;
+    the short name is the policy's, mpbench.policies). A name that is no policy stays."""
     policy, _, variant = row.partition(" ")
-    name = SHORT_NAMES.get(policy, policy)
+    known = POLICIES.get(policy)
+    name = known.short if known is not None else policy
     return f"{name} {variant}" if variant else name
 
 
@@ -137,7 +130,9 @@ def emulated_verdict(group: PolicyGroup, policy: str) -> PolicyVerdict:
     cell = group.cells[policy]
     assert cell.fp8 is not None
     parts = [f"emulated, fp8 in {cell.fp8.coverage()}"]
-    for against in (BASELINE, BF16):
+    # float32, then the policy it builds on (float8's: bf16), its nearest accuracy reference.
+    base = resolve(row_policy(policy)).base
+    for against in [BASELINE] if base is None else [BASELINE, base]:
         delta = group.accuracy_delta_pp(policy, against) if against in group.cells else None
         if delta is not None:
             parts.append(f"{fmt.points_interval(delta)} accuracy vs {short(against)}")
