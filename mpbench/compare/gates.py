@@ -26,7 +26,7 @@ from mpbench.compare.summary.estimate import (
 from mpbench.compare.summary.labels import Labeler
 from mpbench.compare.summary.scaling import ScalingRow, all_scaling_rows
 from mpbench.errors import InvalidInput
-from mpbench.policies import BASELINE
+from mpbench.policies import BASELINE, POLICIES
 
 ADD_REPEATS = "inconclusive — add repeats"
 REMEASURE = "inconclusive — re-measure on a quiet machine"
@@ -330,7 +330,7 @@ def check_ratios(
                     checked += 1
                     results.append(result)
         emulated = any(g.emulated(row) for g in groups for row in g.cells)
-        if checked == 0 and emulated and policy == "float8":
+        if checked == 0 and emulated and POLICIES[policy].fp8:
             raise InvalidInput(
                 f"--min-speedup {key}={minimum:g}: fp8 ran emulated here (no fp8 GEMMs on "
                 "this device), so its step time is the cost of emulation, not a speed-up; "

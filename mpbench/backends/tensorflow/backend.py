@@ -196,7 +196,7 @@ def _build(
             spec.policy,
             spec.loop,
             spec.jit,
-            spec.loss_scale if spec.policy == "mixed_float16" else None,
+            spec.loss_scale if POLICIES[spec.policy].loss_scaling else None,
             spec.accumulate,
             spec.sizes,
         )
@@ -208,7 +208,7 @@ def _build(
         state = precision.read_back(model, data.x_test[:1], spec.loop, jit_compile)
         if cell.workload.kind == "language_model":
             state.update(precision.traced_op_dtypes(model, data.x_test[:2], data.y_test[:2]))
-    if state["loss_scaling"] != (spec.policy == "mixed_float16"):
+    if state["loss_scaling"] != POLICIES[spec.policy].loss_scaling:
         raise RuntimeError(
             f"loss scaling is {'on' if state['loss_scaling'] else 'off'} "
             f"under {spec.policy}: the policy was not applied as intended"

@@ -206,10 +206,11 @@ def compiled_model(
                 f"float8: workload {workload.name}'s optimizer is already built; Keras "
                 "quantizes the model before compile(), so leave the optimizer unbuilt"
             )
-    if policy == "mixed_float16" and loss_scale is not None:
+    scaled = POLICIES[policy].loss_scaling
+    if scaled and loss_scale is not None:
         # Both loops: compile() leaves an optimizer that already scales alone.
         optimizer = StaticLossScaleOptimizer(optimizer, loss_scale)
-    elif loop == "custom" and policy == "mixed_float16":
+    elif loop == "custom" and scaled:
         # fit() wraps the optimizer itself (Keras 3 compile, auto_scale_loss=True);
         # a custom loop has to do it, or float16 gradients underflow.
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
