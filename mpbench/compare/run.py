@@ -24,6 +24,7 @@ from mpbench.compare.report import Report, build_report
 from mpbench.errors import InvalidInput
 from mpbench.results import CellRecord
 from mpbench.results.io import RESULTS_FILE, read_runs, results_file
+from mpbench.results.run_json import AdaptiveBlock
 
 _HUMAN = ("table", "markdown")
 
@@ -99,31 +100,30 @@ def adaptive_repeats(report: Report, paths: list[Path]) -> None:
             continue
         if not isinstance(raw, dict):
             continue
-        block, run_id = raw.get("adaptive"), raw.get("run_id")
+        run_id = raw.get("run_id")
+        block = AdaptiveBlock.from_dict(raw.get("adaptive"))
         known = isinstance(run_id, str) and run_id in report.runs
         known = known and run_id not in report.adaptive_repeats
-        if known and isinstance(block, dict):
-            report.adaptive_repeats[run_id] = block
+        if known and block is not None:
+            # The report's data keeps the entry as the run wrote it (the JSON output shows it).
+            report.adaptive_repeats[run_id] = raw["adaptive"]
             report.notes.append(adaptive_note(run_id, block))
 
 
-def adaptive_note(run_id: str, block: dict) -> str:
+def adaptive_note(run_id: str, block: AdaptiveBlock) -> str:
     """'run X: --repeat auto stopped after 7 rounds: planned repeats reached (stein two-stage:
     pilot 5, planned 7; widest ±3.1 % in torch/mnist_dense/mixed_bfloat16, target ±5 %)'."""
-    ran, planned = block.get("ran"), block.get("planned")
-    stopped = block.get("stopped") or "did not finish (continue it with mpbench run --resume)"
-    text = f"run {run_id}: --repeat auto stopped after {ran} rounds: {stopped} "
-    text += f"({block.get('rule')}: pilot {block.get('pilot')}, "
+    planned = block.planned
+    stopped = block.stopped or "did not finish (continue it with mpbench run --resume)"
+    text = f"run {run_id}: --repeat auto stopped after {block.ran} rounds: {stopped} "
+    text += f"({block.rule}: pilot {block.pilot}, "
     text += f"planned {planned if planned is not None else '-'}"
-    half = block.get("half_width")
-    widths = (
-        {k: v for k, v in half.items() if isinstance(v, float)} if isinstance(half, dict) else {}
-    )
+    widths = {k: v for k, v in block.half_width.items() if isinstance(v, float)}
     if widths:
         label = max(widths, key=lambda k: widths[k])
         shown = "" if "widest" in stopped else f" ±{widths[label] * 100:.1f} %"
         text += f"; widest{shown} in {label}"
-    precision = block.get("precision")
+    precision = block.precision
     if isinstance(precision, (int, float)):
         text += f", target ±{precision * 100:g} %"
     return text + ")"

@@ -23,7 +23,7 @@ scaling), out_dtype bfloat16, use_fast_accum off; also 2 n^3 FLOPs. Anywhere els
 skipped with the reason (fp8_skip_reason): a CPU's _scaled_mm upcasts to float32, so timing
 it would store emulation as an fp8 peak.
 
-The timed part runs inside a contention window (mpbench.telemetry.contention) whose root is
+The timed part runs inside a contention window (mpbench.results.contention) whose root is
 this process: the answer's "contention" says how much CPU other processes took meanwhile,
 and the parent never caches a contended measurement.
 """
@@ -282,7 +282,7 @@ def measure(
     import psutil
     import torch
 
-    from mpbench.telemetry.contention import ContentionWindow, judge
+    from mpbench.results.contention import ContentionWindow, judge
 
     if threads:
         torch.set_num_threads(threads)

@@ -8,7 +8,7 @@ machine is right now, and says what to change where it matters. It changes nothi
 
 Every path is read under `root` (default "/"), so a test can build a fake sysfs/procfs tree.
 A file that is not there is "not exposed", never an error: VMs usually have no cpufreq, macOS
-has no /sys at all. Imports only the standard library, psutil and mpbench.telemetry.contention.
+has no /sys at all. Imports only the standard library, psutil and mpbench.results.contention.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mpbench.telemetry.contention import ContentionReading, busy_warning, measure_now
+from mpbench.results.contention import ContentionReading, busy_warning, measure_now
 
 NO_CPUFREQ = "not exposed (no cpufreq: usual in a VM)"
 PERFORMANCE = "performance"

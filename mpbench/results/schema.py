@@ -236,7 +236,7 @@ class DistributedStats:
 @dataclass
 class ContentionStats:
     """What else used the machine during the cell's timed steps (v6, docs/measurement.md;
-    measured by mpbench.telemetry.contention, which also holds the rule that sets
+    measured by mpbench.results.contention, which also holds the rule that sets
     `contended` and `why`). None where this machine cannot tell; `unavailable` says why."""
 
     wall_s: float

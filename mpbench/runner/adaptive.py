@@ -33,6 +33,8 @@ from typing import Any
 
 from mpbench.policies import BASELINE
 from mpbench.results import CellRecord, Status
+from mpbench.results.identity import cell_key
+from mpbench.results.run_json import AdaptiveBlock
 from mpbench.results.stats import CONFIDENCE, t_quantile
 
 RULE = "stein two-stage"
@@ -202,13 +204,11 @@ def log_speedups(records: Iterable[CellRecord]) -> dict[str, dict[int, float]]:
     """cell label -> {repeat: ln(speed-up against float32)}, for every cell of a policy other
     than float32 (fallbacks of diverged cells left out: they were not asked for).
 
-    Pairs as compare does: the float32 cell of the same group (compare's cell key: machine,
-    framework, workload and config) and the same run and repeat; per sample where the batches
-    differ (--batch-scale-16bit). A repeat that is not ok on either side has no ratio. A cell
-    skipped in every repeat (unsupported here, framework missing) is left out: more rounds
-    cannot measure it."""
-    from mpbench.compare.summary.cells import cell_key  # compare's pairing, so the numbers agree
-
+    Pairs as compare does: the float32 cell of the same group (the cell identity both use,
+    results/identity.py: machine, framework, workload and config) and the same run and
+    repeat; per sample where the batches differ (--batch-scale-16bit). A repeat that is not
+    ok on either side has no ratio. A cell skipped in every repeat (unsupported here,
+    framework missing) is left out: more rounds cannot measure it."""
     records = [r for r in records if r.fallback_of is None]
     reference: dict[tuple[Any, str, int], float] = {}
     for record in records:
@@ -327,21 +327,22 @@ class AdaptiveRepeats:
         return self.stopped
 
     def block(self) -> dict[str, Any]:
-        """run.json's `adaptive` entry."""
+        """run.json's `adaptive` entry, as its format in results/run_json.py writes it."""
         decision = self.decision
-        return {
-            "rule": RULE,
-            "pilot": self.n0,
-            "planned": decision.planned if decision is not None else None,
-            "ran": self.ran,
-            "precision": self.precision,
-            "max_repeats": self.max_repeats,
-            "time_budget_s": self.budget_s,
-            "stopped": self.stopped,
-            "decision": decision.reason if decision is not None else None,
-            "s0": dict(decision.s0) if decision is not None else {},
-            "half_width": {k: _rounded(v) for k, v in self.widths.items()},
-        }
+        entry = AdaptiveBlock(
+            rule=RULE,
+            pilot=self.n0,
+            planned=decision.planned if decision is not None else None,
+            ran=self.ran,
+            precision=self.precision,
+            max_repeats=self.max_repeats,
+            time_budget_s=self.budget_s,
+            stopped=self.stopped,
+            decision=decision.reason if decision is not None else None,
+            s0=dict(decision.s0) if decision is not None else {},
+            half_width={k: _rounded(v) for k, v in self.widths.items()},
+        )
+        return entry.to_dict()
 
 
 def _rounded(value: float | None) -> float | None:

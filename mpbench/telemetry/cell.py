@@ -15,7 +15,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from mpbench.telemetry.contention import (
+from mpbench.results.contention import (
     ContentionReading,
     ContentionWindow,
     judge,

@@ -125,7 +125,7 @@ class DeviceTelemetry:
     unavailable: dict[str, str] = field(default_factory=dict)  # column -> why it is missing
     error: str | None = None  # why sampling ended early, if it did
     device: str = "cpu"
-    # Contention on the GPU (telemetry/contention.py): the OR of the NVML clock-event reasons
+    # Contention on the GPU (results/contention.py): the OR of the NVML clock-event reasons
     # over every tick, and the most compute processes seen on the GPU; None on CPUs or where
     # NVML cannot tell (then `unavailable` says why).
     clock_event_mask: int | None = None

@@ -288,7 +288,7 @@ FINGERPRINT = "c0ffee00c0ffee00"
 
 def reading(other: float, cpus: int = 2) -> dict:
     """A contention window as the child reports it (own = the child's torch threads)."""
-    from mpbench.telemetry.contention import ContentionReading, judge
+    from mpbench.results.contention import ContentionReading, judge
 
     own = float(cpus)
     stats = ContentionReading(

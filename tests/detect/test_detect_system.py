@@ -21,7 +21,7 @@ from mpbench.detect.system import (
     parse_cpu_list,
     read_tuning,
 )
-from mpbench.telemetry.contention import ContentionReading, judge
+from mpbench.results.contention import ContentionReading, judge
 
 QUICK = Path(__file__).resolve().parents[2] / "configs" / "quick.toml"
 CPU = "sys/devices/system/cpu"

@@ -12,8 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from mpbench.results import ContentionStats
-from mpbench.telemetry import contention
+from mpbench.results import ContentionStats, contention
 from mpbench.telemetry.cell import CellTelemetry
 from mpbench.telemetry.sampler import TelemetrySampler
 

@@ -1,10 +1,11 @@
 """From result records to cells: repeats merged, grouped per machine, framework and workload.
 
 A cell is identified by machine (hardware fingerprint + device), framework, workload, policy
-and effective config. The seed is not part of the identity (repeats may reseed), and the
-requested data mode is replaced by the kind of data actually used (`auto` that found MNIST
-equals `real`; synthetic data never equals real data). A cell that never loaded data (skipped
-before it started) joins the group of its siblings.
+and effective config (results/identity.py, shared with the runner). The seed is not part of
+the identity (repeats may reseed), and the requested data mode is replaced by the kind of
+data actually used (`auto` that found MNIST equals `real`; synthetic data never equals real
+data). A cell that never loaded data (skipped before it started) joins the group of its
+siblings.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import re
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from mpbench.compare.summary.estimate import (
     Estimate,
@@ -28,55 +29,17 @@ from mpbench.compare.summary.estimate import (
 from mpbench.errors import InvalidInput
 from mpbench.policies import BASELINE, POLICIES
 from mpbench.results import CellRecord, Status, StepTimeStats
+
+# A cell's identity is results' (the runner pairs with it too); its names stay importable here.
+from mpbench.results.identity import PARALLEL_KEYS as PARALLEL_KEYS
+from mpbench.results.identity import CellKey, GroupKey, cell_key
 from mpbench.results.step_stats import StepStats, median_of_present
-from mpbench.results.variant import FALLBACK, GROUP_RECIPE, Layout, row_marks
+from mpbench.results.variant import FALLBACK, GROUP_RECIPE
+from mpbench.results.variant import Layout as Layout  # a group's layout (GroupKey.layout)
 
 FRAMEWORK_ORDER = ("torch", "tensorflow")
 WORKLOAD_ORDER = ("mnist_dense", "cifar10_cnn", "transformer_lm")  # as the docs introduce them
-# Not what makes two cells comparable: the seed (repeats may reseed), the requested data mode
-# and folder (the data actually used is), the device string (the machine is in the key).
-_NOT_IDENTITY = ("seed", "data", "data_dir", "device")
 _FAILED = (Status.DIVERGED, Status.OOM, Status.TIMEOUT, Status.ERROR)
-# The data-parallel layout (docs/distributed.md): in a data-parallel cell's config only, so a
-# world-size-1 cell has none of them. Each world size is a group of its own (ratios to float32
-# are taken at one world size); the scaling table relates the groups across world sizes.
-PARALLEL_KEYS = ("world_size", "nproc_per_node", "nnodes", "grad_comm")
-
-
-@dataclass(frozen=True, order=True)
-class GroupKey:
-    """One framework × workload × config on one machine: where ratios to float32 are taken."""
-
-    fingerprint: str
-    device: str  # "cpu: AMD EPYC 9R14"
-    workload: str
-    framework: str
-    config: tuple[tuple[str, str], ...]  # sorted (name, JSON value) pairs
-
-    def config_dict(self) -> dict[str, Any]:
-        return {name: json.loads(value) for name, value in self.config}
-
-    def machine_free(self) -> GroupKey:
-        """The same key with the machine blanked, to match across hardware when allowed."""
-        return GroupKey("", "", self.workload, self.framework, self.config)
-
-    def layout(self) -> Layout:
-        return Layout.of(self.config_dict())
-
-    def single(self) -> GroupKey:
-        """The same group at world size 1: its config without the data-parallel entries (the
-        world-size-1 cells of a run are recorded without them)."""
-        config = tuple((n, v) for n, v in self.config if n not in PARALLEL_KEYS)
-        return dataclasses.replace(self, config=config)
-
-
-@dataclass(frozen=True, order=True)
-class CellKey:
-    group: GroupKey
-    policy: str  # the row: the policy, plus a recipe mark where one varies in the group (_row)
-
-    def machine_free(self) -> CellKey:
-        return CellKey(self.group.machine_free(), self.policy)
 
 
 def per_sample(stats: StepTimeStats, batch: int) -> StepTimeStats:
@@ -86,35 +49,6 @@ def per_sample(stats: StepTimeStats, batch: int) -> StepTimeStats:
         raw_s=[t / batch for t in stats.raw_s],
         median_s=stats.median_s / batch if stats.median_s else stats.median_s,
     )
-
-
-def cell_key(record: CellRecord) -> CellKey:
-    config = {k: v for k, v in record.config.items() if k not in _NOT_IDENTITY}
-    config["data"] = _data_kind(record)
-    # --on-diverge fallback: a row of its own, never the policy's own cell
-    row = _row(record.policy, config, fallback=bool(record.fallback_of))
-    pairs = tuple(sorted((k, json.dumps(v, sort_keys=True)) for k, v in config.items()))
-    device = f"{record.device.kind}: {record.device.name}"
-    group = GroupKey(record.hardware_fingerprint, device, record.workload, record.framework, pairs)
-    return CellKey(group, row)
-
-
-def _row(policy: str, config: dict[str, Any], fallback: bool) -> str:
-    """The cell's row in its group: the policy and its row marks (results.variant.row_marks),
-    whose entries are then taken out of `config` (the group identity).
-
-    Two recipe axes apply to some policies only, so their cells share float32 as reference:
-    the 16-bit batch factor (`mixed_bfloat16 @512` beside float32 at the configured batch,
-    kept as `batch_size`) and the static loss scale (`mixed_float16 [loss scale 1024]`).
-    Accumulation and compile apply to every policy and stay in the group identity."""
-    marks = row_marks(policy, config, fallback)
-    reference = config.pop("reference_batch_size", None)
-    config.pop("batch_scale_16bit", None)
-    config.pop("effective_batch_size", None)  # batch × accumulate: implied by both
-    config.pop("loss_scale", None)
-    if isinstance(reference, int):
-        config["batch_size"] = reference
-    return f"{policy} {marks}" if marks else policy
 
 
 FALLBACK_MARK = f" {FALLBACK}"
@@ -129,14 +63,6 @@ def row_variant(row: str) -> str | None:
     """What marks the row beside its policy (`@512`, `[loss scale 1024]`), or None."""
     rest = row.partition(" ")[2]
     return rest or None
-
-
-def _data_kind(record: CellRecord) -> str | None:
-    """ "real" or "synthetic"; None when the cell never loaded data and asked for `auto`."""
-    if record.data is not None:
-        return record.data.source
-    requested = record.config.get("data")
-    return requested if requested in ("real", "synthetic") else None
 
 
 _UNKNOWN_DATA = json.dumps(None)

@@ -27,7 +27,7 @@ from mpbench.backends import INSTALL_HINTS, get_backend
 from mpbench.backends.base import CellSpec, Diverged, Unsupported
 from mpbench.errors import InvalidInput
 from mpbench.runner.faults import inject, requested_fault
-from mpbench.runner.launchers.zygote import CELL_NAME, set_process_name
+from mpbench.runner.launchers.process_names import CELL_NAME, set_process_name
 from mpbench.telemetry.cell import CellDiverged
 
 _OOM_NAMES = {"OutOfMemoryError", "ResourceExhaustedError", "MemoryError", "_ArrayMemoryError"}

@@ -23,11 +23,9 @@ from typing import Any
 
 from mpbench.backends.base import CellSpec
 from mpbench.detect.cuda_order import in_pci_order
+from mpbench.runner.launchers.cell_timeout import CELL_TIMEOUT_ENV
+from mpbench.runner.launchers.oom import memory_cgroup, oom_kill_count
 from mpbench.runner.launchers.zygote import ForkedCell, ForkServers
-
-# The cell's timeout, in seconds, in its environment: a torchrun job gives up waiting for
-# other nodes before it (launchers/torchrun.py), so that it can still say why.
-CELL_TIMEOUT_ENV = "MPBENCH_CELL_TIMEOUT_S"
 
 
 @dataclass
@@ -246,45 +244,6 @@ def _from_exit(
     last = "" if verbose else _last_line(log_path)
     detail = f": {last}" if last else ""
     return Outcome("error", f"cell process exited with code {code} without a result{detail}{where}")
-
-
-def memory_cgroup(
-    proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")
-) -> Path | None:
-    """This process's memory cgroup directory (cgroup v2, or v1's memory controller), where
-    the OOM killer counts its kills; None when there is none to read (not Linux, no cgroup).
-    Cells run in their parent's cgroup, so the parent reads the count for them."""
-    try:
-        lines = proc_cgroup.read_text().splitlines()
-    except OSError:
-        return None
-    candidates = []
-    for line in lines:  # "hierarchy-id:controllers:path"
-        _, controllers, path = line.split(":", 2)
-        relative = path.lstrip("/")
-        if controllers == "":  # v2; on a hybrid system it is mounted at unified/
-            candidates += [root / relative, root / "unified" / relative]
-        elif "memory" in controllers.split(","):
-            candidates.append(root / "memory" / relative)
-    return next((path for path in candidates if oom_kill_count(path) is not None), None)
-
-
-def oom_kill_count(cgroup: Path | None) -> int | None:
-    """The `oom_kill` count of a memory cgroup directory: the line in memory.events (v2) or
-    memory.oom_control (v1). The kernel counts a kill in the victim's cgroup before it sends
-    the SIGKILL. None (no evidence) when neither file is there or readable."""
-    if cgroup is None:
-        return None
-    for name in ("memory.events", "memory.oom_control"):
-        try:
-            text = (cgroup / name).read_text()
-        except OSError:
-            continue
-        for line in text.splitlines():
-            key, _, value = line.partition(" ")
-            if key == "oom_kill" and value.strip().isdigit():
-                return int(value)
-    return None
 
 
 def _rose(before: int | None, after: int | None) -> bool:

@@ -37,6 +37,9 @@ from typing import Any
 
 from mpbench.backends.base import CellSpec
 from mpbench.runner.config import endpoint_parts
+from mpbench.runner.launchers.cell_timeout import CELL_TIMEOUT_ENV
+from mpbench.runner.launchers.exits import how_it_ended
+from mpbench.runner.launchers.oom import memory_cgroup, oom_kill_count
 
 RANK_DIR_ENV = "MPBENCH_RANK_DIR"  # where the ranks find the spec and write their events
 LAUNCHER_ENV = "MPBENCH_LAUNCHER_PID"  # the cell process: ranks end themselves without it
@@ -79,18 +82,6 @@ class RankFailure:
     def describe(self) -> str:
         pid = f" (pid {self.pid})" if self.pid else ""
         return f"rank {self.rank}{pid} {how_it_ended(self.exitcode)}"
-
-
-def how_it_ended(code: int | None) -> str:
-    """A process's end from its exit code (negative: the signal that killed it)."""
-    if code is not None and code < 0:
-        try:
-            return f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    if code is not None:
-        return f"exited with code {code}"
-    return "failed"
 
 
 # A rank's own failure that only says a peer went away (gloo: "Connection reset by peer ...
@@ -168,8 +159,6 @@ def rendezvous_timeout(environ: Mapping[str, str] | None = None) -> int | None:
     "no result after the timeout" of a cell killed from outside. The margin covers starting
     torchrun (importing torch: seconds on a busy machine) and its report. None: neither is
     known, torchrun's default stands."""
-    from mpbench.runner.launchers.process import CELL_TIMEOUT_ENV
-
     environ = os.environ if environ is None else environ
     limits = []
     if cell := environ.get(CELL_TIMEOUT_ENV):
@@ -216,8 +205,6 @@ def run_job(
 ) -> None:
     """Run the cell as a torchrun job; `send(event, **payload)` the events the cell process
     sends its parent: progress and warnings as they come, then one final done or failed."""
-    from mpbench.runner.launchers.process import memory_cgroup, oom_kill_count
-
     rdzv_timeout = rendezvous_timeout() if spec.nnodes > 1 else None
     rank_dir = Path(tempfile.mkdtemp(prefix="mpbench-ranks-"))
     cgroup = memory_cgroup()  # the ranks run in this cell's cgroup, as the cell does

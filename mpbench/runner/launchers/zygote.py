@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import importlib
 import json
 import os
@@ -47,6 +46,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from mpbench.backends.base import CellSpec
+from mpbench.runner.launchers.cell_timeout import CELL_TIMEOUT_ENV
+from mpbench.runner.launchers.exits import how_it_ended
+
+# CELL_NAME stays importable from here (tests and benchmarks find the cells by it).
+from mpbench.runner.launchers.process_names import CELL_NAME as CELL_NAME
+from mpbench.runner.launchers.process_names import SERVER_NAME, set_process_name
 
 FORK_SERVER_ENV = "MPBENCH_FORK_SERVER"  # "0": every cell starts as a new process
 # What a cell of each framework imports before its first step is done; torch imports
@@ -62,19 +67,6 @@ NVML_CHECK_ENV = "PYTORCH_NVML_BASED_CUDA_CHECK"
 BAD_FORK_EXIT = 75
 READY_TIMEOUT_S = 300.0  # a first TensorFlow import from a cold disk can take a minute
 _MESSAGE_BYTES = 1 << 20  # an environment is a few KiB
-PR_SET_NAME = 15  # <linux/prctl.h>
-# What `ps` and `top` call a cell and a server (the kernel keeps 15 bytes of a name).
-CELL_NAME = "mpbench-cell"
-SERVER_NAME = "mpbench-forksrv"
-
-
-def set_process_name(name: str) -> None:
-    """The name `ps`, `top` and psutil's name() show (15 bytes at most): every fork of a
-    server would otherwise show the server's command line."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)
-
-
 # ---------------------------------------------------------------------------------------
 # The run's side
 
@@ -192,8 +184,6 @@ class ForkServer:
 
     def how_it_ended(self) -> str:
         """How the server process ended, in words ("was killed by SIGKILL"), once it has."""
-        from mpbench.runner.launchers.torchrun import how_it_ended
-
         try:
             return how_it_ended(self.process.wait(timeout=5))
         except subprocess.TimeoutExpired:
@@ -303,8 +293,6 @@ class ForkServers:
 def _import_environment(env: Mapping[str, str]) -> dict[str, str]:
     """The part of a cell's environment its server must have had when it imported: all of
     it, but the cell's timeout, which only mpbench reads, after the fork."""
-    from mpbench.runner.launchers.process import CELL_TIMEOUT_ENV
-
     return {key: value for key, value in env.items() if key != CELL_TIMEOUT_ENV}
 
 

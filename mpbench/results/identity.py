@@ -1,0 +1,101 @@
+"""A cell's identity: which records are the same cell across repeats and runs, and which
+cells share a group (where ratios to float32 are taken). One definition for the runner
+(`--repeat auto` pairs its rounds with it, runner/adaptive.py) and compare
+(compare/summary/cells.py), so that both pair the same records.
+
+A cell is identified by machine (hardware fingerprint + device), framework, workload, policy
+and effective config. The seed is not part of the identity (repeats may reseed), and the
+requested data mode is replaced by the kind of data actually used (`auto` that found MNIST
+equals `real`; synthetic data never equals real data).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from mpbench.results.schema import CellRecord
+from mpbench.results.variant import Layout, row_marks
+
+# Not what makes two cells comparable: the seed (repeats may reseed), the requested data mode
+# and folder (the data actually used is), the device string (the machine is in the key).
+_NOT_IDENTITY = ("seed", "data", "data_dir", "device")
+# The data-parallel layout (docs/distributed.md): in a data-parallel cell's config only, so a
+# world-size-1 cell has none of them. Each world size is a group of its own (ratios to float32
+# are taken at one world size); the scaling table relates the groups across world sizes.
+PARALLEL_KEYS = ("world_size", "nproc_per_node", "nnodes", "grad_comm")
+
+
+@dataclass(frozen=True, order=True)
+class GroupKey:
+    """One framework × workload × config on one machine: where ratios to float32 are taken."""
+
+    fingerprint: str
+    device: str  # "cpu: AMD EPYC 9R14"
+    workload: str
+    framework: str
+    config: tuple[tuple[str, str], ...]  # sorted (name, JSON value) pairs
+
+    def config_dict(self) -> dict[str, Any]:
+        return {name: json.loads(value) for name, value in self.config}
+
+    def machine_free(self) -> GroupKey:
+        """The same key with the machine blanked, to match across hardware when allowed."""
+        return GroupKey("", "", self.workload, self.framework, self.config)
+
+    def layout(self) -> Layout:
+        return Layout.of(self.config_dict())
+
+    def single(self) -> GroupKey:
+        """The same group at world size 1: its config without the data-parallel entries (the
+        world-size-1 cells of a run are recorded without them)."""
+        config = tuple((n, v) for n, v in self.config if n not in PARALLEL_KEYS)
+        return dataclasses.replace(self, config=config)
+
+
+@dataclass(frozen=True, order=True)
+class CellKey:
+    group: GroupKey
+    policy: str  # the row: the policy, plus a recipe mark where one varies in the group (_row)
+
+    def machine_free(self) -> CellKey:
+        return CellKey(self.group.machine_free(), self.policy)
+
+
+def cell_key(record: CellRecord) -> CellKey:
+    config = {k: v for k, v in record.config.items() if k not in _NOT_IDENTITY}
+    config["data"] = _data_kind(record)
+    # --on-diverge fallback: a row of its own, never the policy's own cell
+    row = _row(record.policy, config, fallback=bool(record.fallback_of))
+    pairs = tuple(sorted((k, json.dumps(v, sort_keys=True)) for k, v in config.items()))
+    device = f"{record.device.kind}: {record.device.name}"
+    group = GroupKey(record.hardware_fingerprint, device, record.workload, record.framework, pairs)
+    return CellKey(group, row)
+
+
+def _row(policy: str, config: dict[str, Any], fallback: bool) -> str:
+    """The cell's row in its group: the policy and its row marks (results.variant.row_marks),
+    whose entries are then taken out of `config` (the group identity).
+
+    Two recipe axes apply to some policies only, so their cells share float32 as reference:
+    the 16-bit batch factor (`mixed_bfloat16 @512` beside float32 at the configured batch,
+    kept as `batch_size`) and the static loss scale (`mixed_float16 [loss scale 1024]`).
+    Accumulation and compile apply to every policy and stay in the group identity."""
+    marks = row_marks(policy, config, fallback)
+    reference = config.pop("reference_batch_size", None)
+    config.pop("batch_scale_16bit", None)
+    config.pop("effective_batch_size", None)  # batch × accumulate: implied by both
+    config.pop("loss_scale", None)
+    if isinstance(reference, int):
+        config["batch_size"] = reference
+    return f"{policy} {marks}" if marks else policy
+
+
+def _data_kind(record: CellRecord) -> str | None:
+    """ "real" or "synthetic"; None when the cell never loaded data and asked for `auto`."""
+    if record.data is not None:
+        return record.data.source
+    requested = record.config.get("data")
+    return requested if requested in ("real", "synthetic") else None

@@ -1,0 +1,70 @@
+"""run.json's `adaptive` entry: what `mpbench run --repeat auto` decided and why it stopped.
+
+Written by the runner (runner/adaptive.py, after every round) and read by compare
+(compare/run.py), both through `AdaptiveBlock`, so the two sides name its keys once. The
+entry carries a version from 1 on; an older run.json wrote the same keys without one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+ADAPTIVE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class AdaptiveBlock:
+    """One run's `--repeat auto` account. A key an older or hand-written run.json lacks
+    reads as None (an empty table for the per-cell ones). from_dict keeps values as written,
+    never coerced, so what reads a field checks its type (compare's note shows what it can)."""
+
+    rule: str | None = None  # "stein two-stage"
+    pilot: int | None = None  # n0: the pilot's rounds
+    planned: int | None = None  # N, once the pilot decided it
+    ran: int | None = None  # rounds run so far
+    precision: float | None = None  # the target half-width, relative (0.05: ±5 %)
+    max_repeats: int | None = None
+    time_budget_s: float | None = None
+    stopped: str | None = None  # why it stopped; None while it runs
+    decision: str | None = None  # how N was sized
+    s0: dict[str, float] = field(default_factory=dict)  # cell label -> the pilot's spread
+    half_width: dict[str, float | None] = field(default_factory=dict)  # cell -> ± relative
+    version: int = ADAPTIVE_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        """The entry as run.json holds it (this key order)."""
+        return {
+            "version": self.version,
+            "rule": self.rule,
+            "pilot": self.pilot,
+            "planned": self.planned,
+            "ran": self.ran,
+            "precision": self.precision,
+            "max_repeats": self.max_repeats,
+            "time_budget_s": self.time_budget_s,
+            "stopped": self.stopped,
+            "decision": self.decision,
+            "s0": self.s0,
+            "half_width": self.half_width,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> AdaptiveBlock | None:
+        """The entry read back; None when it is not an entry at all (not a JSON object)."""
+        if not isinstance(raw, dict):
+            return None
+        return cls(
+            rule=raw.get("rule"),
+            pilot=raw.get("pilot"),
+            planned=raw.get("planned"),
+            ran=raw.get("ran"),
+            precision=raw.get("precision"),
+            max_repeats=raw.get("max_repeats"),
+            time_budget_s=raw.get("time_budget_s"),
+            stopped=raw.get("stopped"),
+            decision=raw.get("decision"),
+            s0=raw.get("s0") if isinstance(raw.get("s0"), dict) else {},
+            half_width=raw.get("half_width") if isinstance(raw.get("half_width"), dict) else {},
+            version=raw.get("version", 1),  # no version: written before it had one
+        )

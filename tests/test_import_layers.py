@@ -1,0 +1,114 @@
+"""Which way mpbench's imports run (docs/architecture.md, "Layers"), read from the source
+with `ast`: nothing is imported, and an import inside a function counts as much as one at
+the top of a module (it is an arrow all the same, only a later one)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "mpbench"
+
+# Arrows that still run the wrong way, each with where it goes next; a new one fails.
+KNOWN = {
+    # The end-of-run table is compare's renderer (issue 34: the CLI should print it).
+    ("mpbench.runner", "mpbench.compare"),
+}
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        found[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
+    return found
+
+
+def _imports() -> dict[str, set[str]]:
+    """Module -> the mpbench modules it imports (a name imported from a package counts as
+    its submodule where there is one)."""
+    modules = _modules()
+
+    def resolve(name: str) -> str:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name
+
+    edges: dict[str, set[str]] = {}
+    for module, (path, is_package) in modules.items():
+        here = module if is_package else module.rpartition(".")[0]
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets |= {resolve(a.name) for a in node.names if a.name.startswith("mpbench")}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = here
+                    for _ in range(node.level - 1):
+                        anchor = anchor.rpartition(".")[0]
+                    base = f"{anchor}.{base}" if base else anchor
+                if base.startswith("mpbench"):
+                    for alias in node.names:
+                        full = f"{base}.{alias.name}"
+                        targets.add(full if full in modules else resolve(base))
+        edges[module] = targets - {module}
+    return edges
+
+
+def _arrows(source: str, target: str) -> set[tuple[str, str]]:
+    return {
+        (module, imported)
+        for module, targets in _imports().items()
+        for imported in targets
+        if _within(module, source) and _within(imported, target)
+    }
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_detect_never_imports_telemetry():
+    # One direction: telemetry reads the cell's GPU through detect's NVML mapping; the
+    # contention counters detect shares with it live in results/contention.py.
+    assert _arrows("mpbench.detect", "mpbench.telemetry") == set()
+
+
+def test_the_runner_never_imports_compare():
+    # The cell identity and run.json's adaptive entry both sides use are in results/.
+    assert _arrows("mpbench.runner", "mpbench.compare") <= KNOWN
+
+
+def test_telemetry_never_imports_compare_or_the_runner():
+    assert _arrows("mpbench.telemetry", "mpbench.compare") == set()
+    assert _arrows("mpbench.telemetry", "mpbench.runner") == set()
+
+
+def _circle(edges: dict[str, set[str]]) -> list[str] | None:
+    """One import circle among `edges`' modules (its arrows in order), or None."""
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> list[str] | None:
+        if module in path:
+            return [*path[path.index(module) :], module]
+        if module in done or module not in edges:
+            return None
+        for target in sorted(edges[module]):
+            if found := visit(target, [*path, module]):
+                return found
+        done.add(module)
+        return None
+
+    return next((c for m in sorted(edges) if (c := visit(m, []))), None)
+
+
+def test_the_launchers_import_each_other_without_a_circle():
+    edges = _imports()
+    launchers = {m: t for m, t in edges.items() if _within(m, "mpbench.runner.launchers")}
+    assert _circle(launchers) is None
+
+
+def test_no_module_of_mpbench_is_in_an_import_circle():
+    assert _circle(_imports()) is None
