@@ -16,7 +16,7 @@ from typing import Any
 from mpbench.errors import InvalidInput
 from mpbench.results.step_stats import StepStats
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 
 class Status(str, Enum):

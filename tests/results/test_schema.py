@@ -94,7 +94,7 @@ def test_unknown_fields_and_missing_files_are_rejected(tmp_path):
         read_records(tmp_path)
     with pytest.raises(SchemaError, match="no such results file"):
         read_records(tmp_path / "missing")
-    assert SCHEMA_VERSION == 9
+    assert SCHEMA_VERSION == 10
 
 
 def test_records_of_versions_1_to_5_read_without_the_contention_fields(tmp_path):
@@ -270,3 +270,8 @@ def test_a_cell_run_again_after_its_fork_server_died_says_why_and_an_older_recor
     (tmp_path / "results.jsonl").write_text(json.dumps(older) + "\n")
     (record,) = read_records(tmp_path)
     assert record.startup == StartupStats("new process", 3.5) and record.startup.rerun is None
+    # A version 9 record cannot say it: the field came with version 10.
+    claimed = {**original.to_dict(), "schema_version": 9}
+    (tmp_path / "results.jsonl").write_text(json.dumps(claimed) + "\n")
+    with pytest.raises(SchemaError, match="startup.rerun"):
+        read_records(tmp_path)
