@@ -99,7 +99,14 @@ def run(**given: Any) -> None:
     from mpbench.runner.config import command_line_options
 
     options = command_line_options(given, " ".join(["mpbench", *sys.argv[1:]]))
-    raise typer.Exit(run_matrix(options))
+    raise typer.Exit(run_matrix(options, _run_summary))
+
+
+def _run_summary(records: list, console: Any) -> None:
+    """`mpbench run`'s closing table: compare's, imported only once the cells have run."""
+    from mpbench.compare import print_run_summary
+
+    print_run_summary(records, console)
 
 
 def _run_parameters() -> list[inspect.Parameter]:

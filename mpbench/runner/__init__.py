@@ -111,20 +111,28 @@ class Warnings:
             self._console.print(Text.assemble(("warning:", "yellow"), " ", message))
 
 
-def run_matrix(options: RunOptions) -> int:
+# Prints the end-of-run table of the records (the CLI passes compare's): the runner only
+# runs cells and keeps records, it renders no comparison of its own.
+Summary = Callable[[list[CellRecord], Console], None]
+
+
+def run_matrix(options: RunOptions, summary: Summary | None = None) -> int:
     """Run every cell; return the exit code (0 ok, 1 some cell failed to run, 128 + signal
-    when interrupted). Bad input and failed writes raise InvalidInput (exit 2)."""
+    when interrupted). Bad input and failed writes raise InvalidInput (exit 2). `summary`
+    prints the table at the end (None: the start-up line only)."""
     console = Console()
     if not console.is_terminal:  # CI logs and pipes: rich would squeeze the summary into 80
         console = Console(width=200)  # as compare's piped tables
     warn = Warnings()
     with stop_on_termination():  # SIGTERM / SIGHUP from here on are Ctrl-C (runner.signals)
         if options.resume:
-            return _resume(options, console, warn)
-        return _new_run(options, console, warn)
+            return _resume(options, console, warn, summary)
+        return _new_run(options, console, warn, summary)
 
 
-def _new_run(options: RunOptions, console: Console, warn: Callable[[str], None]) -> int:
+def _new_run(
+    options: RunOptions, console: Console, warn: Callable[[str], None], summary: Summary | None
+) -> int:
     config = build_config(options)
     run_id = new_run_id()
     run_dir = options.out if options.out is not None else config.out_dir / run_id
@@ -140,10 +148,12 @@ def _new_run(options: RunOptions, console: Console, warn: Callable[[str], None])
         state = RunState(run_id, now_iso(), options.command_line, __version__, config)
         write_state(run_dir, state)
         write_environment(run_dir, environment(options, config, plan.report, plan.device))
-        return _run_cells(plan, config, run_dir, {}, options, console)
+        return _run_cells(plan, config, run_dir, {}, options, console, summary)
 
 
-def _resume(options: RunOptions, console: Console, warn: Callable[[str], None]) -> int:
+def _resume(
+    options: RunOptions, console: Console, warn: Callable[[str], None], summary: Summary | None
+) -> int:
     """Continue the run in --out with the configuration stored when it started."""
     run_dir = options.out
     if run_dir is None:
@@ -174,7 +184,7 @@ def _resume(options: RunOptions, console: Console, warn: Callable[[str], None]) 
             warn(torn)
         done = _finished(run_dir, state.run_id)
         plan = _plan(state.config, state.run_id, warn)
-        return _run_cells(plan, state.config, run_dir, done, options, console)
+        return _run_cells(plan, state.config, run_dir, done, options, console, summary)
 
 
 def _same_file(given: Path, stored: Path | None) -> bool:
@@ -230,6 +240,7 @@ def _run_cells(
     done: dict[str, CellRecord],
     options: RunOptions,
     console: Console,
+    summary: Summary | None = None,
 ) -> int:
     plan.measured_peaks = _measured_peaks(
         plan.device, plan.fingerprint, options.measure_peak, console, config.threads, plan.warn
@@ -297,7 +308,7 @@ def _run_cells(
         )
         return interrupted_exit_code(interrupted)
     try:
-        _print_summary(console, records)
+        _print_summary(console, records, summary)
     except Exception as exc:  # the records are on disk: a report bug must not hide them
         console.print(
             f"[yellow]Could not print the summary[/yellow] ({type(exc).__name__}: {exc}); "
@@ -510,10 +521,9 @@ def _measured_peaks(
     return peaks
 
 
-def _print_summary(console: Console, records: list[CellRecord]) -> None:
-    from mpbench.compare import print_run_summary
-
-    print_run_summary(records, console)
+def _print_summary(console: Console, records: list[CellRecord], summary: Summary | None) -> None:
+    if summary is not None:
+        summary(records, console)
     line = startup_line(records)
     if line:
         console.print(line)

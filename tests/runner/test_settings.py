@@ -44,7 +44,9 @@ def parsed(monkeypatch):
 
     def parse(argv: list[str]) -> RunOptions:
         seen: list[RunOptions] = []
-        monkeypatch.setattr("mpbench.runner.run_matrix", lambda options: seen.append(options))
+        monkeypatch.setattr(
+            "mpbench.runner.run_matrix", lambda options, summary=None: seen.append(options)
+        )
         assert main(["run", *argv]) == 0
         return seen[0]
 
