@@ -16,6 +16,7 @@ from typer.exceptions import Abort, Exit, TyperException
 
 from mpbench import __version__
 from mpbench.errors import InvalidInput
+from mpbench.formats import help_text as format_help
 from mpbench.settings import COMMAND_LINE, command_line_default, command_line_type
 
 app = typer.Typer(
@@ -174,9 +175,7 @@ def compare(
         help="Fail a gate whose 95 % interval straddles its limit (inconclusive), not only "
         "one whose whole interval is past it.",
     ),
-    output_format: str = typer.Option(
-        "table", "--format", help="table, markdown, json, csv or benchmark-action."
-    ),
+    output_format: str = typer.Option("table", "--format", help=format_help()),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write the report here."),
     plot: Path | None = typer.Option(
         None,

@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mpbench.errors import InvalidInput, unknown_choice
+from mpbench.formats import FORMATS  # the table of formats, for the check here
 from mpbench.policies import BASELINE, POLICIES, SELECTORS, resolve, valid_names
-
-FORMATS = ("table", "markdown", "json", "csv", "benchmark-action")
 
 
 @dataclass

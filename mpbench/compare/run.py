@@ -22,11 +22,10 @@ from mpbench.compare.options import CompareOptions, parse_format
 from mpbench.compare.render.encoding import safe_stream
 from mpbench.compare.report import Report, build_report
 from mpbench.errors import InvalidInput
+from mpbench.formats import BY_NAME
 from mpbench.results import CellRecord
 from mpbench.results.io import RESULTS_FILE, read_runs, results_file
 from mpbench.results.run_json import AdaptiveBlock
-
-_HUMAN = ("table", "markdown")
 
 
 def latest_run(results_dir: Path) -> Path:
@@ -150,31 +149,20 @@ def write_outputs(
         warning = append_step_summary(Path(summary), render_markdown(report) + "\n", inputs or [])
         if warning:
             print(f"mpbench: warning: {warning}", file=safe_stream(sys.stderr))
-    if options.output is not None or options.format not in _HUMAN:
+    if options.output is not None or not BY_NAME[options.format].human:
         _print_failures(report)
 
 
-def render(report: Report, format: str, terminal: bool) -> str:
-    if format == "table":
+def render(report: Report, format: str, terminal: bool = False) -> str:
+    """The report as text in `format` (mpbench/formats.py's table), as --output writes it;
+    `terminal`: the table with a terminal's styles."""
+    if format == "table" and terminal:
         import io
 
         buffer = io.StringIO()
-        _print_table(report, buffer, terminal=terminal)
+        _print_table(report, buffer, terminal=True)
         return buffer.getvalue()
-    if format == "markdown":
-        from mpbench.compare.render.markdown import render_markdown
-
-        return render_markdown(report)
-    from mpbench.compare.render.benchmark_action import render_benchmark_action
-    from mpbench.compare.render.csv_report import render_csv
-    from mpbench.compare.render.json_report import render_json
-
-    renderers = {
-        "json": render_json,
-        "csv": render_csv,
-        "benchmark-action": render_benchmark_action,
-    }
-    return renderers[format](report)
+    return BY_NAME[format].render(report)
 
 
 def _print_table(report: Report, out: TextIO, terminal: bool | None = None) -> None:

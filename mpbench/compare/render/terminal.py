@@ -30,6 +30,18 @@ _WRAPPING = {"status: baseline → now", "numbers", "gate"}
 _ROW_STYLE = {"dim": "dim", "failed": "red"}
 
 
+def render_table(report: Report) -> str:
+    """The tables as plain text, 200 columns wide, as `--format table --output` writes them
+    and as a pipe gets them."""
+    import io
+
+    from rich.console import Console
+
+    buffer = io.StringIO()
+    print_report(report, Console(file=buffer, width=200, force_terminal=False, no_color=True))
+    return buffer.getvalue()
+
+
 def print_report(report: Report, console: Console) -> None:
     from rich.markup import escape
 
