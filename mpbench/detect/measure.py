@@ -14,7 +14,7 @@ A CPU peak is "this machine, this many threads, at that moment": it is never com
 GPU datasheet.
 
 Cache rules (docs/detect.md): a measurement during which other processes took CPU time
-(mpbench.telemetry.contention's rule) is shown but never cached. A cached peak is used only
+(mpbench.results.contention's rule) is shown but never cached. A cached peak is used only
 with the torch it was measured with and, on a CPU, the same thread count (`cache_key`); a
 file without that key (an older mpbench) is stale. `forget_measured` drops a peak that a
 training cell beat (a peak measured low), so the next measurement replaces it.

@@ -16,9 +16,9 @@ from mpbench.backends.base import plan_steps
 from mpbench.detect.system import busy_at_start
 from mpbench.errors import InvalidInput
 from mpbench.policies import resolve
+from mpbench.results.contention import busy_warning
 from mpbench.runner.cells import Cell, available_cores
 from mpbench.runner.config import RunConfig
-from mpbench.telemetry.contention import busy_warning
 from mpbench.workloads import describe_workload, shadowed_entry_point
 
 
