@@ -325,7 +325,7 @@ def check_ratios(
             # where the group has none, so the note says what is missing.
             rows = [row for row in group.cells if row_policy(row) == policy] or [policy]
             for row in rows:
-                result = _min_speedup(group, row, minimum, labeler, notes, options)
+                result = _min_speedup_gate(group, row, minimum, labeler, notes, options)
                 if result is not None:
                     checked += 1
                     results.append(result)
@@ -379,7 +379,7 @@ def _reference_problem(group: PolicyGroup, policy: str) -> tuple[str, bool] | No
     return None
 
 
-def _min_speedup(
+def _min_speedup_gate(
     group: PolicyGroup,
     policy: str,
     minimum: float,
@@ -406,14 +406,20 @@ def _min_speedup(
             "is the cost of emulation, not a speed-up"
         )
         return None
-    speedup = group.speedup(policy)
+    comparison = group.comparisons[policy]
+    speedup = comparison.speedup
     if speedup is None:
         notes.append(f"--min-speedup not checked for {label}: no step times")
         return None
     numbers = f"speed-up vs float32 {fmt.ratio(speedup.value)} (minimum {minimum:g}×)"
-    distrust = group.distrust(policy)
     return _result(
-        "min-speedup", label, speedup, numbers, options, minimum=minimum, distrust=distrust
+        "min-speedup",
+        label,
+        speedup,
+        numbers,
+        options,
+        minimum=minimum,
+        distrust=comparison.distrust,
     )
 
 
@@ -441,7 +447,7 @@ def _accuracy_delta(
         )
     if not cell.ok:
         return None  # skipped by design (the table says why): nothing to check
-    delta = group.accuracy_delta_pp(policy)
+    delta = group.comparisons[policy].accuracy_delta_pp
     if delta is None:
         notes.append(f"--max-accuracy-delta not checked for {label}: no test accuracy")
         return None

@@ -18,12 +18,12 @@ from mpbench.compare.gates import (
     check_ratios,
 )
 from mpbench.compare.options import CompareOptions
+from mpbench.compare.summary.build import build_sections
 from mpbench.compare.summary.cells import (
     CellKey,
     CellSummary,
     PolicyGroup,
     Section,
-    build_sections,
     display_order,
     summarize_all,
 )
@@ -124,7 +124,7 @@ def build_report(
     """`run_dirs`: run_id -> the directories its records came from (telemetry.run_dirs),
     where --plot finds the records' telemetry side files; without it, none are read."""
     cells = summarize_all(records)
-    sections = build_sections(cells)
+    sections = build_sections(cells)  # every comparison to float32, taken once
     labeler = Labeler(k.group for k in cells)
     report = Report(_run_ids(records), sections, labeler, options, run_dirs=dict(run_dirs or {}))
     if baseline is not None:

@@ -11,7 +11,8 @@ from compare_records import record
 
 from mpbench.compare.render.json_report import render_json
 from mpbench.compare.render.tables import section_table
-from mpbench.compare.summary.cells import build_sections, summarize_all
+from mpbench.compare.summary.build import build_sections
+from mpbench.compare.summary.cells import summarize_all
 from mpbench.compare.summary.labels import Labeler
 
 # What the runner writes on a 16-bit cell at twice the batch of 128.
@@ -45,8 +46,12 @@ def test_speedup_is_the_throughput_ratio_at_the_larger_batch(bf16_ms, throughput
     (section,) = build_sections(summarize_all(_records(bf16_ms)))
     (group,) = section.groups  # one group although the batch sizes differ
     assert list(group.cells) == ["float32", "mixed_bfloat16 @256"]
-    assert group.speedup("mixed_bfloat16 @256").value == pytest.approx(throughput_ratio, rel=0.02)
-    assert group.memory_ratio("mixed_bfloat16 @256").value == pytest.approx(1.2, rel=0.02)
+    assert group.comparisons["mixed_bfloat16 @256"].speedup.value == pytest.approx(
+        throughput_ratio, rel=0.02
+    )
+    assert group.comparisons["mixed_bfloat16 @256"].memory_ratio.value == pytest.approx(
+        1.2, rel=0.02
+    )
 
 
 def test_records_of_the_first_recipe_format_group_alike():
@@ -54,7 +59,7 @@ def test_records_of_the_first_recipe_format_group_alike():
     old_fp32 = _fp32(training_mib=10, config_overrides={**SCALED, "batch_size": 128})
     (section,) = build_sections(summarize_all([old_fp32, _bf16(20.0)]))
     (group,) = section.groups
-    assert group.speedup("mixed_bfloat16 @256").value == pytest.approx(1.0, rel=0.02)
+    assert group.comparisons["mixed_bfloat16 @256"].speedup.value == pytest.approx(1.0, rel=0.02)
 
 
 def test_two_batch_factors_are_two_rows_against_one_float32():
@@ -62,8 +67,8 @@ def test_two_batch_factors_are_two_rows_against_one_float32():
     (section,) = build_sections(summarize_all(records))
     (group,) = section.groups
     assert list(group.cells) == ["float32", "mixed_bfloat16", "mixed_bfloat16 @256"]
-    assert group.speedup("mixed_bfloat16").value == pytest.approx(2.0, rel=0.02)
-    assert group.speedup("mixed_bfloat16 @256").value == pytest.approx(2.0, rel=0.02)
+    assert group.comparisons["mixed_bfloat16"].speedup.value == pytest.approx(2.0, rel=0.02)
+    assert group.comparisons["mixed_bfloat16 @256"].speedup.value == pytest.approx(2.0, rel=0.02)
     table = section_table(section, Labeler(g.key for g in section.groups))
     labels = [row[0] for row in table.rows]
     assert labels == ["torch fp32 @128", "torch bf16 @128", "torch bf16 @256"]
@@ -88,7 +93,9 @@ def test_static_loss_scales_are_rows_of_fp16_against_one_float32():
     (group,) = section.groups
     rows = ["float32", "mixed_float16", "mixed_float16 [loss scale 1024]"]
     assert list(group.cells) == [*rows, "mixed_float16 [loss scale 1e+30]"]
-    assert group.speedup("mixed_float16 [loss scale 1024]").value == pytest.approx(0.4, rel=0.02)
+    assert group.comparisons["mixed_float16 [loss scale 1024]"].speedup.value == pytest.approx(
+        0.4, rel=0.02
+    )
     table = section_table(section, Labeler(g.key for g in section.groups))
     assert [row[0] for row in table.rows][2] == "torch fp16 [loss scale 1024]"
     assert "loss scale 1024" in "\n".join(table.verdicts)

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from compare_records import CPU_FINGERPRINT, MIB, cpu_run, record, write_run
 
-from mpbench.compare.summary.cells import build_sections, cell_key, summarize_all
+from mpbench.compare.summary.build import build_sections
+from mpbench.compare.summary.cells import cell_key, summarize_all
 from mpbench.compare.summary.estimate import (
     REPEATS,
     WITHIN_RUN,
@@ -165,20 +166,24 @@ def test_memory_ratios_are_never_taken_between_kinds() -> None:
                  rss_mib=800, v1=True)  # fmt: skip
     (section,) = build_sections(summarize_all([ref, old]))
     (group,) = section.groups
-    assert group.memory_ratio("mixed_bfloat16") is None
-    assert group.speedup("mixed_bfloat16") is not None  # the rest still compares
+    assert group.comparisons["mixed_bfloat16"].memory_ratio is None
+    assert group.comparisons["mixed_bfloat16"].speedup is not None  # the rest still compares
 
 
 def test_ratios_against_float32_of_the_same_group() -> None:
     (section, *_) = build_sections(summarize_all(cpu_run()))
     torch = section.groups[0]
     assert torch.key.fingerprint == CPU_FINGERPRINT
-    assert torch.speedup("mixed_bfloat16").value == pytest.approx(2.40 / 0.98)
-    assert torch.speedup("mixed_float16").value == pytest.approx(2.40 / 13.1)
-    assert torch.memory_ratio("mixed_bfloat16").value == pytest.approx(31 / 48, rel=1e-6)
-    assert torch.end_to_end_speedup("mixed_bfloat16").value == pytest.approx(2.40 / 0.98)
-    assert torch.accuracy_delta_pp("mixed_bfloat16").value == pytest.approx(-0.13)
-    assert torch.speedup("tf32") is None  # skipped: no ratio, never a zero
+    assert torch.comparisons["mixed_bfloat16"].speedup.value == pytest.approx(2.40 / 0.98)
+    assert torch.comparisons["mixed_float16"].speedup.value == pytest.approx(2.40 / 13.1)
+    assert torch.comparisons["mixed_bfloat16"].memory_ratio.value == pytest.approx(
+        31 / 48, rel=1e-6
+    )
+    assert torch.comparisons["mixed_bfloat16"].end_to_end_speedup.value == pytest.approx(
+        2.40 / 0.98
+    )
+    assert torch.comparisons["mixed_bfloat16"].accuracy_delta_pp.value == pytest.approx(-0.13)
+    assert torch.comparisons["tf32"].speedup is None  # skipped: no ratio, never a zero
 
 
 def test_status_of_a_cell_with_failed_repeats() -> None:

@@ -74,9 +74,12 @@ def _group(records, **options):
 
 def test_an_emulated_cell_has_no_speed_up_and_says_what_emulation_cost():
     _, group = _run_report()
-    assert group.speedup("float8") is None and group.end_to_end_speedup("float8") is None
-    assert group.memory_ratio("float8") is None
-    cost = group.emulation_cost("float8")
+    assert (
+        group.comparisons["float8"].speedup is None
+        and group.comparisons["float8"].end_to_end_speedup is None
+    )
+    assert group.comparisons["float8"].memory_ratio is None
+    cost = group.comparisons["float8"].emulation_cost
     assert cost is not None and 2.9 < cost.value < 3.1 and cost.has_interval
     verdict = {v.policy: v for v in group_verdicts(group)}["float8"]
     assert verdict.advice == NUMERICS_ONLY
@@ -133,9 +136,9 @@ def test_a_speed_up_gate_on_emulated_fp8_is_refused_and_the_accuracy_gate_runs()
 def test_a_hardware_cell_is_judged_on_its_speed_with_its_fp8_coverage():
     ms = {"float32": 2.0, "mixed_bfloat16": 0.5, "float8": 0.4}
     _, group = _group(_run("hardware", ms=ms, device=H100))
-    speedup = group.speedup("float8")
+    speedup = group.comparisons["float8"].speedup
     assert speedup is not None and 4.9 < speedup.value < 5.1
-    assert group.emulation_cost("float8") is None
+    assert group.comparisons["float8"].emulation_cost is None
     verdict = {v.policy: v for v in group_verdicts(group)}["float8"]
     assert verdict.advice == RECOMMENDED
     assert "faster" in verdict.evidence
@@ -147,7 +150,7 @@ def test_one_emulated_repeat_makes_the_cell_emulated():
     last = [r for r in records if r.policy == "float8"][-1]
     last.fp8 = _fp8("emulated")
     _, group = _group(records)
-    assert group.emulated("float8") and group.speedup("float8") is None
+    assert group.emulated("float8") and group.comparisons["float8"].speedup is None
 
 
 def test_the_verdict_says_how_each_backend_emulated_from_its_record():

@@ -99,7 +99,7 @@ def test_three_repeats_give_repeat_intervals_and_no_within_run_label(tmp_path: P
 def test_an_unpaired_repeat_is_left_out_and_said_so() -> None:
     report = build_report(_three_repeats(bf16_failed_repeat=1), CompareOptions())
     group = report.sections[0].groups[0]
-    speedup = group.speedup("mixed_bfloat16")
+    speedup = group.comparisons["mixed_bfloat16"].speedup
     assert speedup.n == 2 and speedup.kind == "repeats"
     assert speedup.value == pytest.approx(((2.40 / 0.98) * (2.31 / 0.97)) ** 0.5, rel=1e-6)
     (note,) = [n for n in report.notes if "left out of the ratios" in n]

@@ -18,7 +18,8 @@ from mpbench.cli import main
 from mpbench.compare import CompareOptions, build_report
 from mpbench.compare.options import parse_min_scaling_efficiency, parse_min_speedup
 from mpbench.compare.render.tables import group_names, scaling_table
-from mpbench.compare.summary.cells import build_sections, summarize_all
+from mpbench.compare.summary.build import build_sections
+from mpbench.compare.summary.cells import summarize_all
 from mpbench.compare.summary.estimate import REPEATS, WITHIN_RUN
 from mpbench.compare.summary.labels import Labeler
 from mpbench.compare.summary.scaling import scaling_rows

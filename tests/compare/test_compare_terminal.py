@@ -24,26 +24,29 @@ def captured(width: int, *args: str) -> str:
     command = f"{sys.executable} -m mpbench {' '.join(args)}; touch {done}"
     env = {**os.environ, "TERM": "xterm-256color"}
     env.pop("COLUMNS", None)
+    # A tmux server of its own (-L): two test runs at once (CI beside a developer's) once
+    # raced to start the one default server, and new-session failed with exit 1.
+    tmux = ["tmux", "-L", session, "-f", "/dev/null"]
     subprocess.run(
-        ["tmux", "new-session", "-d", "-s", session, "-x", str(width), "-y", "50", command],
+        [*tmux, "new-session", "-d", "-s", session, "-x", str(width), "-y", "50", command],
         check=True,
         env=env,
     )
     try:
-        subprocess.run(["tmux", "set-option", "-t", session, "remain-on-exit", "on"], check=True)
+        subprocess.run([*tmux, "set-option", "-t", session, "remain-on-exit", "on"], check=True)
         deadline = time.monotonic() + 60
         while not done.exists():
             assert time.monotonic() < deadline, "mpbench did not finish in tmux"
             time.sleep(0.1)
         pane = subprocess.run(
-            ["tmux", "capture-pane", "-p", "-J", "-S", "-", "-t", session],
+            [*tmux, "capture-pane", "-p", "-J", "-S", "-", "-t", session],
             capture_output=True,
             text=True,
             check=True,
         )
         return pane.stdout
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+        subprocess.run([*tmux, "kill-server"], capture_output=True)
         done.unlink(missing_ok=True)
 
 

@@ -7,7 +7,8 @@ from compare_records import record
 
 from mpbench.compare import CompareOptions, build_report
 from mpbench.compare.render.tables import section_table, status_text
-from mpbench.compare.summary.cells import build_sections, summarize_all
+from mpbench.compare.summary.build import build_sections
+from mpbench.compare.summary.cells import summarize_all
 from mpbench.compare.summary.labels import Labeler
 from mpbench.compare.summary.verdict import RECOMMENDED, REMEASURE, group_verdicts
 from mpbench.results import CellRecord, ContentionStats
@@ -91,7 +92,7 @@ def test_a_speedup_beyond_any_device_is_implausible() -> None:
 
 
 def test_the_any_device_ceiling_follows_the_peak_table() -> None:
-    from mpbench.compare.summary.cells import ANY_DEVICE_RATIO
+    from mpbench.compare.summary.build import ANY_DEVICE_RATIO
     from mpbench.detect.peaks import _TABLE
 
     ratios = [max(p.fp16 or 0, p.bf16 or 0) / p.fp32 for _, p in _TABLE]

@@ -141,9 +141,9 @@ ZERO_BOUND = re.compile(r"(?<![\d.])[-+]?0\.0+(?!\d)\s*(–|to )")
 def test_rendered_intervals_never_show_a_positive_bound_as_zero(tmp_path: Path) -> None:
     report = _wild_report(tmp_path, min_speedup={"mixed_bfloat16": 1.5})
     group = report.sections[0].groups[0]
-    fp16 = group.speedup("mixed_float16")
+    fp16 = group.comparisons["mixed_float16"].speedup
     assert fp16.has_interval and 0 < fp16.low < 0.005  # the case this is about
-    bf16 = group.speedup("mixed_bfloat16")
+    bf16 = group.comparisons["mixed_bfloat16"].speedup
     assert bf16.high > 1000
     for format in ("markdown", "table"):
         text = render(report, format, terminal=False)
@@ -166,7 +166,7 @@ def test_verdict_of_a_tiny_ratio_keeps_its_figures(tmp_path: Path) -> None:
     assert _speed(fast) == "36.1× faster, 95 % 0.10–12500×"
     group = _wild_report(tmp_path).sections[0].groups[0]
     evidence = policy_verdict(group, "mixed_float16").evidence
-    fp16 = group.speedup("mixed_float16")
+    fp16 = group.comparisons["mixed_float16"].speedup
     assert f"95 % {fmt.ratio_range(fp16.low, fp16.high)}" in evidence
     assert not ZERO_BOUND.search(evidence)
 
@@ -208,7 +208,7 @@ def test_plot_axes_are_clipped_and_far_whiskers_marked(tmp_path: Path) -> None:
 
     # Speed-up: log axis (the points span 0.18-36x); bf16's upper bound is far above it.
     speedup = axes["speed-up vs fp32 (synced step)"]
-    bf16 = group.speedup("mixed_bfloat16")
+    bf16 = group.comparisons["mixed_bfloat16"].speedup
     top = speedup.get_ylim()[1]
     assert top < bf16.high / 10  # the axis does not follow the whisker
     assert top >= bf16.value  # ... but shows every bar

@@ -113,7 +113,7 @@ def test_whiskers_are_the_reports_95_percent_intervals(tmp_path: Path) -> None:
     fig = build_figure(report)
     axes = _axes(fig)
     # Policies on the axis: fp32 (0), tf32 (1), bf16 (2); one framework: no offset.
-    speedup = group.speedup("mixed_bfloat16")
+    speedup = group.comparisons["mixed_bfloat16"].speedup
     assert speedup.kind == "repeats" and speedup.n == 3
     low, high = whiskers(axes["speed-up vs fp32 (synced step)"])[2.0]
     assert (low, high) == pytest.approx((speedup.low, speedup.high))
@@ -133,7 +133,7 @@ def test_one_repeat_whiskers_are_within_run_and_marked(tmp_path: Path) -> None:
     fig = build_figure(report)
     speedup = _axes(fig)["speed-up vs fp32 (synced step)"]
     group = report.sections[0].groups[0]  # torch, mnist_dense
-    estimate = group.speedup("mixed_bfloat16")
+    estimate = group.comparisons["mixed_bfloat16"].speedup
     assert estimate.kind == "within-run only"
     # Two frameworks: torch's bar sits left of the policy's tick (bf16 is the 4th policy).
     low, high = whiskers(speedup)[round(3 - 0.2, 6)]

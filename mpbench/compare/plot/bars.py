@@ -179,10 +179,10 @@ def _policy_ticks(ax, section: Section) -> None:
 # --- speed-up ------------------------------------------------------------------------------
 
 
-def _speedup(group: PolicyGroup, policy: str) -> Estimate | None:
+def _speedup_bar(group: PolicyGroup, policy: str) -> Estimate | None:
     if policy == BASELINE:
         return Estimate.point(1.0) if group.reference is not None else None
-    return group.speedup(policy)
+    return group.comparisons[policy].speedup
 
 
 def _rests_on_contended(group: PolicyGroup, cell: CellSummary) -> bool:
@@ -217,7 +217,7 @@ def speedup_panel(ax, section: Section, palette: Palette) -> None:
         "speed-up vs fp32 (synced step)",
         "no speed-up: no finished float32 and policy pair",
     )
-    drawn, values = _open_panel(ax, section, title, _speedup, empty, needs_reference=True)
+    drawn, values = _open_panel(ax, section, title, _speedup_bar, empty, needs_reference=True)
     if not values:
         return
     # The points decide the scale; a whisker past the sane range is cut and marked (_clipped).

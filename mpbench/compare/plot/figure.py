@@ -75,7 +75,8 @@ def _caption(report: Report, side_files: dict | None = None) -> str:
     for section in report.sections:
         for group in section.groups:
             for policy, cell in group.cells.items():
-                estimates += [group.speedup(policy), cell.memory_bytes, cell.accuracy]
+                speedup = group.comparisons[policy].speedup
+                estimates += [speedup, cell.memory_bytes, cell.accuracy]
     repeats, within_run = interval_kinds(estimates)
     kinds = []
     if repeats is not None:

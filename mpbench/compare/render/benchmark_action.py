@@ -41,7 +41,7 @@ def render_benchmark_action(report: Report) -> str:
                 f"throughput {fmt.throughput(cell.throughput)} samples/s; {context}"
             )
             entries.append(entry)
-        speedup = group.speedup(policy)
+        speedup = group.comparisons[policy].speedup
         if speedup is not None and policy != BASELINE:
             entry = {
                 "name": f"{label}: step time vs float32",

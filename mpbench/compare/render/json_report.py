@@ -17,9 +17,9 @@ from mpbench.compare.summary.cells import (
     is_training_memory,
     row_policy,
 )
+from mpbench.compare.summary.comparison import Comparison
 from mpbench.compare.summary.estimate import Estimate
 from mpbench.compare.summary.scaling import ScalingRow, all_scaling_rows
-from mpbench.policies import BASELINE
 
 COMPARE_SCHEMA = "mpbench-compare/2"
 
@@ -40,18 +40,17 @@ def estimate_json(value: Estimate | None, scale: float = 1.0) -> dict[str, Any] 
     return {"value": value.value * scale, "interval": interval}
 
 
-def _verdict_json(group: PolicyGroup, policy: str) -> dict[str, Any] | None:
+def _verdict_json(comparison: Comparison) -> dict[str, Any] | None:
     """The table's verdict line as data; None for float32, the reference itself."""
-    from mpbench.compare.summary.verdict import policy_verdict
-
-    if policy == BASELINE:
+    verdict = comparison.verdict
+    if verdict is None:
         return None
-    verdict = policy_verdict(group, policy)
     return {"advice": verdict.advice, "evidence": verdict.evidence, "why": verdict.why}
 
 
 def cell_json(report: Report, group: PolicyGroup, policy: str, cell: CellSummary) -> dict:
     key = group.key
+    comparison = group.comparisons[policy]
     ms = 1000.0
     return {
         "cell": report.labeler.cell(CellKey(key, policy)),
@@ -71,8 +70,8 @@ def cell_json(report: Report, group: PolicyGroup, policy: str, cell: CellSummary
         "step_time_ms": estimate_json(cell.step_time_s, ms),
         "step_time_p10_ms": cell.p10_s * ms if cell.p10_s is not None else None,
         "step_time_p90_ms": cell.p90_s * ms if cell.p90_s is not None else None,
-        "speedup_vs_float32": estimate_json(group.speedup(policy)),
-        "end_to_end_speedup_vs_float32": estimate_json(group.end_to_end_speedup(policy)),
+        "speedup_vs_float32": estimate_json(comparison.speedup),
+        "end_to_end_speedup_vs_float32": estimate_json(comparison.end_to_end_speedup),
         "end_to_end_samples_per_s": estimate_json(cell.end_to_end),
         "end_to_end_input_pipeline": cell.end_to_end_pipeline,
         "throughput_samples_per_s": cell.throughput,
@@ -80,9 +79,9 @@ def cell_json(report: Report, group: PolicyGroup, policy: str, cell: CellSummary
         "memory_kind": cell.memory_kind,
         "training_memory": is_training_memory(cell.memory_kind),
         "dataset_device_bytes": cell.dataset_device_bytes,
-        "memory_vs_float32": estimate_json(group.memory_ratio(policy)),
+        "memory_vs_float32": estimate_json(comparison.memory_ratio),
         "test_accuracy": estimate_json(cell.accuracy),
-        "accuracy_delta_pp_vs_float32": estimate_json(group.accuracy_delta_pp(policy)),
+        "accuracy_delta_pp_vs_float32": estimate_json(comparison.accuracy_delta_pp),
         "test_loss": cell.test_loss,
         "fp8": _fp8_json(group, policy),
         "loss_scale": cell.loss_scale,
@@ -92,7 +91,7 @@ def cell_json(report: Report, group: PolicyGroup, policy: str, cell: CellSummary
         "mfu_measured": cell.mfu_measured,
         "measured_peak_tflops": cell.measured_peak_tflops,
         **_telemetry_json(cell),
-        "verdict": _verdict_json(group, policy),
+        "verdict": _verdict_json(comparison),
         # Repeats that ran beside other work (docs/measurement.md, "Contention"), and
         # figures no device can produce
         "contended_repeats": cell.contended_repeats,
@@ -114,7 +113,7 @@ def cell_json(report: Report, group: PolicyGroup, policy: str, cell: CellSummary
 def _fp8_json(group: PolicyGroup, policy: str) -> dict[str, Any] | None:
     """A float8 cell's fp8 as it ran; an emulated cell's step time as the cost of emulation
     (its speedup_vs_float32 is null) and its accuracy against bf16, its base policy."""
-    fp8 = group.cells[policy].fp8
+    fp8, comparison = group.cells[policy].fp8, group.comparisons[policy]
     if fp8 is None:
         return None
     return {
@@ -124,10 +123,9 @@ def _fp8_json(group: PolicyGroup, policy: str) -> dict[str, Any] | None:
         "layers_fp8": fp8.layers_fp8,
         "layers_total": fp8.layers_total,
         "flop_share": fp8.flop_share,
-        "emulation_cost_vs_float32": estimate_json(group.emulation_cost(policy)),
-        "accuracy_delta_pp_vs_bfloat16": estimate_json(
-            group.accuracy_delta_pp(policy, "mixed_bfloat16")
-        ),
+        "emulation_cost_vs_float32": estimate_json(comparison.emulation_cost),
+        # bf16 is float8's base policy, the only fp8 policy (mpbench.policies)
+        "accuracy_delta_pp_vs_bfloat16": estimate_json(comparison.accuracy_delta_pp_vs_base),
     }
 
 

@@ -249,12 +249,13 @@ def section_table(section: Section, labeler: Labeler) -> TextTable:
     shown: list[Estimate | None] = []
     for group in section.groups:
         for policy, cell in group.cells.items():
+            comparison = group.comparisons[policy]
             estimates = {
                 STEP_CI: cell.step_time_s if repeats else None,
-                SPEEDUP: group.speedup(policy),
-                E2E: group.end_to_end_speedup(policy),
-                MEMORY_RATIO: group.memory_ratio(policy),
-                ACCURACY_DELTA: group.accuracy_delta_pp(policy),
+                SPEEDUP: comparison.speedup,
+                E2E: comparison.end_to_end_speedup,
+                MEMORY_RATIO: comparison.memory_ratio,
+                ACCURACY_DELTA: comparison.accuracy_delta_pp,
             }
             if policy != BASELINE:
                 shown += estimates.values()

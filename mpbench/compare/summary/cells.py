@@ -14,18 +14,10 @@ import dataclasses
 import json
 import re
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
 
-from mpbench.compare.summary.estimate import (
-    Estimate,
-    of_repeats,
-    paired_difference,
-    paired_ratio,
-    step_ratio,
-    step_time,
-)
+from mpbench.compare.summary.comparison import Comparison
+from mpbench.compare.summary.estimate import Estimate, of_repeats, step_time
 from mpbench.errors import InvalidInput
 from mpbench.policies import BASELINE, POLICIES
 from mpbench.results import CellRecord, Status, StepTimeStats
@@ -433,27 +425,19 @@ def _pooled_p10_p90(timed: list[CellRecord], raw: list[float]) -> tuple[float | 
     )
 
 
-V = TypeVar("V")
-
-
-# Speed-up ceilings (PolicyGroup.speedup_ceiling). A policy also saves memory traffic, so it
-# may beat the ratio of peaks a little; without peaks, the same room over the largest
-# 16-bit/float32 ratio of any part in detect/peaks.py (B200: 30×; a test keeps the two in step).
-SPEEDUP_ROOM = 1.5
-ANY_DEVICE_RATIO = 30.0
-ANY_DEVICE_SPEEDUP = SPEEDUP_ROOM * ANY_DEVICE_RATIO
-
-
 @dataclass
 class PolicyGroup:
     """The policies of one framework × workload × config on one machine.
 
     Ratios to float32 pair repeats by (run_id, repeat): float32 r0 with bf16 r0 of the same
-    run, which the runner interleaved in time. A repeat without a partner is left out.
+    run, which the runner interleaved in time. A repeat without a partner is left out. The
+    ratios are taken once, by summary/build.py, into `comparisons`.
     """
 
     key: GroupKey
     cells: dict[str, CellSummary] = field(default_factory=dict)  # policy -> cell, in order
+    # row -> its comparison against float32, computed once (summary/build.py) and only read
+    comparisons: dict[str, Comparison] = field(default_factory=dict)
 
     @property
     def data_names(self) -> list[str]:
@@ -473,21 +457,6 @@ class PolicyGroup:
         cell = self.cells.get(policy)
         return bool(cell and cell.fp8 and cell.fp8.emulated)
 
-    def _pairs(
-        self,
-        policy: str,
-        values: Callable[[CellSummary], dict[RepeatKey, V]],
-        against: str = BASELINE,
-    ) -> list[tuple[V, V]]:
-        """(float32, policy) values of the repeats both have, in repeat order; `against`:
-        another row than float32 (an emulated fp8 cell's accuracy against bf16)."""
-        ref = self.reference if against == BASELINE else self.cells.get(against)
-        cell = self.cells.get(policy)
-        if ref is None or not ref.ok or cell is None or not cell.ok:
-            return []
-        a, b = values(ref), values(cell)
-        return [(a[k], b[k]) for k in sorted(a.keys() & b.keys())]
-
     def unpaired(self, policy: str) -> tuple[list[RepeatKey], list[RepeatKey]]:
         """Timed repeats of (float32, policy) that have no partner in the other cell."""
         ref, cell = self.reference, self.cells.get(policy)
@@ -500,105 +469,6 @@ class PolicyGroup:
     def batch_scaled(self) -> bool:
         """Some row runs another batch than float32 (--batch-scale-16bit)."""
         return any(" @" in row for row in self.cells)
-
-    def speedup(self, policy: str) -> Estimate | None:
-        """float32 step time / this policy's (above 1: faster than float32). Where the 16-bit
-        cells run a larger batch (--batch-scale-16bit) the times are per sample, so this is
-        the throughput ratio (samples/s) of the policy at its batch to float32 at its own.
-        None for an emulated fp8 cell: emulation_cost says what its step time is."""
-        if self.emulated(policy):
-            return None
-        pairs = self._pairs(policy, CellSummary.step_times)
-        if pairs and self.batch_scaled:
-            ref, cell = self.reference, self.cells[policy]
-            ref_batch, batch = ref.batch() if ref else None, cell.batch()
-            if not ref_batch or not batch:
-                return None
-            pairs = [(per_sample(a, ref_batch), per_sample(b, batch)) for a, b in pairs]
-        return step_ratio(pairs) if pairs else None
-
-    def emulation_cost(self, policy: str) -> Estimate | None:
-        """An emulated fp8 cell's step time / float32's (above 1: slower): what emulating
-        fp8 costs here, never a speed; None for any other cell."""
-        if not self.emulated(policy) or self.batch_scaled:
-            return None
-        pairs = self._pairs(policy, CellSummary.step_times)
-        return step_ratio([(b, a) for a, b in pairs]) if pairs else None
-
-    def speedup_ceiling(self, policy: str) -> tuple[float, str]:
-        """The largest speed-up over float32 the device could deliver, and where it comes
-        from: the ratio of the policy's peak to float32's (datasheet, else measured), with
-        room for what a policy saves besides arithmetic; else a bound for any device."""
-        ref, cell = self.reference, self.cells.get(policy)
-        for name, source in (("peak_tflops", "datasheet"), ("measured_peak_tflops", "measured")):
-            low, high = (getattr(c, name) if c else None for c in (ref, cell))
-            if low and high:
-                ratio = high / low
-                return SPEEDUP_ROOM * ratio, f"{ratio:.3g}× the float32 peak ({source})"
-        return ANY_DEVICE_SPEEDUP, (
-            f"no part in the peak table has a 16-bit peak above {ANY_DEVICE_RATIO:g}× its "
-            "float32 peak"
-        )
-
-    def implausible_speedup(self, policy: str) -> str | None:
-        """Why the speed-up cannot be real, or None."""
-        speedup = self.speedup(policy)
-        if speedup is None:
-            return None
-        ceiling, why = self.speedup_ceiling(policy)
-        if speedup.value <= ceiling:
-            return None
-        return (
-            f"a {speedup.value:.3g}× speed-up is beyond what the device allows "
-            f"(at most {ceiling:.3g}×: {why})"
-        )
-
-    def distrust(self, policy: str) -> str | None:
-        """Why the evidence for `policy` against float32 cannot be trusted, or None: a repeat
-        of either cell ran on a busy machine, or a figure is beyond what the device can do.
-        Then no verdict recommends or warns, and a timing gate is inconclusive."""
-        reasons = []
-        for cell in (self.cells.get(BASELINE), self.cells.get(policy)):
-            if cell is None:
-                continue
-            busy = cell.busy_text()
-            if busy:
-                reasons.append(f"{cell.policy}: {busy}")
-            reasons += [f"{cell.policy}: {note}" for note in cell.implausible]
-        impossible = self.implausible_speedup(policy)
-        if impossible:
-            reasons.append(impossible)
-        return "; ".join(dict.fromkeys(reasons)) if reasons else None
-
-    def memory_ratio(self, policy: str) -> Estimate | None:
-        """This policy's memory / float32's, only between the same kind of memory (none for
-        an emulated fp8 cell, whose memory holds the emulation's float32 copies)."""
-        ref, cell = self.reference, self.cells.get(policy)
-        if self.emulated(policy):
-            return None
-        if ref is None or cell is None or ref.memory_kind != cell.memory_kind:
-            return None
-        pairs = [(m, r) for r, m in self._pairs(policy, CellSummary.memory_values) if r > 0]
-        return paired_ratio(pairs) if pairs else None
-
-    def accuracy_delta_pp(self, policy: str, against: str = BASELINE) -> Estimate | None:
-        """This policy's test accuracy minus float32's (or `against`'s), in points."""
-        pairs = [(a, r) for r, a in self._pairs(policy, CellSummary.accuracies, against)]
-        return paired_difference(pairs).scaled(100) if pairs else None
-
-    def end_to_end_speedup(self, policy: str) -> Estimate | None:
-        """This policy's end-to-end samples/s / float32's, through the same input pipeline
-        (none for an emulated fp8 cell, as speedup)."""
-        if self.emulated(policy):
-            return None
-        pairs = [
-            (rate, ref_rate)
-            for (ref_rate, ref_pipe), (rate, pipe) in self._pairs(
-                policy, CellSummary.end_to_end_rates
-            )
-            if pipe == ref_pipe
-        ]
-        return paired_ratio(pairs) if pairs else None
 
 
 @dataclass
@@ -667,7 +537,9 @@ def summarize_all(records: list[CellRecord]) -> dict[CellKey, CellSummary]:
     return {key: summarize(key, recs) for key, recs in by_key.items()}
 
 
-def build_sections(cells: dict[CellKey, CellSummary]) -> list[Section]:
+def group_sections(cells: dict[CellKey, CellSummary]) -> list[Section]:
+    """The cells by section and group, in display order; no comparison taken yet
+    (summary/build.py's build_sections takes them)."""
     groups: dict[GroupKey, PolicyGroup] = {}
     for key in sorted(cells, key=display_order):
         groups.setdefault(key.group, PolicyGroup(key.group)).cells[key.policy] = cells[key]

@@ -7,12 +7,12 @@ from the device's rating of the policy (mpbench.policies), so that "0.18×" come
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from mpbench.compare.render import fmt
 from mpbench.compare.summary.cells import CellSummary, PolicyGroup, is_training_memory, row_policy
+from mpbench.compare.summary.comparison import PolicyVerdict as PolicyVerdict
+from mpbench.compare.summary.comparison import short as short
 from mpbench.compare.summary.estimate import WITHIN_RUN, Estimate
-from mpbench.policies import BASELINE, POLICIES, DeviceTraits, Rating, rate, resolve
+from mpbench.policies import BASELINE, DeviceTraits, Rating, rate, resolve
 
 # An accuracy drop beyond this many points (point estimate) turns "recommended" into "use with
 # care": the speed is real, the model is worse.
@@ -30,28 +30,6 @@ FELL_BACK = "fell back"  # diverged, and --on-diverge fallback ran it one step d
 REMEASURE = "re-measure on a quiet machine"  # contended or implausible evidence decides nothing
 # An emulated fp8 cell (docs/policies.md): its accuracy is fp8's, its step time emulation's.
 NUMERICS_ONLY = "numerics only: fp8 emulated, no speed measured"
-
-
-def short(row: str) -> str:
-    """`mixed_float16 [loss scale 1024]` -> `fp16 [loss scale 1024]` (rows: summary/cells.py;
-    the short name is the policy's, mpbench.policies). A name that is no policy stays."""
-    policy, _, variant = row.partition(" ")
-    known = POLICIES.get(policy)
-    name = known.short if known is not None else policy
-    return f"{name} {variant}" if variant else name
-
-
-@dataclass
-class PolicyVerdict:
-    policy: str
-    evidence: str  # "2.45× faster (95 % 2.41–2.52), -0.13 pp accuracy, -35 % training memory"
-    advice: str  # one of the constants above
-    why: str | None = None  # the device's reason, when it explains the advice
-
-    def text(self) -> str:
-        """`bf16: 2.45× faster (95 % 2.41–2.52), ... → recommended here`."""
-        text = f"{short(self.policy)}: {self.evidence} → {self.advice}"
-        return f"{text} ({self.why})" if self.why else text
 
 
 def traits_of(cell: CellSummary) -> DeviceTraits | None:
@@ -73,12 +51,16 @@ def traits_of(cell: CellSummary) -> DeviceTraits | None:
 
 
 def group_verdicts(group: PolicyGroup) -> list[PolicyVerdict]:
-    """One verdict per policy other than float32, in the group's order."""
-    return [policy_verdict(group, policy) for policy in group.cells if policy != BASELINE]
+    """One verdict per policy other than float32, in the group's order, as summary/build.py
+    made them."""
+    verdicts = (c.verdict for row, c in group.comparisons.items() if row != BASELINE)
+    return [v for v in verdicts if v is not None]
 
 
 def policy_verdict(group: PolicyGroup, policy: str) -> PolicyVerdict:
-    cell = group.cells[policy]
+    """The verdict of a row from its group's estimates (group.comparisons, taken first by
+    summary/build.py, which stores what this returns)."""
+    cell, comparison = group.cells[policy], group.comparisons[policy]
     traits = traits_of(cell)
     rating = rate(row_policy(policy), traits) if traits is not None else None
     if not cell.ok:
@@ -91,17 +73,17 @@ def policy_verdict(group: PolicyGroup, policy: str) -> PolicyVerdict:
         return emulated_verdict(group, policy)
     if group.reference is None:
         return PolicyVerdict(policy, _measured(cell, "no float32 cell to compare with"), NO_RATIO)
-    speedup = group.speedup(policy)
+    speedup = comparison.speedup
     if speedup is None:
         why = "no step times paired with float32's"
         return PolicyVerdict(policy, _measured(cell, why), NO_RATIO)
     parts = [_speed(speedup)]
     if cell.fp8 is not None:
         parts.append(f"fp8 in {cell.fp8.coverage()}")
-    accuracy = group.accuracy_delta_pp(policy)
+    accuracy = comparison.accuracy_delta_pp
     if accuracy is not None:
         parts.append(f"{fmt.points(accuracy.value)} accuracy")
-    memory = group.memory_ratio(policy)
+    memory = comparison.memory_ratio
     if memory is not None and is_training_memory(cell.memory_kind):
         parts.append(f"{fmt.percent_change(memory.value - 1)} training memory")
     advice = _advice(speedup, accuracy)
@@ -112,7 +94,7 @@ def policy_verdict(group: PolicyGroup, policy: str) -> PolicyVerdict:
         why = "the 95 % interval includes 1×: more repeats would decide"
     elif advice == CAREFUL:
         why = f"accuracy drops more than {ACCURACY_COST_PP:g} pp"
-    distrust = group.distrust(policy)
+    distrust = comparison.distrust
     if distrust is not None:
         # A busy machine or an impossible figure: neither a recommendation nor a warning.
         return PolicyVerdict(policy, ", ".join(parts), REMEASURE, distrust)
@@ -127,16 +109,17 @@ def emulated_verdict(group: PolicyGroup, policy: str) -> PolicyVerdict:
     """An emulated fp8 cell: its accuracy against float32 and bf16, what the emulation cost,
     and never a speed-up (`emulated, fp8 in 2 of 3 layers, 98 % of FLOPs; -0.05 pp accuracy vs
     fp32 (...); ...; step time 3.1× float32's: the cost of emulation`)."""
-    cell = group.cells[policy]
+    cell, comparison = group.cells[policy], group.comparisons[policy]
     assert cell.fp8 is not None
     parts = [f"emulated, fp8 in {cell.fp8.coverage()}"]
     # float32, then the policy it builds on (float8's: bf16), its nearest accuracy reference.
     base = resolve(row_policy(policy)).base
+    deltas = {BASELINE: comparison.accuracy_delta_pp, base: comparison.accuracy_delta_pp_vs_base}
     for against in [BASELINE] if base is None else [BASELINE, base]:
-        delta = group.accuracy_delta_pp(policy, against) if against in group.cells else None
+        delta = deltas[against] if against in group.cells else None
         if delta is not None:
             parts.append(f"{fmt.points_interval(delta)} accuracy vs {short(against)}")
-    cost = group.emulation_cost(policy)
+    cost = comparison.emulation_cost
     if cost is not None:
         parts.append(f"step time {fmt.ratio(cost.value)} float32's: the cost of emulation")
     # Why it was emulated, and how its GEMMs ran as the record says (derived from what ran,
@@ -170,7 +153,7 @@ def fallback_story(group: PolicyGroup, policy: str) -> str | None:
         if diverged:
             first = diverged[0].divergence
             where = f" at step {first.step} ({first.signal})"
-        speedup = group.speedup(row)
+        speedup = group.comparisons[row].speedup
         result = other.status if speedup is None else f"{other.status}, {fmt.ratio(speedup.value)}"
         return f"diverged{where} → {short(row)}: {result}"
     return None

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Render the committed compare fixtures in every format, and a plot, with the mpbench of a
+# given source tree: to show that a refactor changed no output, byte for byte.
+#
+#   git worktree add /tmp/before <commit>
+#   bash benchmarks/render_fixtures.sh /tmp/before /tmp/out-before
+#   bash benchmarks/render_fixtures.sh "$PWD" /tmp/out-after
+#   diff -r /tmp/out-before /tmp/out-after    # which.txt differs; plot.svg by its random ids
+#
+# Each fixture run is rendered alone and against tests/compare/fixtures/baseline_cpu with
+# every gate (the gated exit code and stderr are kept too). Runs the python on PATH.
+set -u
+if (($# != 2)); then
+    echo "usage: $0 SOURCE_TREE OUTPUT_DIR" >&2
+    exit 2
+fi
+src="$(cd "$1" && pwd)"
+out="$2"
+fixtures="$(cd "$(dirname "$0")/.." && pwd)/tests/compare/fixtures"
+rm -rf "$out" && mkdir -p "$out"
+out="$(cd "$out" && pwd)"
+cd /  # so that neither tree is on sys.path by accident; PYTHONPATH picks the one asked for
+export PYTHONPATH="$src" COLUMNS=200
+python -c "import mpbench; print(mpbench.__file__)" >"$out/which.txt"
+gates=(--baseline "$fixtures/baseline_cpu" --max-slowdown 10% --max-memory-increase 5%
+    --max-accuracy-drop 0.5 --min-speedup bf16=1.1 --max-accuracy-delta 5)
+for format in table markdown json csv benchmark-action; do
+    python -m mpbench compare "$fixtures/cpu_run" --format "$format" \
+        >"$out/run.$format" 2>"$out/run.$format.err"
+    echo "exit $?" >>"$out/run.$format.err"
+    python -m mpbench compare "$fixtures/cpu_run" "${gates[@]}" --format "$format" \
+        >"$out/gated.$format" 2>"$out/gated.$format.err"
+    echo "exit $?" >>"$out/gated.$format.err"
+done
+for plot in png svg; do
+    python -m mpbench compare "$fixtures/cpu_run" --plot "$out/plot.$plot" >/dev/null 2>&1
+done
+echo "rendered with $(cat "$out/which.txt") into $out"

@@ -1,0 +1,199 @@
+"""The sections of a report, each row's comparison against float32 computed here once.
+
+Every estimate compare shows against float32 (speed-up, emulation cost, memory ratio,
+accuracy delta, end-to-end speed-up, why the evidence is distrusted) and the verdict are
+taken in this module only and stored on the group (`group.comparisons[row]`); the gates,
+tables, JSON, CSV, benchmark-action export and plot read them. Ratios pair repeats by
+(run_id, repeat): float32 r0 with bf16 r0 of the same run, which the runner interleaved in
+time; a repeat without a partner is left out (report.py notes it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import TypeVar
+
+from mpbench.compare.summary.cells import (
+    CellKey,
+    CellSummary,
+    PolicyGroup,
+    RepeatKey,
+    Section,
+    group_sections,
+    per_sample,
+    row_policy,
+)
+from mpbench.compare.summary.comparison import Comparison
+from mpbench.compare.summary.estimate import (
+    Estimate,
+    paired_difference,
+    paired_ratio,
+    step_ratio,
+)
+from mpbench.compare.summary.verdict import policy_verdict
+from mpbench.policies import BASELINE, POLICIES
+
+V = TypeVar("V")
+
+# Speed-up ceilings (_speedup_ceiling). A policy also saves memory traffic, so it may beat the
+# ratio of peaks a little; without peaks, the same room over the largest 16-bit/float32 ratio
+# of any part in detect/peaks.py (B200: 30×; a test keeps the two in step).
+SPEEDUP_ROOM = 1.5
+ANY_DEVICE_RATIO = 30.0
+ANY_DEVICE_SPEEDUP = SPEEDUP_ROOM * ANY_DEVICE_RATIO
+
+
+def build_sections(cells: dict[CellKey, CellSummary]) -> list[Section]:
+    """The report's sections, every group with its comparisons."""
+    sections = group_sections(cells)
+    for group in (g for s in sections for g in s.groups):
+        compare_group(group)
+    return sections
+
+
+def compare_group(group: PolicyGroup) -> None:
+    """Every row's estimates first, then the verdicts: a fallback's verdict reads the speed-up
+    of the row it fell back to."""
+    group.comparisons = {row: _compare(group, row) for row in group.cells}
+    for row in group.cells:
+        if row != BASELINE:
+            verdict = policy_verdict(group, row)
+            group.comparisons[row] = dataclasses.replace(group.comparisons[row], verdict=verdict)
+
+
+def _compare(group: PolicyGroup, row: str) -> Comparison:
+    known = POLICIES.get(row_policy(row))
+    base = known.base if known is not None else None
+    speedup = _speedup(group, row)
+    return Comparison(
+        row=row,
+        speedup=speedup,
+        emulation_cost=_emulation_cost(group, row),
+        end_to_end_speedup=_end_to_end_speedup(group, row),
+        memory_ratio=_memory_ratio(group, row),
+        accuracy_delta_pp=_accuracy_delta_pp(group, row),
+        accuracy_delta_pp_vs_base=_accuracy_delta_pp(group, row, base) if base else None,
+        distrust=_distrust(group, row, speedup),
+    )
+
+
+def _pairs(
+    group: PolicyGroup,
+    policy: str,
+    values: Callable[[CellSummary], dict[RepeatKey, V]],
+    against: str = BASELINE,
+) -> list[tuple[V, V]]:
+    """(float32, policy) values of the repeats both have, in repeat order; `against`:
+    another row than float32 (an emulated fp8 cell's accuracy against bf16)."""
+    ref = group.reference if against == BASELINE else group.cells.get(against)
+    cell = group.cells.get(policy)
+    if ref is None or not ref.ok or cell is None or not cell.ok:
+        return []
+    a, b = values(ref), values(cell)
+    return [(a[k], b[k]) for k in sorted(a.keys() & b.keys())]
+
+
+def _speedup(group: PolicyGroup, policy: str) -> Estimate | None:
+    """float32 step time / this policy's (above 1: faster than float32). Where the 16-bit
+    cells run a larger batch (--batch-scale-16bit) the times are per sample, so this is
+    the throughput ratio (samples/s) of the policy at its batch to float32 at its own.
+    None for an emulated fp8 cell: _emulation_cost says what its step time is."""
+    if group.emulated(policy):
+        return None
+    pairs = _pairs(group, policy, CellSummary.step_times)
+    if pairs and group.batch_scaled:
+        ref, cell = group.reference, group.cells[policy]
+        ref_batch, batch = ref.batch() if ref else None, cell.batch()
+        if not ref_batch or not batch:
+            return None
+        pairs = [(per_sample(a, ref_batch), per_sample(b, batch)) for a, b in pairs]
+    return step_ratio(pairs) if pairs else None
+
+
+def _emulation_cost(group: PolicyGroup, policy: str) -> Estimate | None:
+    """An emulated fp8 cell's step time / float32's (above 1: slower): what emulating
+    fp8 costs here, never a speed; None for any other cell."""
+    if not group.emulated(policy) or group.batch_scaled:
+        return None
+    pairs = _pairs(group, policy, CellSummary.step_times)
+    return step_ratio([(b, a) for a, b in pairs]) if pairs else None
+
+
+def _speedup_ceiling(group: PolicyGroup, policy: str) -> tuple[float, str]:
+    """The largest speed-up over float32 the device could deliver, and where it comes
+    from: the ratio of the policy's peak to float32's (datasheet, else measured), with
+    room for what a policy saves besides arithmetic; else a bound for any device."""
+    ref, cell = group.reference, group.cells.get(policy)
+    for name, source in (("peak_tflops", "datasheet"), ("measured_peak_tflops", "measured")):
+        low, high = (getattr(c, name) if c else None for c in (ref, cell))
+        if low and high:
+            ratio = high / low
+            return SPEEDUP_ROOM * ratio, f"{ratio:.3g}× the float32 peak ({source})"
+    return ANY_DEVICE_SPEEDUP, (
+        f"no part in the peak table has a 16-bit peak above {ANY_DEVICE_RATIO:g}× its float32 peak"
+    )
+
+
+def _implausible_speedup(group: PolicyGroup, policy: str, speedup: Estimate | None) -> str | None:
+    """Why the speed-up cannot be real, or None."""
+    if speedup is None:
+        return None
+    ceiling, why = _speedup_ceiling(group, policy)
+    if speedup.value <= ceiling:
+        return None
+    return (
+        f"a {speedup.value:.3g}× speed-up is beyond what the device allows "
+        f"(at most {ceiling:.3g}×: {why})"
+    )
+
+
+def _distrust(group: PolicyGroup, policy: str, speedup: Estimate | None) -> str | None:
+    """Why the evidence for `policy` against float32 cannot be trusted, or None: a repeat
+    of either cell ran on a busy machine, or a figure is beyond what the device can do.
+    Then no verdict recommends or warns, and a timing gate is inconclusive."""
+    reasons = []
+    for cell in (group.cells.get(BASELINE), group.cells.get(policy)):
+        if cell is None:
+            continue
+        busy = cell.busy_text()
+        if busy:
+            reasons.append(f"{cell.policy}: {busy}")
+        reasons += [f"{cell.policy}: {note}" for note in cell.implausible]
+    impossible = _implausible_speedup(group, policy, speedup)
+    if impossible:
+        reasons.append(impossible)
+    return "; ".join(dict.fromkeys(reasons)) if reasons else None
+
+
+def _memory_ratio(group: PolicyGroup, policy: str) -> Estimate | None:
+    """This policy's memory / float32's, only between the same kind of memory (none for
+    an emulated fp8 cell, whose memory holds the emulation's float32 copies)."""
+    ref, cell = group.reference, group.cells.get(policy)
+    if group.emulated(policy):
+        return None
+    if ref is None or cell is None or ref.memory_kind != cell.memory_kind:
+        return None
+    pairs = [(m, r) for r, m in _pairs(group, policy, CellSummary.memory_values) if r > 0]
+    return paired_ratio(pairs) if pairs else None
+
+
+def _accuracy_delta_pp(group: PolicyGroup, policy: str, against: str = BASELINE) -> Estimate | None:
+    """This policy's test accuracy minus float32's (or `against`'s), in points."""
+    pairs = [(a, r) for r, a in _pairs(group, policy, CellSummary.accuracies, against)]
+    return paired_difference(pairs).scaled(100) if pairs else None
+
+
+def _end_to_end_speedup(group: PolicyGroup, policy: str) -> Estimate | None:
+    """This policy's end-to-end samples/s / float32's, through the same input pipeline
+    (none for an emulated fp8 cell, as _speedup)."""
+    if group.emulated(policy):
+        return None
+    pairs = [
+        (rate, ref_rate)
+        for (ref_rate, ref_pipe), (rate, pipe) in _pairs(
+            group, policy, CellSummary.end_to_end_rates
+        )
+        if pipe == ref_pipe
+    ]
+    return paired_ratio(pairs) if pairs else None

@@ -1,0 +1,53 @@
+"""One row of one group against float32, as data: every estimate compare shows and the
+verdict, computed once by summary/build.py and only read by the gates, renderers and plot.
+
+The estimates are taken in build.py; this module holds what they produce, so that the cells
+(summary/cells.py) can carry their comparisons without importing how they are made.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mpbench.compare.summary.estimate import Estimate
+from mpbench.policies import POLICIES
+
+
+def short(row: str) -> str:
+    """`mixed_float16 [loss scale 1024]` -> `fp16 [loss scale 1024]` (rows: summary/cells.py;
+    the short name is the policy's, mpbench.policies). A name that is no policy stays."""
+    policy, _, variant = row.partition(" ")
+    known = POLICIES.get(policy)
+    name = known.short if known is not None else policy
+    return f"{name} {variant}" if variant else name
+
+
+@dataclass
+class PolicyVerdict:
+    policy: str
+    evidence: str  # "2.45× faster (95 % 2.41–2.52), -0.13 pp accuracy, -35 % training memory"
+    advice: str  # one of summary/verdict.py's constants
+    why: str | None = None  # the device's reason, when it explains the advice
+
+    def text(self) -> str:
+        """`bf16: 2.45× faster (95 % 2.41–2.52), ... → recommended here`."""
+        text = f"{short(self.policy)}: {self.evidence} → {self.advice}"
+        return f"{text} ({self.why})" if self.why else text
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A row of a group against float32 (float32's own row included: its ratios to itself are
+    the `ref` of the tables). None wherever the estimate cannot be taken."""
+
+    row: str
+    speedup: Estimate | None  # float32 step time / the row's; None for emulated fp8
+    emulation_cost: Estimate | None  # an emulated fp8 row's step time / float32's
+    end_to_end_speedup: Estimate | None
+    memory_ratio: Estimate | None  # the row's memory / float32's, same kind of memory only
+    accuracy_delta_pp: Estimate | None  # test accuracy minus float32's, in points
+    # Against the policy the row builds on (float8's: bf16), where it has one.
+    accuracy_delta_pp_vs_base: Estimate | None
+    # Why the evidence against float32 cannot be trusted (busy machine, impossible figure).
+    distrust: str | None
+    verdict: PolicyVerdict | None = None  # None for float32, the reference itself
