@@ -78,6 +78,20 @@ def test_the_runner_never_imports_compare():
     assert _arrows("mpbench.runner", "mpbench.compare") <= KNOWN
 
 
+def test_compare_imports_down_its_layers_only():
+    # summary first, then the gates and the report, then render and plot: the verdicts and
+    # gates once borrowed render/fmt.py's wording of numbers, which now lives in summary/.
+    summary, render, plot = (
+        "mpbench.compare.summary",
+        "mpbench.compare.render",
+        "mpbench.compare.plot",
+    )
+    for lower in (summary, "mpbench.compare.gates", "mpbench.compare.report"):
+        assert _arrows(lower, render) == set(), lower
+        assert _arrows(lower, plot) == set(), lower
+    assert _arrows(render, plot) == set()
+
+
 def test_telemetry_never_imports_compare_or_the_runner():
     assert _arrows("mpbench.telemetry", "mpbench.compare") == set()
     assert _arrows("mpbench.telemetry", "mpbench.runner") == set()

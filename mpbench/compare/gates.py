@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mpbench.compare.options import CompareOptions, split_world
-from mpbench.compare.render import fmt
+from mpbench.compare.summary import fmt
 from mpbench.compare.summary.cells import CellKey, CellSummary, PolicyGroup, Section, row_policy
 from mpbench.compare.summary.estimate import (
     Estimate,

@@ -14,8 +14,8 @@ from compare_records import cpu_run, record, slower, write_run
 from make_fixtures import GATE_ARGS
 
 from mpbench.compare import CompareOptions, build_report, render
-from mpbench.compare.render import fmt
 from mpbench.compare.render.terminal import print_report
+from mpbench.compare.summary import fmt
 from mpbench.results import Status
 from mpbench.results.stats import log_ratio_interval
 

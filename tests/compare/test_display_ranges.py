@@ -12,7 +12,7 @@ from compare_helpers import whiskers
 from compare_records import record, write_run
 
 from mpbench.compare import CompareOptions, build_report, render
-from mpbench.compare.render import fmt
+from mpbench.compare.summary import fmt
 from mpbench.compare.summary.estimate import REPEATS, WITHIN_RUN, Estimate
 from mpbench.results import CellRecord, StepTimeStats, read_records
 

@@ -34,7 +34,7 @@ from mpbench.compare.plot.style import (
     tick_label,
     wrap_words,
 )
-from mpbench.compare.render import fmt
+from mpbench.compare.summary import fmt
 from mpbench.compare.summary.cells import CellSummary, PolicyGroup, Section
 from mpbench.compare.summary.estimate import WITHIN_RUN, Estimate
 from mpbench.policies import BASELINE

@@ -29,7 +29,7 @@ from mpbench.compare.plot.style import (
     style_axes,
     tick_label,
 )
-from mpbench.compare.render import fmt
+from mpbench.compare.summary import fmt
 from mpbench.compare.summary.cells import (
     FALLBACK_MARK,
     CellSummary,

@@ -1,3 +1,3 @@
 """Rendering the report: one module per format (terminal, markdown, JSON, CSV,
-benchmark-action), the text tables the human formats share, and how numbers are written
-(docs/architecture.md)."""
+benchmark-action) and the text tables the human formats share; how numbers are written is
+summary/fmt.py, which the verdicts and gates use too (docs/architecture.md)."""

@@ -7,9 +7,9 @@ import json
 import math
 from typing import Any
 
-from mpbench.compare.render import fmt
 from mpbench.compare.render.tables import config_text
 from mpbench.compare.report import Report
+from mpbench.compare.summary import fmt
 from mpbench.compare.summary.cells import CellKey
 from mpbench.policies import BASELINE
 

@@ -7,8 +7,8 @@ import json
 from dataclasses import dataclass, field
 
 from mpbench.compare.gates import GateResult
-from mpbench.compare.render import fmt
 from mpbench.compare.report import Report
+from mpbench.compare.summary import fmt
 from mpbench.compare.summary.cells import CellKey, CellSummary, PolicyGroup, Section
 from mpbench.compare.summary.estimate import REPEATS, WITHIN_RUN, Estimate
 from mpbench.compare.summary.labels import Labeler, short_fingerprint, short_framework

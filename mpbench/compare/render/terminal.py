@@ -7,7 +7,6 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from mpbench.compare.options import CompareOptions
-from mpbench.compare.render import fmt
 from mpbench.compare.render.encoding import safe_console, spell_for
 from mpbench.compare.render.tables import (
     INCONCLUSIVE,
@@ -18,6 +17,7 @@ from mpbench.compare.render.tables import (
     section_tables,
 )
 from mpbench.compare.report import Report, build_report
+from mpbench.compare.summary import fmt
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -1,2 +1,3 @@
 """Summarising the records: repeats merged into cells and groups, each ratio estimated with
-its interval, one name per group, the scaling rows and the verdicts (docs/architecture.md)."""
+its interval, one name per group, the scaling rows, the verdicts and how numbers are written
+(docs/architecture.md)."""

@@ -7,7 +7,7 @@ from the device's rating of the policy (mpbench.policies), so that "0.18×" come
 
 from __future__ import annotations
 
-from mpbench.compare.render import fmt
+from mpbench.compare.summary import fmt
 from mpbench.compare.summary.cells import CellSummary, PolicyGroup, is_training_memory, row_policy
 from mpbench.compare.summary.comparison import PolicyVerdict as PolicyVerdict
 from mpbench.compare.summary.comparison import short as short
