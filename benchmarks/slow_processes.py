@@ -64,7 +64,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mpbench.runner.launchers.zygote import CELL_NAME, SERVER_NAME
+from mpbench.runner.launchers.process_names import CELL_NAME, SERVER_NAME
 
 SLOW_FACTOR = 1.25  # a process slower than 1.25 x its arm's median is "slow" (issue 22)
 POLL_S = 0.25  # how often the parent's CPU is read while a process runs

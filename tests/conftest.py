@@ -132,24 +132,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if slow and not item.get_closest_marker("slow"):
             item.add_marker("slow")
     config.stash[_UNMEASURED] = unmeasured
-    _longest_modules_first(items, measured)
-
-
-# A module not timed yet that starts processes or trains counts as this many seconds.
-_UNTIMED_SLOW_S = 5.0
-
-
-def _longest_modules_first(items: list[pytest.Item], measured: dict[str, float]) -> None:
-    """Order the modules by their measured time, longest first, each one's tests kept in
-    order. xdist's --dist loadfile hands whole modules to whichever worker is free, in this
-    order: with the long ones last, one worker ran the suite's tail alone for minutes."""
-    total: dict[Path, float] = {}
-    for item in items:
-        seconds = measured.get(item.nodeid)
-        if seconds is None:
-            seconds = _UNTIMED_SLOW_S if item.get_closest_marker("slow") else 0.05
-        total[item.path] = total.get(item.path, 0.0) + seconds
-    items.sort(key=lambda item: -total[item.path])  # stable: a module's tests stay in order
 
 
 _UNMEASURED = pytest.StashKey[int]()

@@ -12,7 +12,7 @@ import pytest
 from mpbench import fp8
 from mpbench.backends import FRAMEWORKS
 from mpbench.compare.plot import style
-from mpbench.compare.summary.verdict import short
+from mpbench.compare.summary.comparison import short
 from mpbench.detect import measure, peaks
 from mpbench.policies import (
     FLOAT8,

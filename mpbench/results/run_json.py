@@ -7,7 +7,7 @@ entry carries a version from 1 on; an older run.json wrote the same keys without
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 ADAPTIVE_VERSION = 1
@@ -33,38 +33,20 @@ class AdaptiveBlock:
     version: int = ADAPTIVE_VERSION
 
     def to_dict(self) -> dict[str, Any]:
-        """The entry as run.json holds it (this key order)."""
-        return {
-            "version": self.version,
-            "rule": self.rule,
-            "pilot": self.pilot,
-            "planned": self.planned,
-            "ran": self.ran,
-            "precision": self.precision,
-            "max_repeats": self.max_repeats,
-            "time_budget_s": self.time_budget_s,
-            "stopped": self.stopped,
-            "decision": self.decision,
-            "s0": self.s0,
-            "half_width": self.half_width,
-        }
+        """The entry as run.json holds it: the version first, then the fields in order."""
+        names = [f.name for f in fields(self) if f.name != "version"]
+        return {"version": self.version, **{name: getattr(self, name) for name in names}}
 
     @classmethod
     def from_dict(cls, raw: Any) -> AdaptiveBlock | None:
-        """The entry read back; None when it is not an entry at all (not a JSON object)."""
+        """The entry read back; None when it is not an entry at all (not a JSON object). A
+        per-cell table that is not an object reads as empty; no version: written before the
+        entry had one (1)."""
         if not isinstance(raw, dict):
             return None
-        return cls(
-            rule=raw.get("rule"),
-            pilot=raw.get("pilot"),
-            planned=raw.get("planned"),
-            ran=raw.get("ran"),
-            precision=raw.get("precision"),
-            max_repeats=raw.get("max_repeats"),
-            time_budget_s=raw.get("time_budget_s"),
-            stopped=raw.get("stopped"),
-            decision=raw.get("decision"),
-            s0=raw.get("s0") if isinstance(raw.get("s0"), dict) else {},
-            half_width=raw.get("half_width") if isinstance(raw.get("half_width"), dict) else {},
-            version=raw.get("version", 1),  # no version: written before it had one
-        )
+        values = {f.name: raw.get(f.name) for f in fields(cls) if f.name in raw}
+        for table in ("s0", "half_width"):
+            if not isinstance(values.get(table), dict):
+                values.pop(table, None)
+        values.setdefault("version", 1)
+        return cls(**values)

@@ -159,7 +159,7 @@ def available_memory() -> int | None:
     memory cgroup (a container's limit) leaves less; None where neither can be read."""
     import psutil
 
-    from mpbench.runner.launchers.process import memory_cgroup
+    from mpbench.runner.launchers.oom import memory_cgroup
 
     try:
         free: int | None = psutil.virtual_memory().available

@@ -21,7 +21,7 @@ from adversary import read_jsonl
 from frameworks import needs_torch
 from processes import marked
 
-from mpbench.runner.launchers.zygote import CELL_NAME
+from mpbench.runner.launchers.process_names import CELL_NAME
 
 pytestmark = needs_torch  # its cells import torch, in their own processes
 

@@ -20,6 +20,7 @@ from mpbench.results import (
     SCHEMA_VERSION,
     AccuracyStats,
     CellRecord,
+    ContentionStats,
     DataInfo,
     DeviceInfo,
     DivergenceInfo,
@@ -31,6 +32,20 @@ from mpbench.results import (
     append_record,
     load_record,
 )
+
+# A cell's contention as a busy and a quiet 2-core machine record it (results' ContentionStats).
+BUSY = ContentionStats(
+    wall_s=3.0,
+    cpus=2,
+    busy_cores=2.0,
+    own_cores=0.99,
+    other_cores=1.01,
+    steal_pct=0.0,
+    contended=True,
+    why=["other processes used 1.01 of 2 cores"],
+)
+QUIET = ContentionStats(wall_s=3.0, cpus=2, busy_cores=1.98, own_cores=1.97, other_cores=0.01)
+
 
 CPU = DeviceInfo(kind="cpu", name="AMD EPYC")
 CPU_FINGERPRINT = "cpu-3f9a1c07d2b84e51"

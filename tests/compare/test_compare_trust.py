@@ -3,7 +3,7 @@ rests on them, timing gates on them are inconclusive, and implausible figures ar
 
 from __future__ import annotations
 
-from compare_records import record
+from compare_records import BUSY, QUIET, record
 
 from mpbench.compare import CompareOptions, build_report
 from mpbench.compare.render.tables import section_table, status_text
@@ -12,18 +12,6 @@ from mpbench.compare.summary.cells import summarize_all
 from mpbench.compare.summary.labels import Labeler
 from mpbench.compare.summary.verdict import RECOMMENDED, REMEASURE, group_verdicts
 from mpbench.results import CellRecord, ContentionStats
-
-BUSY = ContentionStats(
-    wall_s=3.0,
-    cpus=2,
-    busy_cores=2.0,
-    own_cores=0.99,
-    other_cores=1.01,
-    steal_pct=0.0,
-    contended=True,
-    why=["other processes used 1.01 of 2 cores"],
-)
-QUIET = ContentionStats(wall_s=3.0, cpus=2, busy_cores=1.98, own_cores=1.97, other_cores=0.01)
 
 
 def _run(bf16_ms: list[float], contention: ContentionStats | None = None) -> list[CellRecord]:

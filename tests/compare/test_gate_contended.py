@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from compare_records import record, write_run
+from compare_records import BUSY, QUIET, record, write_run
 
 from mpbench.results import CellRecord, ContentionStats
 
@@ -26,16 +26,6 @@ pytest.importorskip("matplotlib")  # the script asks compare for a plot
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / ".github" / "mpbench-gate.sh"
 
-BUSY = ContentionStats(
-    wall_s=436.0,
-    cpus=2,
-    busy_cores=2.0,
-    own_cores=0.99,
-    other_cores=1.01,
-    contended=True,
-    why=["other processes used 1.01 of 2 cores"],
-)
-QUIET = ContentionStats(wall_s=3.0, cpus=2, busy_cores=1.0, own_cores=0.99, other_cores=0.01)
 
 # `mpbench detect` and `mpbench run` stand-ins; `run` copies the prepared run into --out.
 STUB = """#!/usr/bin/env bash

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mpbench.backends.base import CellSpec
-from mpbench.runner.launchers.process import CELL_TIMEOUT_ENV
+from mpbench.runner.launchers.cell_timeout import CELL_TIMEOUT_ENV
 from mpbench.runner.launchers.torchrun import (
     RDZV_TIMEOUT_ENV,
     RankFailure,

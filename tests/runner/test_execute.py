@@ -17,8 +17,9 @@ from processes import marked
 from mpbench.backends.base import CellSpec
 from mpbench.runner.launchers import process as execute
 from mpbench.runner.launchers.cell import classify
-from mpbench.runner.launchers.process import memory_cgroup, oom_kill_count, run_in_child
-from mpbench.runner.launchers.zygote import CELL_NAME
+from mpbench.runner.launchers.oom import memory_cgroup, oom_kill_count
+from mpbench.runner.launchers.process import run_in_child
+from mpbench.runner.launchers.process_names import CELL_NAME
 
 torch = pytest.importorskip("torch")
 

@@ -21,12 +21,12 @@ from frameworks import needs_tensorflow, needs_torch
 from processes import marked
 
 from mpbench.backends.base import CellSpec
-from mpbench.runner.launchers.process import CELL_TIMEOUT_ENV, run_in_child
+from mpbench.runner.launchers.cell_timeout import CELL_TIMEOUT_ENV
+from mpbench.runner.launchers.process import run_in_child
+from mpbench.runner.launchers.process_names import CELL_NAME, SERVER_NAME
 from mpbench.runner.launchers.zygote import (
-    CELL_NAME,
     FORK_SERVER_ENV,
     NVML_CHECK_ENV,
-    SERVER_NAME,
     ForkServer,
     ForkServers,
     ServerGone,

@@ -16,8 +16,8 @@ from mpbench.compare.summary.cells import (
     policy_rank,
     row_policy,
 )
+from mpbench.compare.summary.comparison import short
 from mpbench.compare.summary.estimate import Estimate
-from mpbench.compare.summary.verdict import short
 from mpbench.policies import POLICIES
 
 # Fixed colours per framework, far apart so the two read apart at a glance (and in grey).

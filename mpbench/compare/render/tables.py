@@ -227,7 +227,8 @@ class Footnotes:
 def section_table(section: Section, labeler: Labeler) -> TextTable:
     """One workload on one machine: a row per framework × policy, numbers only; names,
     configs and reasons go to a legend and numbered footnotes so that no column is wide."""
-    from mpbench.compare.summary.verdict import group_verdicts, short
+    from mpbench.compare.summary.comparison import short
+    from mpbench.compare.summary.verdict import group_verdicts
 
     cells = _cells(section)
     kinds = {c.memory_kind for c in cells if c.memory_kind}
@@ -335,7 +336,7 @@ def scaling_table(section: Section, labeler: Labeler | None = None) -> TextTable
     throughput, weak-scaling efficiency against world size 1, all-reduce share, stragglers.
     None when the section holds no data-parallel cell. A row is named by its group at world
     size 1 (the world column says the rest), as the report's labeler names it."""
-    from mpbench.compare.summary.verdict import short
+    from mpbench.compare.summary.comparison import short
 
     rows = scaling_rows(section)
     if not rows:

@@ -23,7 +23,6 @@ from mpbench.policies import BASELINE, POLICIES
 from mpbench.results import CellRecord, Status, StepTimeStats
 
 # A cell's identity is results' (the runner pairs with it too); its names stay importable here.
-from mpbench.results.identity import PARALLEL_KEYS as PARALLEL_KEYS
 from mpbench.results.identity import CellKey, GroupKey, cell_key
 from mpbench.results.step_stats import StepStats, median_of_present
 from mpbench.results.variant import FALLBACK, GROUP_RECIPE

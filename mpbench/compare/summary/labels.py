@@ -26,7 +26,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
-from mpbench.compare.summary.cells import PARALLEL_KEYS, CellKey, GroupKey, row_policy, row_variant
+from mpbench.compare.summary.cells import CellKey, GroupKey, row_policy, row_variant
+from mpbench.results.identity import PARALLEL_KEYS
 from mpbench.results.variant import (
     DEFAULTS,
     GROUP_RECIPE,

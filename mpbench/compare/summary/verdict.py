@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from mpbench.compare.summary import fmt
 from mpbench.compare.summary.cells import CellSummary, PolicyGroup, is_training_memory, row_policy
-from mpbench.compare.summary.comparison import PolicyVerdict as PolicyVerdict
-from mpbench.compare.summary.comparison import short as short
+from mpbench.compare.summary.comparison import PolicyVerdict, short
 from mpbench.compare.summary.estimate import WITHIN_RUN, Estimate
 from mpbench.policies import BASELINE, DeviceTraits, Rating, rate, resolve
 

@@ -48,9 +48,6 @@ from typing import IO, Any
 from mpbench.backends.base import CellSpec
 from mpbench.runner.launchers.cell_timeout import CELL_TIMEOUT_ENV
 from mpbench.runner.launchers.exits import how_it_ended
-
-# CELL_NAME stays importable from here (tests and benchmarks find the cells by it).
-from mpbench.runner.launchers.process_names import CELL_NAME as CELL_NAME
 from mpbench.runner.launchers.process_names import SERVER_NAME, set_process_name
 
 FORK_SERVER_ENV = "MPBENCH_FORK_SERVER"  # "0": every cell starts as a new process
