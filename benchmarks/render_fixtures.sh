@@ -9,13 +9,21 @@
 #
 # Each fixture run is rendered alone and against tests/compare/fixtures/baseline_cpu with
 # every gate (the gated exit code and stderr are kept too). Runs the python on PATH.
+#
+# Run directories named after the two arguments are rendered too, each alone and all of them
+# together, in every format and as a plot: runs with recipe rows (`--loss-scale 1024`,
+# `--batch-scale-16bit 2`, `--on-diverge fallback`), data-parallel and fp8 cells, which the
+# committed fixtures lack.
 set -u
-if (($# != 2)); then
-    echo "usage: $0 SOURCE_TREE OUTPUT_DIR" >&2
+if (($# < 2)); then
+    echo "usage: $0 SOURCE_TREE OUTPUT_DIR [RUN_DIR ...]" >&2
     exit 2
 fi
 src="$(cd "$1" && pwd)"
 out="$2"
+shift 2
+runs=()
+for run in "$@"; do runs+=("$(cd "$run" && pwd)"); done
 fixtures="$(cd "$(dirname "$0")/.." && pwd)/tests/compare/fixtures"
 rm -rf "$out" && mkdir -p "$out"
 out="$(cd "$out" && pwd)"
@@ -35,4 +43,17 @@ done
 for plot in png svg; do
     python -m mpbench compare "$fixtures/cpu_run" --plot "$out/plot.$plot" >/dev/null 2>&1
 done
+render() {  # name, run dirs...
+    local name="$1"
+    shift
+    for format in table markdown json csv benchmark-action; do
+        python -m mpbench compare "$@" --format "$format" >"$out/$name.$format" 2>&1
+        echo "exit $?" >>"$out/$name.$format"
+    done
+    python -m mpbench compare "$@" --plot "$out/$name.png" >/dev/null 2>&1
+}
+if ((${#runs[@]})); then
+    for run in "${runs[@]}"; do render "extra-$(basename "$run")" "$run"; done
+    render extra-all "${runs[@]}"
+fi
 echo "rendered with $(cat "$out/which.txt") into $out"

@@ -23,6 +23,7 @@ from mpbench.policies import (
     rate,
     resolve,
 )
+from mpbench.results.identity import Row
 from mpbench.runner import fallback
 from mpbench.runner.cells import recipes
 from mpbench.runner.config import RunOptions, build_config
@@ -68,13 +69,14 @@ def test_an_alias_falls_back_like_its_policy():
 @pytest.mark.parametrize("policy", EVERY, ids=lambda p: p.name)
 def test_compare_prints_the_policys_short_name(policy):
     assert short(policy.name) == policy.short
-    assert short(f"{policy.name} [loss scale 1024]") == f"{policy.short} [loss scale 1024]"
+    assert short(Row(policy.name, "[loss scale 1024]")) == f"{policy.short} [loss scale 1024]"
     # The short name is one of the policy's own spellings: `-p fp16` names the `fp16` row.
     assert resolve(policy.short) is policy
 
 
 def test_a_row_that_is_no_policy_keeps_its_name():
-    assert short("float64 @bs2") == "float64 @bs2"
+    assert short(Row("float64", "@bs2")) == "float64 @bs2"
+    assert short("float64") == "float64"
 
 
 # --- the policy it builds on ---------------------------------------------------------------------
@@ -106,7 +108,7 @@ def test_each_coloured_policy_has_a_colour_of_its_own():
 
 
 def test_a_policys_colour_is_its_first_rows_colour_on_the_plot():
-    rows = [p.name for p in EVERY] + [f"{MIXED_BFLOAT16.name} @bs2"]
+    rows = [Row(p.name) for p in EVERY] + [Row(MIXED_BFLOAT16.name, "@bs2")]
     colours = style.row_colours(rows)
     for policy in EVERY:
         if policy.colour is not None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from mpbench.compare.options import CompareOptions, split_world
 from mpbench.compare.summary import fmt
-from mpbench.compare.summary.cells import CellKey, CellSummary, PolicyGroup, Section, row_policy
+from mpbench.compare.summary.cells import CellKey, CellSummary, PolicyGroup, Section
 from mpbench.compare.summary.estimate import (
     Estimate,
     Verdict,
@@ -27,6 +27,7 @@ from mpbench.compare.summary.labels import Labeler
 from mpbench.compare.summary.scaling import ScalingRow, all_scaling_rows
 from mpbench.errors import InvalidInput
 from mpbench.policies import BASELINE, POLICIES
+from mpbench.results.identity import Row
 
 ADD_REPEATS = "inconclusive — add repeats"
 REMEASURE = "inconclusive — re-measure on a quiet machine"
@@ -323,7 +324,7 @@ def check_ratios(
                 continue
             # Every row of the policy (fp16 and fp16 [loss scale 1024]); the policy itself
             # where the group has none, so the note says what is missing.
-            rows = [row for row in group.cells if row_policy(row) == policy] or [policy]
+            rows = [row for row in group.cells if row.policy == policy] or [Row(policy)]
             for row in rows:
                 result = _min_speedup_gate(group, row, minimum, labeler, notes, options)
                 if result is not None:
@@ -477,7 +478,7 @@ def check_scaling(
         policy, world = split_world(key)
         checked = 0
         for row in rows:
-            if row.world_size != world or (policy is not None and row_policy(row.row) != policy):
+            if row.world_size != world or (policy is not None and row.row.policy != policy):
                 continue
             result = _min_scaling(row, minimum, labeler, notes, options)
             if result is not None:

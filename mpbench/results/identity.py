@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mpbench.results.schema import CellRecord
-from mpbench.results.variant import Layout, row_marks
+from mpbench.results.variant import FALLBACK, Layout, row_marks
 
 # Not what makes two cells comparable: the seed (repeats may reseed), the requested data mode
 # and folder (the data actually used is), the device string (the machine is in the key).
@@ -55,29 +55,60 @@ class GroupKey:
         return dataclasses.replace(self, config=config)
 
 
+class Row(str):
+    """A cell's row in its group: its policy and its variant, the row marks that set it apart
+    from the policy's plain cell (`@512`, `[loss scale 1024]`, `(fallback)`; None for none).
+
+    The two are separate fields, read as `row.policy` and `row.variant`, never split out of the
+    text again. The row is also that text (`mixed_float16 [loss scale 1024]`), which is how every
+    table, JSON report and plot names it, and the key of a group's cells and comparisons: as a
+    str it is found by the plain policy's name too (`group.cells.get("float32")`)."""
+
+    policy: str
+    variant: str | None
+
+    def __new__(cls, policy: str, variant: str | None = None) -> Row:
+        row = super().__new__(cls, f"{policy} {variant}" if variant else policy)
+        row.policy, row.variant = policy, variant or None
+        return row
+
+    def __getnewargs__(self) -> tuple[str, str | None]:  # copy and pickle keep the fields
+        return (self.policy, self.variant)
+
+    @property
+    def fallback(self) -> bool:
+        """The fallback of a diverged cell (--on-diverge fallback): its mark comes last."""
+        return bool(self.variant and self.variant.endswith(FALLBACK))
+
+    @property
+    def batch_scaled(self) -> bool:
+        """A 16-bit cell at a larger batch than float32's: its mark (`@512`) comes first."""
+        return bool(self.variant and self.variant.startswith("@"))
+
+
 @dataclass(frozen=True, order=True)
 class CellKey:
     group: GroupKey
-    policy: str  # the row: the policy, plus a recipe mark where one varies in the group (_row)
+    row: Row  # the policy, plus the row marks that vary within the group (_row_marks)
 
     def machine_free(self) -> CellKey:
-        return CellKey(self.group.machine_free(), self.policy)
+        return CellKey(self.group.machine_free(), self.row)
 
 
 def cell_key(record: CellRecord) -> CellKey:
     config = {k: v for k, v in record.config.items() if k not in _NOT_IDENTITY}
     config["data"] = _data_kind(record)
     # --on-diverge fallback: a row of its own, never the policy's own cell
-    row = _row(record.policy, config, fallback=bool(record.fallback_of))
+    row = Row(record.policy, _row_marks(record.policy, config, fallback=bool(record.fallback_of)))
     pairs = tuple(sorted((k, json.dumps(v, sort_keys=True)) for k, v in config.items()))
     device = f"{record.device.kind}: {record.device.name}"
     group = GroupKey(record.hardware_fingerprint, device, record.workload, record.framework, pairs)
     return CellKey(group, row)
 
 
-def _row(policy: str, config: dict[str, Any], fallback: bool) -> str:
-    """The cell's row in its group: the policy and its row marks (results.variant.row_marks),
-    whose entries are then taken out of `config` (the group identity).
+def _row_marks(policy: str, config: dict[str, Any], fallback: bool) -> str:
+    """The cell's row marks in its group (results.variant.row_marks), whose entries are then
+    taken out of `config` (the group identity).
 
     Two recipe axes apply to some policies only, so their cells share float32 as reference:
     the 16-bit batch factor (`mixed_bfloat16 @512` beside float32 at the configured batch,
@@ -90,7 +121,7 @@ def _row(policy: str, config: dict[str, Any], fallback: bool) -> str:
     config.pop("loss_scale", None)
     if isinstance(reference, int):
         config["batch_size"] = reference
-    return f"{policy} {marks}" if marks else policy
+    return marks
 
 
 def _data_kind(record: CellRecord) -> str | None:

@@ -241,10 +241,10 @@ def speedup_panel(ax, section: Section, palette: Palette) -> None:
         _whisker(ax, entry.x, estimate)
         below = log and value < 1
         tip = min(estimate.low, value) if below else max(estimate.high, value)
-        if entry.cell.policy != BASELINE:  # float32 against itself: 1, said once below
+        if entry.cell.row != BASELINE:  # float32 against itself: 1, said once below
             labels.append(Label(entry.x, value, tip, _ratio_text(value) + _mark(estimate), below))
     ax.axhline(1.0, color="black", linewidth=1, linestyle="--", zorder=1.5)
-    if any(e.estimate is not None and e.cell.policy == BASELINE for e in drawn):
+    if any(e.estimate is not None and e.cell.row == BASELINE for e in drawn):
         ax.annotate(
             "ref",
             (policies(section).index(BASELINE), 1.0),

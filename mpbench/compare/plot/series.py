@@ -31,13 +31,12 @@ from mpbench.compare.plot.style import (
 )
 from mpbench.compare.summary import fmt
 from mpbench.compare.summary.cells import (
-    FALLBACK_MARK,
     CellSummary,
     PolicyGroup,
     Section,
-    row_policy,
 )
 from mpbench.results import CellRecord, Status
+from mpbench.results.identity import Row
 from mpbench.results.sidefile import SideFile
 
 # Medians of the policies spanning more than this (slowest / fastest): a log axis.
@@ -260,9 +259,9 @@ def _loss_points(
         )
 
 
-def _marker(row: str) -> str:
+def _marker(row: Row) -> str:
     """The policy's marker, for its variants too: the colour tells them apart."""
-    return POLICY_MARKERS.get(row_policy(row), "o")
+    return POLICY_MARKERS.get(row.policy, "o")
 
 
 def _loss_lines(
@@ -386,7 +385,7 @@ def _per_step_lines(ax, section: Section, group: PolicyGroup, side_files: dict, 
             continue
         strides += curves
         colour = colours[policy]
-        style = "--" if policy.endswith(FALLBACK_MARK) else "-"
+        style = "--" if policy.fallback else "-"
         thin = len(curves) > 1
         label = _curve_label(policy, curves)
         for number, (record, side) in enumerate(curves):

@@ -14,7 +14,6 @@ from mpbench.compare.summary.cells import (
     PolicyGroup,
     Section,
     policy_rank,
-    row_policy,
 )
 from mpbench.compare.summary.comparison import short
 from mpbench.compare.summary.estimate import Estimate
@@ -191,7 +190,7 @@ def row_colours(rows: Iterable[str]) -> dict[str, str]:
     colours: dict[str, str] = {}
     members: dict[str, int] = {}
     for index, row in enumerate(sorted(set(rows), key=policy_rank)):
-        policy = row_policy(row)
+        policy = row.policy
         base = POLICY_COLOURS.get(policy, _OTHER[index % len(_OTHER)])
         colours[row] = shade(base, members.get(policy, 0))
         members[policy] = members.get(policy, 0) + 1

@@ -11,11 +11,9 @@ from typing import Any
 from mpbench.compare.gates import BaselineMatch
 from mpbench.compare.report import Report
 from mpbench.compare.summary.cells import (
-    CellKey,
     CellSummary,
     PolicyGroup,
     is_training_memory,
-    row_policy,
 )
 from mpbench.compare.summary.comparison import Comparison
 from mpbench.compare.summary.estimate import Estimate
@@ -53,13 +51,13 @@ def cell_json(report: Report, group: PolicyGroup, policy: str, cell: CellSummary
     comparison = group.comparisons[policy]
     ms = 1000.0
     return {
-        "cell": report.labeler.cell(CellKey(key, policy)),
+        "cell": report.labeler.cell(cell.key),
         "group": report.labeler.group(key),  # the table's and the plot's name of the group
         "framework": key.framework,
         "workload": key.workload,
-        "policy": row_policy(policy),
+        "policy": cell.row.policy,
         # "[accumulate=2]", "@512", "[loss scale 1024]", "(fallback)": results.variant
-        "variant": report.labeler.variant(CellKey(key, policy)),
+        "variant": report.labeler.variant(cell.key),
         "device": key.device,
         "hardware_fingerprint": key.fingerprint,
         "config": key.config_dict(),
@@ -177,7 +175,7 @@ def scaling_json(report: Report, row: ScalingRow) -> dict[str, Any]:
         "group": report.labeler.group(key),
         "framework": key.framework,
         "workload": key.workload,
-        "policy": row_policy(row.row),
+        "policy": row.row.policy,
         "variant": report.labeler.variant(row.key),
         "device": key.device,
         "hardware_fingerprint": key.fingerprint,

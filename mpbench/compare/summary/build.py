@@ -22,7 +22,6 @@ from mpbench.compare.summary.cells import (
     Section,
     group_sections,
     per_sample,
-    row_policy,
 )
 from mpbench.compare.summary.comparison import Comparison
 from mpbench.compare.summary.estimate import (
@@ -63,7 +62,7 @@ def compare_group(group: PolicyGroup) -> None:
 
 
 def _compare(group: PolicyGroup, row: str) -> Comparison:
-    known = POLICIES.get(row_policy(row))
+    known = POLICIES.get(row.policy)
     base = known.base if known is not None else None
     speedup = _speedup(group, row)
     return Comparison(
@@ -158,8 +157,8 @@ def _distrust(group: PolicyGroup, policy: str, speedup: Estimate | None) -> str 
             continue
         busy = cell.busy_text()
         if busy:
-            reasons.append(f"{cell.policy}: {busy}")
-        reasons += [f"{cell.policy}: {note}" for note in cell.implausible]
+            reasons.append(f"{cell.row}: {busy}")
+        reasons += [f"{cell.row}: {note}" for note in cell.implausible]
     impossible = _implausible_speedup(group, policy, speedup)
     if impossible:
         reasons.append(impossible)

@@ -21,11 +21,9 @@ from mpbench.compare.summary.estimate import Estimate, of_repeats, step_time
 from mpbench.errors import InvalidInput
 from mpbench.policies import BASELINE, POLICIES
 from mpbench.results import CellRecord, Status, StepTimeStats
-
-# A cell's identity is results' (the runner pairs with it too); its names stay importable here.
-from mpbench.results.identity import CellKey, GroupKey, cell_key
+from mpbench.results.identity import CellKey, GroupKey, Row, cell_key
 from mpbench.results.step_stats import StepStats, median_of_present
-from mpbench.results.variant import FALLBACK, GROUP_RECIPE
+from mpbench.results.variant import GROUP_RECIPE
 from mpbench.results.variant import Layout as Layout  # a group's layout (GroupKey.layout)
 
 FRAMEWORK_ORDER = ("torch", "tensorflow")
@@ -40,20 +38,6 @@ def per_sample(stats: StepTimeStats, batch: int) -> StepTimeStats:
         raw_s=[t / batch for t in stats.raw_s],
         median_s=stats.median_s / batch if stats.median_s else stats.median_s,
     )
-
-
-FALLBACK_MARK = f" {FALLBACK}"
-
-
-def row_policy(row: str) -> str:
-    """The policy of a row name (`mixed_float16 [loss scale 1024]` -> `mixed_float16`)."""
-    return row.split(" ", 1)[0]
-
-
-def row_variant(row: str) -> str | None:
-    """What marks the row beside its policy (`@512`, `[loss scale 1024]`), or None."""
-    rest = row.partition(" ")[2]
-    return rest or None
 
 
 _UNKNOWN_DATA = json.dumps(None)
@@ -89,7 +73,7 @@ def _adopt_orphans(by_key: dict[CellKey, list[CellRecord]]) -> None:
         ]
         groups = sorted({k.group for k in homes})
         if groups and groups[0] != key.group:
-            target = CellKey(groups[0], key.policy)
+            target = CellKey(groups[0], key.row)
             by_key.setdefault(target, []).extend(by_key.pop(key))
 
 
@@ -204,8 +188,8 @@ class CellSummary:
     fp8: Fp8Summary | None = None  # float8 cells (v9)
 
     @property
-    def policy(self) -> str:
-        return self.key.policy
+    def row(self) -> Row:
+        return self.key.row
 
     @property
     def ok_records(self) -> list[CellRecord]:
@@ -434,9 +418,9 @@ class PolicyGroup:
     """
 
     key: GroupKey
-    cells: dict[str, CellSummary] = field(default_factory=dict)  # policy -> cell, in order
+    cells: dict[Row, CellSummary] = field(default_factory=dict)  # row -> cell, in order
     # row -> its comparison against float32, computed once (summary/build.py) and only read
-    comparisons: dict[str, Comparison] = field(default_factory=dict)
+    comparisons: dict[Row, Comparison] = field(default_factory=dict)
 
     @property
     def data_names(self) -> list[str]:
@@ -467,7 +451,7 @@ class PolicyGroup:
     @property
     def batch_scaled(self) -> bool:
         """Some row runs another batch than float32 (--batch-scale-16bit)."""
-        return any(" @" in row for row in self.cells)
+        return any(row.batch_scaled for row in self.cells)
 
 
 @dataclass
@@ -480,10 +464,10 @@ class Section:
     groups: list[PolicyGroup] = field(default_factory=list)
 
 
-def policy_rank(row: str) -> tuple[int, str, list]:
+def policy_rank(row: Row) -> tuple[int, str, list]:
     """The contract's policy order, then the rows of one policy by their numbers (@256 before
     @1024, loss scale 1024 before 1e+30)."""
-    names, policy = list(POLICIES), row_policy(row)
+    names, policy = list(POLICIES), row.policy
     parts = re.findall(r"\d+(?:\.\d+)?(?:e[+-]?\d+)?|\D+", row)
     natural = [(0, float(p), "") if p[0].isdigit() else (1, 0.0, p) for p in parts]
     return (names.index(policy) if policy in names else len(names), policy, natural)
@@ -509,7 +493,7 @@ def display_order(key: CellKey) -> tuple:
         group.single().config,
         group.layout().order(),
         group.config,
-        policy_rank(key.policy),
+        policy_rank(key.row),
     )
 
 
@@ -541,7 +525,7 @@ def group_sections(cells: dict[CellKey, CellSummary]) -> list[Section]:
     (summary/build.py's build_sections takes them)."""
     groups: dict[GroupKey, PolicyGroup] = {}
     for key in sorted(cells, key=display_order):
-        groups.setdefault(key.group, PolicyGroup(key.group)).cells[key.policy] = cells[key]
+        groups.setdefault(key.group, PolicyGroup(key.group)).cells[key.row] = cells[key]
     sections: dict[tuple[str, str, str], Section] = {}
     for group in groups.values():
         where = (group.key.fingerprint, group.key.device, group.key.workload)

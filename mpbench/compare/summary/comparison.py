@@ -11,12 +11,14 @@ from dataclasses import dataclass
 
 from mpbench.compare.summary.estimate import Estimate
 from mpbench.policies import POLICIES
+from mpbench.results.identity import Row
 
 
 def short(row: str) -> str:
-    """`mixed_float16 [loss scale 1024]` -> `fp16 [loss scale 1024]` (rows: summary/cells.py;
-    the short name is the policy's, mpbench.policies). A name that is no policy stays."""
-    policy, _, variant = row.partition(" ")
+    """A row (`mixed_float16 [loss scale 1024]` -> `fp16 [loss scale 1024]`) or a policy's name
+    (`mixed_bfloat16` -> `bf16`) by the policy's short name (mpbench.policies). A name that is
+    no policy stays."""
+    policy, variant = (row.policy, row.variant) if isinstance(row, Row) else (row, None)
     known = POLICIES.get(policy)
     name = known.short if known is not None else policy
     return f"{name} {variant}" if variant else name

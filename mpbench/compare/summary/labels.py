@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
-from mpbench.compare.summary.cells import CellKey, GroupKey, row_policy, row_variant
+from mpbench.compare.summary.cells import CellKey, GroupKey
 from mpbench.results.identity import PARALLEL_KEYS
 from mpbench.results.variant import (
     DEFAULTS,
@@ -79,8 +79,8 @@ class Labeler:
         """`torch/mnist_dense/mixed_float16 [accumulate=2] [loss scale 1024]`, with the
         machine when the report holds several."""
         group = key.group
-        label = f"{group.framework}/{group.workload}/{row_policy(key.policy)}"
-        label = join(label, self.marks(group), row_variant(key.policy)) or label
+        label = f"{group.framework}/{group.workload}/{key.row.policy}"
+        label = join(label, self.marks(group), key.row.variant) or label
         if self._many_machines:
             label += f" on {group.device} ({short_fingerprint(group.fingerprint)})"
         return label
@@ -89,7 +89,7 @@ class Labeler:
         """How the cell ran beside its policy (results.variant: recipe and layout marks, then
         the row's); None for a plain cell. The same string `mpbench.results.load` gives the
         cell's records."""
-        return join(group_marks(key.group.config_dict()), row_variant(key.policy))
+        return join(group_marks(key.group.config_dict()), key.row.variant)
 
 
 _NO_DEFAULT = object()

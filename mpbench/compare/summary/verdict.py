@@ -8,7 +8,7 @@ from the device's rating of the policy (mpbench.policies), so that "0.18×" come
 from __future__ import annotations
 
 from mpbench.compare.summary import fmt
-from mpbench.compare.summary.cells import CellSummary, PolicyGroup, is_training_memory, row_policy
+from mpbench.compare.summary.cells import CellSummary, PolicyGroup, is_training_memory
 from mpbench.compare.summary.comparison import PolicyVerdict, short
 from mpbench.compare.summary.estimate import WITHIN_RUN, Estimate
 from mpbench.policies import BASELINE, DeviceTraits, Rating, rate, resolve
@@ -61,7 +61,7 @@ def policy_verdict(group: PolicyGroup, policy: str) -> PolicyVerdict:
     summary/build.py, which stores what this returns)."""
     cell, comparison = group.cells[policy], group.comparisons[policy]
     traits = traits_of(cell)
-    rating = rate(row_policy(policy), traits) if traits is not None else None
+    rating = rate(cell.row.policy, traits) if traits is not None else None
     if not cell.ok:
         why = rating.reason if rating and rating.rating is Rating.UNSUPPORTED else cell.reason
         story = fallback_story(group, policy)
@@ -112,7 +112,7 @@ def emulated_verdict(group: PolicyGroup, policy: str) -> PolicyVerdict:
     assert cell.fp8 is not None
     parts = [f"emulated, fp8 in {cell.fp8.coverage()}"]
     # float32, then the policy it builds on (float8's: bf16), its nearest accuracy reference.
-    base = resolve(row_policy(policy)).base
+    base = resolve(cell.row.policy).base
     deltas = {BASELINE: comparison.accuracy_delta_pp, base: comparison.accuracy_delta_pp_vs_base}
     for against in [BASELINE] if base is None else [BASELINE, base]:
         delta = deltas[against] if against in group.cells else None
