@@ -12,7 +12,7 @@ from mpbench.compare.summary import fmt
 from mpbench.compare.summary.cells import CellKey, CellSummary, PolicyGroup, Section
 from mpbench.compare.summary.estimate import REPEATS, WITHIN_RUN, Estimate
 from mpbench.compare.summary.labels import Labeler, short_fingerprint, short_framework
-from mpbench.compare.summary.scaling import NOT_SCALING, ScalingRow, scaling_rows
+from mpbench.compare.summary.scaling import NOT_SCALING, ScalingRow
 from mpbench.policies import BASELINE
 from mpbench.results.variant import GROUP_RECIPE
 
@@ -338,7 +338,7 @@ def scaling_table(section: Section, labeler: Labeler | None = None) -> TextTable
     size 1 (the world column says the rest), as the report's labeler names it."""
     from mpbench.compare.summary.comparison import short
 
-    rows = scaling_rows(section)
+    rows = section.scaling
     if not rows:
         return None
     columns = list(_SCALING_COLUMNS)

@@ -30,6 +30,7 @@ from mpbench.compare.summary.estimate import (
     paired_ratio,
     step_ratio,
 )
+from mpbench.compare.summary.scaling import scaling_rows
 from mpbench.compare.summary.verdict import policy_verdict
 from mpbench.policies import BASELINE, POLICIES
 
@@ -48,6 +49,8 @@ def build_sections(cells: dict[CellKey, CellSummary]) -> list[Section]:
     sections = group_sections(cells)
     for group in (g for s in sections for g in s.groups):
         compare_group(group)
+    for section in sections:
+        section.scaling = scaling_rows(section)
     return sections
 
 

@@ -462,6 +462,10 @@ class Section:
     device: str
     workload: str
     groups: list[PolicyGroup] = field(default_factory=list)
+    # Its scaling table's rows (data-parallel cells against world size 1), taken once with the
+    # comparisons (summary/build.py) and only read: summary/scaling.py's ScalingRow, unnamed
+    # here because scaling.py builds on this module.
+    scaling: list = field(default_factory=list)
 
 
 def policy_rank(row: Row) -> tuple[int, str, list]:
