@@ -15,8 +15,8 @@ import typer
 from typer.exceptions import Abort, Exit, TyperException
 
 from mpbench import __version__
+from mpbench.arguments import COMPARE_OPTIONS
 from mpbench.errors import InvalidInput
-from mpbench.formats import help_text as format_help
 from mpbench.settings import COMMAND_LINE, command_line_default, command_line_type
 
 app = typer.Typer(
@@ -110,15 +110,29 @@ def _run_summary(records: list, console: Any) -> None:
     print_run_summary(records, console)
 
 
+def _keyword(
+    name: str, flags: tuple[str, ...], help: str, default: Any, annotation: Any
+) -> inspect.Parameter:
+    """One parameter of a command built from a table: an option, or without flags the
+    positional argument; typer hands its value over by `name`."""
+    declared = (
+        typer.Option(default, *flags, help=help) if flags else typer.Argument(default, help=help)
+    )
+    return inspect.Parameter(
+        name, inspect.Parameter.KEYWORD_ONLY, default=declared, annotation=annotation
+    )
+
+
 def _run_parameters() -> list[inspect.Parameter]:
     """`mpbench run`'s options: one per entry of mpbench/settings.py's COMMAND_LINE, so an
     option cannot be declared and then dropped on its way to the run's configuration."""
     return [
-        inspect.Parameter(
+        _keyword(
             setting.name,
-            inspect.Parameter.KEYWORD_ONLY,
-            default=typer.Option(command_line_default(setting), *setting.flags, help=setting.help),
-            annotation=command_line_type(setting),
+            setting.flags,
+            setting.help,
+            command_line_default(setting),
+            command_line_type(setting),
         )
         for setting in COMMAND_LINE
     ]
@@ -129,94 +143,25 @@ app.command()(run)
 
 
 # --- compare: owned by the compare/ package; keep this function a thin delegate. ---
-@app.command()
-def compare(
-    paths: list[Path] | None = typer.Argument(
-        None, help="Result files or run directories (default: the latest run in --results-dir)."
-    ),
-    results_dir: Path = typer.Option(
-        Path("results"), "--results-dir", help="Where to look for the latest run."
-    ),
-    baseline: Path | None = typer.Option(
-        None, "--baseline", "-b", help="Baseline results file or run directory to gate against."
-    ),
-    # The single-limit gates are lists so that a repeat is seen and refused (options.single)
-    # instead of typer keeping the last limit.
-    max_slowdown: list[str] | None = typer.Option(
-        None, "--max-slowdown", help="Median step time per cell vs baseline: 10% or 0.1."
-    ),
-    max_memory_increase: list[str] | None = typer.Option(
-        None, "--max-memory-increase", help="Peak memory per cell vs baseline: 10% or 0.1."
-    ),
-    max_accuracy_drop: list[str] | None = typer.Option(
-        None, "--max-accuracy-drop", help="Test accuracy per cell vs baseline, in points: 0.5."
-    ),
-    min_speedup: list[str] | None = typer.Option(
-        None,
-        "--min-speedup",
-        help="POLICY=X: speed-up vs float32 of the same run, e.g. bf16=1.5; one policy per "
-        "option (repeatable); POLICY@N=X gates world size N only, e.g. bf16@2=1.2.",
-    ),
-    min_scaling_efficiency: list[str] | None = typer.Option(
-        None,
-        "--min-scaling-efficiency",
-        help="N=X: weak-scaling efficiency at world size N vs world size 1 of the same run, "
-        "e.g. 2=0.8 or 2=80%; POLICY@N=X for one policy (repeatable).",
-    ),
-    max_accuracy_delta: list[str] | None = typer.Option(
-        None, "--max-accuracy-delta", help="Accuracy vs float32 of the same run, ± points."
-    ),
-    allow_different_hardware: bool = typer.Option(
-        False, "--allow-different-hardware", help="Compare to a baseline from another machine."
-    ),
-    require_conclusive: bool = typer.Option(
-        False,
-        "--require-conclusive",
-        help="Fail a gate whose 95 % interval straddles its limit (inconclusive), not only "
-        "one whose whole interval is past it.",
-    ),
-    output_format: str = typer.Option("table", "--format", help=format_help()),
-    output: Path | None = typer.Option(None, "--output", "-o", help="Write the report here."),
-    plot: Path | None = typer.Option(
-        None,
-        "--plot",
-        help="Write a figure: bars with intervals, step-time boxes, loss curves "
-        "(.png, .svg, .pdf, .jpg or .jpeg).",
-    ),
-) -> None:
+def compare(**given: Any) -> None:
     """Speed-up, memory and accuracy against float32; gates for CI (exit 1 on regression)."""
-    from mpbench.compare import (
-        CompareOptions,
-        parse_fraction,
-        parse_min_scaling_efficiency,
-        parse_min_speedup,
-        parse_points,
-        run_compare,
-    )
-    from mpbench.compare.options import single
+    from mpbench.compare import run_compare
+    from mpbench.compare.options import command_line_options
 
-    options = CompareOptions(
-        results_dir=results_dir,
-        baseline=baseline,
-        max_slowdown=parse_fraction("--max-slowdown", single("--max-slowdown", max_slowdown)),
-        max_memory_increase=parse_fraction(
-            "--max-memory-increase", single("--max-memory-increase", max_memory_increase)
-        ),
-        max_accuracy_drop_pp=parse_points(
-            "--max-accuracy-drop", single("--max-accuracy-drop", max_accuracy_drop)
-        ),
-        min_speedup=parse_min_speedup(min_speedup),
-        min_scaling_efficiency=parse_min_scaling_efficiency(min_scaling_efficiency),
-        max_accuracy_delta_pp=parse_points(
-            "--max-accuracy-delta", single("--max-accuracy-delta", max_accuracy_delta)
-        ),
-        allow_different_hardware=allow_different_hardware,
-        require_conclusive=require_conclusive,
-        format=output_format,
-        output=output,
-        plot=plot,
-    )
-    raise typer.Exit(run_compare(paths or [], options=options))
+    raise typer.Exit(run_compare(options=command_line_options(given)))
+
+
+def _compare_parameters() -> list[inspect.Parameter]:
+    """`mpbench compare`'s parameters: one per entry of mpbench/arguments.py's
+    COMPARE_OPTIONS, the table compare/options.py fills CompareOptions from."""
+    return [
+        _keyword(option.field, option.flags, option.help, option.default, option.annotation)
+        for option in COMPARE_OPTIONS
+    ]
+
+
+compare.__signature__ = inspect.Signature(_compare_parameters())  # type: ignore[attr-defined]
+app.command()(compare)
 
 
 def _one_line(message: str) -> str:

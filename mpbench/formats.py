@@ -1,6 +1,6 @@
 """`mpbench compare`'s output formats, one row each: the name `--format` takes, what it is
 for, and the function that renders a report in it. The option's check (compare/options.py),
-its help (cli.py) and the dispatch (compare/run.py) all read this table, so a new format is
+its help (arguments.py) and the dispatch (compare/run.py) all read this table, so a new format is
 one row here and one renderer module in compare/render/.
 
 A leaf module: the CLI reads it for `--format`'s help without importing compare (numpy, the

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from mpbench.arguments import parse_fraction
 from mpbench.errors import InvalidInput, unknown_choice
 from mpbench.fp8 import FP8_MODES, TORCH_RECIPES
 from mpbench.policies import SELECTORS as POLICY_SELECTORS
@@ -162,8 +163,6 @@ def repeat_text(where: str, text: str) -> int | str:
 
 def fraction_value(where: str, value: float | str) -> float:
     """`5%` or 0.05 -> 0.05, as compare's percentage options take them; above 0."""
-    from mpbench.compare.options import parse_fraction
-
     fraction = parse_fraction(where, value)
     assert fraction is not None
     if fraction <= 0:

@@ -92,6 +92,18 @@ def test_compare_imports_down_its_layers_only():
     assert _arrows(render, plot) == set()
 
 
+def test_settings_never_imports_compare():
+    # run's settings read compare's percentages through mpbench/arguments.py, the parsers
+    # both commands share; settings.py once imported them from compare/options.py.
+    assert _arrows("mpbench.settings", "mpbench.compare") == set()
+
+
+def test_the_shared_parsers_import_no_command():
+    # mpbench/arguments.py sits under settings.py, compare/ and the CLI, which all read it.
+    for above in ("mpbench.settings", "mpbench.compare", "mpbench.runner", "mpbench.cli"):
+        assert _arrows("mpbench.arguments", above) == set(), above
+
+
 def test_telemetry_never_imports_compare_or_the_runner():
     assert _arrows("mpbench.telemetry", "mpbench.compare") == set()
     assert _arrows("mpbench.telemetry", "mpbench.runner") == set()

@@ -12,7 +12,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mpbench.compare.options import CompareOptions, split_world
+from mpbench.arguments import split_world
+from mpbench.compare.options import CompareOptions
 from mpbench.compare.summary import fmt
 from mpbench.compare.summary.cells import CellKey, CellSummary, PolicyGroup, Section
 from mpbench.compare.summary.estimate import (

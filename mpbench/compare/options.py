@@ -1,25 +1,23 @@
-"""What `mpbench compare` was asked to do, parsed from the user's spelling of it.
-
-Thresholds are parsed here (not in the CLI) so that every front end accepts the same forms:
-`10%` or `0.1` for relative limits, `0.5` or `0.5pp` for percentage points, `bf16=1.5` for a
-minimum speed-up, `bf16@2=1.5` for one at world size 2 only, `2=0.8` for a minimum scaling
-efficiency at world size 2. Each gate takes one limit per key: a second one is refused, not
-allowed to replace the first without a word.
+"""What `mpbench compare` was asked to do: CompareOptions, filled from the command line
+through the option table (mpbench/arguments.py's COMPARE_OPTIONS, whose parsers read the
+user's spelling of each threshold), and the check of --format against mpbench/formats.py.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from mpbench.errors import InvalidInput, unknown_choice
+from mpbench.arguments import COMPARE_OPTIONS
+from mpbench.errors import unknown_choice
 from mpbench.formats import FORMATS  # the table of formats, for the check here
-from mpbench.policies import BASELINE, POLICIES, SELECTORS, resolve, valid_names
 
 
 @dataclass
 class CompareOptions:
-    """Everything `run_compare` needs; the CLI fills it from its options."""
+    """Everything `run_compare` needs; the CLI fills it from its options (command_line_options).
+    Each field is one entry of COMPARE_OPTIONS."""
 
     paths: list[Path] = field(default_factory=list)  # none: the latest run under results_dir
     results_dir: Path = Path("results")
@@ -54,200 +52,18 @@ class CompareOptions:
         )
 
 
-def parse_fraction(option: str, text: str | float | None) -> float | None:
-    """`10%` or `0.1` -> 0.1. A bare number above 1 is refused: `10` could mean 10 % or 10x."""
-    if text is None:
-        return None
-    raw = str(text).strip()
-    percent = raw.endswith("%")
-    number = _number(option, raw[:-1] if percent else raw, "a percentage like 10% or 0.1")
-    if number < 0:
-        raise InvalidInput(f"{option} {raw!r}: must not be negative")
-    if percent:
-        return number / 100
-    if number > 1:
-        raise InvalidInput(
-            f"{option} {raw!r} is ambiguous: write {number:g}% for a percentage "
-            f"or {number / 100:g} for a fraction"
-        )
-    return number
-
-
-def parse_points(option: str, text: str | float | None) -> float | None:
-    """Percentage points: `0.5` or `0.5pp`. `0.5%` is refused (relative or absolute?)."""
-    if text is None:
-        return None
-    raw = str(text).strip()
-    if raw.endswith("%"):
-        raise InvalidInput(
-            f"{option} {raw!r}: accuracy limits are percentage points; write {raw[:-1]} or "
-            f"{raw[:-1]}pp (0.5 means 91.0 % -> 90.5 % is allowed)"
-        )
-    body = raw[:-2] if raw.lower().endswith("pp") else raw
-    number = _number(option, body, "percentage points like 0.5 or 0.5pp")
-    if number < 0:
-        raise InvalidInput(f"{option} {raw!r}: must not be negative")
-    return number
-
-
-def single(option: str, values: list[str] | None) -> str | None:
-    """The one value of an option that takes one: given twice, typer would keep the last and
-    drop the other limit without a word, so a repeat is refused instead."""
-    if not values:
-        return None
-    if len(values) > 1:
-        given = " ".join(f"{option} {value}" for value in values)
-        raise InvalidInput(f"{given}: one limit per option; give {option} once")
-    return values[0]
-
-
-def _once(option: str, out: dict[str, float], key: str, spec: str, given: dict[str, str]) -> None:
-    """Refuse a second limit on one gate key (`bf16=1.5` and `mixed_bfloat16=0.01`): keeping
-    either would silently drop the other. `given`: the spelling each key came in first."""
-    if key in out:
-        policy, world = split_world(key)
-        what = " at ".join(
-            part for part in (policy, f"world size {world}" if world else None) if part
-        )
-        raise InvalidInput(
-            f"{option} {given[key]!r} and {option} {spec!r} both set the limit for {what}; give one"
-        )
-    given[key] = spec
-
-
-def parse_min_speedup(specs: list[str] | None) -> dict[str, float]:
-    """`["bf16=1.5", "mixed_float16@2=1.0x"]` ->
-    `{"mixed_bfloat16": 1.5, "mixed_float16@2": 1.0}`: `@N` gates world size N only."""
-    out: dict[str, float] = {}
-    given: dict[str, str] = {}
-    for spec in specs or []:
-        name, sep, value = spec.partition("=")
-        if not sep or not name.strip() or not value.strip():
-            raise InvalidInput(
-                f"--min-speedup {spec!r}: expected POLICY=RATIO or POLICY@WORLD_SIZE=RATIO, "
-                "e.g. mixed_bfloat16=1.5 or bf16@2=1.5"
-            )
-        policy_name, at, world_text = name.partition("@")
-        policy = _speedup_policy(spec, policy_name)
-        key = f"{policy}@{_world_size('--min-speedup', spec, world_text, 1)}" if at else policy
-        text = value.strip().rstrip("x×").strip()
-        ratio = _number("--min-speedup", text, "a ratio like 1.5 or 1.5x")
-        if ratio <= 0:
-            raise InvalidInput(f"--min-speedup {spec!r}: the ratio must be positive")
-        _once("--min-speedup", out, key, spec, given)
-        out[key] = ratio
-    return out
-
-
-def split_world(key: str) -> tuple[str | None, int | None]:
-    """A gate key as (policy, world size): `mixed_bfloat16@2` -> ("mixed_bfloat16", 2),
-    `mixed_bfloat16` -> ("mixed_bfloat16", None), `2` -> (None, 2)."""
-    name, at, world = key.partition("@")
-    if at:
-        return name, int(world)
-    return (None, int(name)) if name.isdigit() else (name, None)
-
-
-def parse_min_scaling_efficiency(specs: list[str] | None) -> dict[str, float]:
-    """`["2=0.8", "bf16@4=70%"]` -> `{"2": 0.8, "mixed_bfloat16@4": 0.7}`: the lowest
-    weak-scaling efficiency at world size N, of every policy or of one."""
-    option = "--min-scaling-efficiency"
-    out: dict[str, float] = {}
-    given: dict[str, str] = {}
-    for spec in specs or []:
-        name, sep, value = spec.partition("=")
-        if not sep or not name.strip() or not value.strip():
-            raise InvalidInput(
-                f"{option} {spec!r}: expected WORLD_SIZE=EFFICIENCY or "
-                "POLICY@WORLD_SIZE=EFFICIENCY, e.g. 2=0.8, 2=80% or bf16@2=0.8"
-            )
-        policy_name, at, world_text = name.partition("@")
-        if not at:
-            policy_name, world_text = "", name
-        world = _world_size(option, spec, world_text, 2)
-        key = str(world)
-        if at:
-            key = f"{_speedup_policy(spec, policy_name, option, gated=False)}@{world}"
-        raw = value.strip()
-        percent = raw.endswith("%")
-        number = _number(option, raw[:-1] if percent else raw, "an efficiency like 0.8 or 80%")
-        efficiency = number / 100 if percent else number
-        if efficiency <= 0:
-            raise InvalidInput(f"{option} {spec!r}: the efficiency must be positive")
-        if efficiency > 1:
-            # A fraction of linear scaling (1 = 100 %: N replicas do N times the work): a
-            # minimum above 1 demands super-linear scaling, and reading `2=1.5` as 1.5 %
-            # would turn a slip into a gate that always passes.
-            raise InvalidInput(
-                f"{option} {spec!r}: an efficiency is a fraction of linear scaling, at most 1; "
-                "write a fraction like 0.8 or a percentage like 80%"
-            )
-        _once(option, out, key, spec, given)
-        out[key] = efficiency
-    return out
-
-
-def _world_size(option: str, spec: str, text: str, lowest: int) -> int:
-    """The world size of a gate key: a whole number of replicas, at least `lowest`."""
-    raw = text.strip()
-    if not (raw.isascii() and raw.isdigit()) or int(raw) < lowest:
-        why = (
-            "world size 1 is the reference every efficiency is taken against"
-            if lowest == 2 and raw == "1"
-            else f"expected a whole number of replicas, {lowest} or more"
-        )
-        example = "bf16@2=1.5" if option == "--min-speedup" else "2=0.8"
-        raise InvalidInput(
-            f"{option} {spec!r}: bad world size {raw!r} ({why}), e.g. {option} {example}"
-        )
-    return int(raw)
-
-
-def _gated_names() -> list[str]:
-    """What --min-speedup accepts: every policy but float32, canonical names then aliases."""
-    gated = [p for p in POLICIES.values() if p.name != BASELINE]
-    return [p.name for p in gated] + [a for p in gated for a in p.aliases]
-
-
-def _speedup_policy(spec: str, name: str, option: str = "--min-speedup", gated: bool = True) -> str:
-    """The canonical policy a --min-speedup (or --min-scaling-efficiency) names.
-
-    `all` (and `auto`) are refused rather than read as "every policy measured": a speed-up that
-    one policy must reach rarely suits another on the same machine (on a CPU, bf16 may be 2x
-    faster than float32 while emulated fp16 is 5x slower), so each limit is named on its own.
-    `gated=False`: float32 is a valid name too (a scaling efficiency is not against float32).
-    """
-    key = name.strip().lower()
-    names = _gated_names() if gated else valid_names()
-    if gated and key in (BASELINE, *POLICIES[BASELINE].aliases):
-        raise InvalidInput(
-            f"{option} {spec!r}: speed-ups are measured against float32 itself; "
-            f"name another policy: {', '.join(_gated_names())}"
-        )
-    if key in SELECTORS:
-        raise InvalidInput(
-            f"{option} {spec!r}: name one policy per limit (repeat the option for "
-            f"several): {', '.join(names)}"
-        )
-    if key not in names:
-        raise InvalidInput(
-            f"{option} {spec!r}: unknown policy {name.strip()!r}; valid choices: {', '.join(names)}"
-        )
-    return resolve(key).name
+def command_line_options(given: dict[str, Any]) -> CompareOptions:
+    """What typer parsed (a value per entry of COMPARE_OPTIONS, under its field's name) ->
+    CompareOptions, each value through its entry's parser, in the table's order (so the first
+    bad option is the one named)."""
+    return CompareOptions(
+        **{option.field: option.value(given[option.field]) for option in COMPARE_OPTIONS}
+    )
 
 
 def parse_format(text: str) -> str:
+    """--format's check, whatever made the options: one of mpbench/formats.py's names."""
     value = text.strip().lower()
     if value not in FORMATS:
         raise unknown_choice("format", text, FORMATS)
-    return value
-
-
-def _number(option: str, text: str, expected: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise InvalidInput(f"{option} {text!r}: expected {expected}") from None
-    if value != value or value in (float("inf"), float("-inf")):
-        raise InvalidInput(f"{option} {text!r}: expected {expected}")
     return value

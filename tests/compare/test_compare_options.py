@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mpbench.compare import parse_format, parse_fraction, parse_min_speedup, parse_points
+from mpbench.arguments import parse_fraction, parse_min_speedup, parse_points
+from mpbench.compare import parse_format
 from mpbench.errors import InvalidInput
 
 

@@ -14,9 +14,9 @@ import pytest
 from compare_helpers import run_cli, run_inprocess
 from compare_records import TF32_SKIP, cpu_run, record, write_run
 
+from mpbench.arguments import parse_min_scaling_efficiency, parse_min_speedup
 from mpbench.cli import main
 from mpbench.compare import CompareOptions, build_report
-from mpbench.compare.options import parse_min_scaling_efficiency, parse_min_speedup
 from mpbench.compare.render.tables import group_names, scaling_table
 from mpbench.compare.summary.build import build_sections
 from mpbench.compare.summary.cells import summarize_all
