@@ -1,5 +1,6 @@
-"""Shared by every test folder: this file puts tests/ on sys.path (pytest's default import
-mode), so helpers such as tests/processes.py import as top-level modules.
+"""Shared by every test folder (tests/ is on sys.path: `pythonpath` in pyproject.toml, so
+helpers such as tests/builders.py and tests/cli.py import as top-level modules): the NVML
+fakes' fixtures, and the tiers.
 
 It also files every test into a tier, automatically (README, "Development"):
 - `slow`: the test took at least SLOW_S seconds (setup, call and teardown) when last
@@ -8,8 +9,10 @@ It also files every test into a tier, automatically (README, "Development"):
   tests/tiers.json, written by `python -m pytest --record-tiers` (the whole suite, on a
   quiet machine). A test not yet
   measured is filed by where it lives: slow if its module starts processes or trains.
-- `torch`, `tensorflow`: the test's module uses the framework (read from its source, without
-  importing anything).
+- `torch`, `tensorflow`: the test uses the framework: its module imports it (read from its
+  source, without importing anything), or the test or module says so (the marker itself, or
+  needs_torch / needs_tensorflow). They select; what skips a test where a framework is missing
+  is needs_* or importorskip.
 The inner loop is `python -m pytest -m "not slow"`; CI runs everything.
 """
 
@@ -24,6 +27,7 @@ import time
 from pathlib import Path
 
 import pytest
+from frameworks import needs_tensorflow, needs_torch
 
 # A shell starts a background job (`pytest ... &`) with SIGINT ignored, and exec keeps an
 # ignored signal ignored: every `mpbench run` the tests start would then ignore the Ctrl-C
@@ -35,17 +39,34 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 FAKE_PYNVML = Path(__file__).with_name("fakes") / "pynvml_fake.py"
 
 
+def _load_fake_pynvml():
+    """A fresh copy of the fake pynvml (its own state), named like the real module."""
+    spec = importlib.util.spec_from_file_location("pynvml", FAKE_PYNVML)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def fake_pynvml():
+    """The fake module itself (unconfigured, not installed), and where its source lives
+    (`SOURCE`: a subprocess finds it on PYTHONPATH as pynvml.py)."""
+    module = _load_fake_pynvml()
+    module.SOURCE = FAKE_PYNVML
+    return module
+
+
 @pytest.fixture
 def fake_nvml(monkeypatch):
-    """Install a fresh, configured pynvml fake: fake_nvml("V100", call_errors=...)
-    (tests/detect has its own, which also records the fake's source)."""
+    """Install a fresh, configured fake as `pynvml`: fake_nvml("A100", "T4", driver_version=...,
+    call_errors=...) (tests/fakes/pynvml_fake.py's configure). CUDA_VISIBLE_DEVICES and
+    CUDA_DEVICE_ORDER are unset, so the fake's GPUs are the ones a test sees whatever machine
+    runs it."""
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
 
     def install(*gpus, **config):
-        spec = importlib.util.spec_from_file_location("pynvml", FAKE_PYNVML)
-        fake = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(fake)
+        fake = _load_fake_pynvml()
         fake.configure(gpus=gpus, **config)
         monkeypatch.setitem(sys.modules, "pynvml", fake)
         return fake
@@ -61,14 +82,23 @@ _SLOW_SOURCE = re.compile(
     r"\bsubprocess\b|\bPopen\b|\bmpbench_cli\b|\brun_cell\(|\.fit\(|torchrun|\bstart\(|"
     r"\bmpbench\(|\brun\(tiny"
 )
+# What says a module's tests use a framework: importing it (or mpbench's backend for it), at
+# the top or in a test, or importorskip. A module that runs the framework only in processes it
+# starts (`mpbench run`) says so itself: `pytestmark = pytest.mark.torch`, or needs_torch /
+# needs_tensorflow (tests/frameworks.py) on the module or the test.
 _FRAMEWORKS = {
-    "torch": re.compile(r"^\s*(import|from) torch\b|importorskip\(\"torch|[\"']torch[\"']", re.M),
+    "torch": re.compile(
+        r"^\s*(import|from) (torch|mpbench\.backends\.torch)\b|"
+        r"importorskip\([\"'](torch|mpbench\.backends\.torch)\b",
+        re.M,
+    ),
     "tensorflow": re.compile(
-        r"^\s*(import|from) (tensorflow|keras)\b|importorskip\(\"(tensorflow|keras)|"
-        r"[\"']tensorflow[\"']",
+        r"^\s*(import|from) (tensorflow|keras|mpbench\.backends\.tensorflow)\b|"
+        r"importorskip\([\"'](tensorflow|keras|mpbench\.backends\.tensorflow)\b",
         re.M,
     ),
 }
+_NEEDS = {"torch": needs_torch.mark, "tensorflow": needs_tensorflow.mark}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -121,7 +151,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         source = _source(item.path)
         for marker, pattern in _FRAMEWORKS.items():
-            if pattern.search(source):
+            if pattern.search(source) or _NEEDS[marker] in item.iter_markers("skipif"):
                 item.add_marker(marker)
         seconds = measured.get(item.nodeid)
         if seconds is None:

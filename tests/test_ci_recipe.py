@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from builders import tiny_toml
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / ".github" / "workflows" / "mpbench.yml"
@@ -25,25 +26,12 @@ NOT_CHECKED_OUT = {".pytest_cache", ".ruff_cache", ".mypy_cache", "__pycache__"}
 
 # The gate script with a matrix small enough for this project's CI: 2 policies x 2 repeats,
 # 8 steps of a 32-unit model on synthetic data.
-TINY = """
-[run]
-workloads = ["mnist_dense"]
-policies = ["float32", "mixed_bfloat16"]
-device = "cpu"
-repeat = 1
-seed = 0
-data = "synthetic"
-warmup_steps = 2
-timeout = 300
-
-[workloads.mnist_dense]
-batch_size = 128
-epochs = 1
-max_steps = 8
-units = 32
-synthetic_train_size = 2048
-synthetic_test_size = 512
-"""
+TINY = tiny_toml(
+    run={"workloads": ["mnist_dense"], "policies": ["float32", "mixed_bfloat16"],
+         "device": "cpu", "repeat": 1, "seed": 0, "timeout": 300},
+    mnist_dense={"batch_size": 128, "synthetic_train_size": 2048, "synthetic_test_size": 512},
+    cifar10_cnn=None,
+)  # fmt: skip
 
 
 def readme_ci_yaml() -> str:

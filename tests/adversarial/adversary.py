@@ -1,4 +1,4 @@
-"""Shared helpers for the adversarial suite: mpbench in a process of its own, as a user runs it.
+"""Shared helpers for the adversarial suite, which runs mpbench as a user does (cli.py).
 
 Every refusal must be exactly one line on stderr starting with "mpbench: error:", exit code
 2, and no traceback anywhere; every family's tests also check that nothing already measured
@@ -10,42 +10,6 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
-
-from forked import run_mpbench
-
-# A tiny, fast matrix: synthetic data, 64-unit dense model, a handful of steps.
-TINY_TOML = """
-[run]
-data = "synthetic"
-warmup_steps = 2
-timeout = 120
-
-[workloads.mnist_dense]
-batch_size = 64
-epochs = 1
-max_steps = 8
-units = 32
-synthetic_train_size = 1024
-synthetic_test_size = 256
-
-[workloads.cifar10_cnn]
-batch_size = 32
-epochs = 1
-max_steps = 4
-synthetic_train_size = 256
-synthetic_test_size = 64
-"""
-
-
-def mpbench(
-    *args: str,
-    env: dict[str, str] | None = None,
-    cwd: Path | None = None,
-    timeout: float = 300,
-) -> subprocess.CompletedProcess[str]:
-    """Run mpbench with ARGS in a process of its own and capture everything it printed
-    (forked.py: a fork of this process, as `python -m mpbench ARGS` without the start-up)."""
-    return run_mpbench(args, env=env, cwd=cwd, timeout=timeout)
 
 
 def assert_refused(result: subprocess.CompletedProcess[str], *fragments: str) -> str:

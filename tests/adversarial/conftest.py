@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from adversary import TINY_TOML
+from builders import tiny_toml
 
 
 @pytest.fixture
 def tiny_config(tmp_path: Path) -> Path:
     path = tmp_path / "tiny.toml"
-    path.write_text(TINY_TOML)
+    path.write_text(tiny_toml())
     return path

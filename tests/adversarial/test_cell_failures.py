@@ -9,7 +9,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from adversary import mpbench, read_jsonl
+from adversary import read_jsonl
+from cli import run_mpbench
 from frameworks import needs_torch
 
 pytestmark = needs_torch  # its cells import torch, in their own processes
@@ -21,7 +22,7 @@ POLICIES = ("--policy", "fp32", "--policy", "bf16")
 def run_with_fault(tmp_path: Path, config: Path, fault: str):
     out = tmp_path / "run"
     args = ["run", "--config", str(config), *MATRIX, *POLICIES, "--out", str(out)]
-    result = mpbench(*args, env={"MPBENCH_FAULT": f"{fault}@mixed_bfloat16"})
+    result = run_mpbench(*args, env={"MPBENCH_FAULT": f"{fault}@mixed_bfloat16"})
     records = {r["policy"]: r for r in read_jsonl(out / "results.jsonl")}
     return result, records, out
 

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from adversary import assert_refused, mpbench
+from adversary import assert_refused
+from cli import run_mpbench
 
 FIXTURE = Path(__file__).resolve().parents[1] / "compare" / "fixtures" / "cpu_run"
 BF16 = "torch/mnist_dense/mixed_bfloat16/r0"  # line 6 of the fixture
@@ -28,7 +29,7 @@ NO_SUMMARY = {"GITHUB_STEP_SUMMARY": ""}  # a test run inside Actions must not w
 
 
 def compare(*args: object, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return mpbench("compare", *map(str, args), env={**NO_SUMMARY, **(env or {})}, timeout=120)
+    return run_mpbench("compare", *map(str, args), env={**NO_SUMMARY, **(env or {})}, timeout=120)
 
 
 @pytest.fixture

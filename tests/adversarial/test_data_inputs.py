@@ -14,20 +14,17 @@ import json
 import os
 import pickle
 import socket
-import sys
 import tarfile
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import data_formats as formats
 import numpy as np
 import pytest
-from adversary import assert_refused, mpbench
-
-# The genuine-format writers of the data tests (tests/data/data_formats.py).
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
-import data_formats as formats
+from adversary import assert_refused
+from cli import run_mpbench
 
 
 @dataclass
@@ -265,7 +262,7 @@ def _extracted(env: dict[str, str]) -> list[Path]:
 @pytest.mark.parametrize("case", CASES)
 def test_data_lists_without_reading(tmp_path: Path, env: dict[str, str], case: str) -> None:
     hostile = CASES[case](tmp_path / "in")
-    result = mpbench("data", "--json", "--data-dir", str(hostile.data_dir), env=env)
+    result = run_mpbench("data", "--json", "--data-dir", str(hostile.data_dir), env=env)
     assert "Traceback" not in result.stdout + result.stderr, result.stderr
     assert result.returncode == 0, result.stderr
     report = {d["dataset"]: d for d in json.loads(result.stdout)["datasets"]}
@@ -286,7 +283,7 @@ def test_data_lists_without_reading(tmp_path: Path, env: dict[str, str], case: s
 def test_data_refuses_a_path_it_cannot_look_at(
     tmp_path: Path, env: dict[str, str], data_dir: str, fragment: str
 ) -> None:
-    result = mpbench("data", "--data-dir", data_dir, env=env, cwd=tmp_path)
+    result = run_mpbench("data", "--data-dir", data_dir, env=env, cwd=tmp_path)
     assert_refused(result, fragment)
 
 
@@ -297,7 +294,7 @@ def test_run_refuses_up_front(
 ) -> None:
     hostile = CASES[case](tmp_path / "in")
     out = tmp_path / "run"
-    result = mpbench(
+    result = run_mpbench(
         "run", "--config", str(tiny_config), "--framework", "torch",
         "--workload", WORKLOAD[hostile.dataset], "--policy", "fp32", "--device", "cpu",
         "--data", "real", "--data-dir", str(hostile.data_dir), "--out", str(out),

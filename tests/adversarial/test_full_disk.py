@@ -94,7 +94,7 @@ def test_a_full_disk_keeps_finished_records_and_resume_measures_the_rest(tmp_pat
 
 def test_a_csv_that_cannot_be_written_says_what_is_kept_and_how_to_write_it(tmp_path):
     """The second way a full disk shows (above): every record saved, results.csv not."""
-    from compare_records import cpu_run
+    from builders import cpu_run
 
     from mpbench.runner import _write_csv_if_possible
 

@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from adversary import TINY_TOML, assert_refused, mpbench, read_jsonl
+from adversary import assert_refused, read_jsonl
+from builders import tiny_toml
+from cli import run_mpbench
 from frameworks import needs_tensorflow, needs_torch
 
 from mpbench.errors import InvalidInput
@@ -28,7 +30,7 @@ TORCH = ["--framework", "torch", "--workload", "mnist_dense", "--device", "cpu"]
 
 
 def run(config: Path, out: Path, *args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    return mpbench("run", "--config", str(config), *TORCH, "--out", str(out), *args, **kwargs)
+    return run_mpbench("run", "--config", str(config), *TORCH, "--out", str(out), *args, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +38,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real finished run: float32 at world sizes 1 and 2 (a torchrun job of 2 ranks)."""
     folder = tmp_path_factory.mktemp("finished")
     config = folder / "tiny.toml"
-    config.write_text(TINY_TOML)
+    config.write_text(tiny_toml())
     out = folder / "run"
     done = run(config, out, "--policy", "fp32", "--nproc", "1,2")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -75,13 +77,13 @@ def test_a_damaged_run_json_is_one_line_naming_file_and_key(
     raw["config"][key] = value
     state.write_text(json.dumps(raw))
     results = (out / "results.jsonl").read_bytes()
-    assert_refused(mpbench("run", "--out", str(out), "--resume"), str(state), fragment)
+    assert_refused(run_mpbench("run", "--out", str(out), "--resume"), str(state), fragment)
     assert (out / "results.jsonl").read_bytes() == results
 
 
 def test_an_intact_run_json_still_resumes(finished: Path, tmp_path: Path) -> None:
     out = copy_of(finished, tmp_path)
-    resumed = mpbench("run", "--out", str(out), "--resume")
+    resumed = run_mpbench("run", "--out", str(out), "--resume")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert resumed.stdout.count("already done (--resume)") == 2
 
@@ -163,11 +165,11 @@ def test_a_record_that_contradicts_its_version_or_itself_is_refused(
     assert [r["config"].get("world_size", 1) for r in records] == [1, 2]
     edit(records)
     results.write_text("".join(json.dumps(r) + "\n" for r in records))
-    assert_refused(mpbench("compare", str(out)), str(results), *fragments)
+    assert_refused(run_mpbench("compare", str(out)), str(results), *fragments)
 
 
 def test_the_finished_run_itself_compares(finished: Path) -> None:
-    done = mpbench("compare", str(finished), "--min-scaling-efficiency", "2=0.01")
+    done = run_mpbench("compare", str(finished), "--min-scaling-efficiency", "2=0.01")
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -202,7 +204,7 @@ def test_the_finished_run_itself_compares(finished: Path) -> None:
 def test_a_repeated_gate_is_refused_not_half_dropped(
     finished: Path, args: list[str], fragment: str
 ) -> None:
-    assert_refused(mpbench("compare", str(finished), *args), fragment)
+    assert_refused(run_mpbench("compare", str(finished), *args), fragment)
 
 
 # --- messages that say what is wrong --------------------------------------------------------
@@ -230,7 +232,7 @@ def test_an_efficiency_above_one_suggests_a_fraction_or_a_percentage(
     finished: Path, spec: str
 ) -> None:
     line = assert_refused(
-        mpbench("compare", str(finished), "--min-scaling-efficiency", spec),
+        run_mpbench("compare", str(finished), "--min-scaling-efficiency", spec),
         "an efficiency is a fraction of linear scaling, at most 1",
         "write a fraction like 0.8 or a percentage like 80%",
     )

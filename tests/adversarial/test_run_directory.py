@@ -11,7 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from adversary import assert_refused, mpbench, read_jsonl
+from adversary import assert_refused, read_jsonl
+from cli import run_mpbench
 from frameworks import needs_torch
 
 pytestmark = needs_torch  # its cells import torch, in their own processes
@@ -47,9 +48,9 @@ def test_a_second_run_into_a_busy_directory_is_refused(tmp_path, tiny_config):
     first = start(run_args(tiny_config, out, "--policy", "fp32"), {"MPBENCH_FAULT": "hang"})
     try:
         wait_for(lambda: (out / "run.json").exists(), first)
-        second = mpbench(*run_args(tiny_config, out, "--policy", "fp32"))
+        second = run_mpbench(*run_args(tiny_config, out, "--policy", "fp32"))
         assert_refused(second, f"{out} is in use by mpbench run (pid {first.pid}")
-        resumed = mpbench(*run_args(tiny_config, out), "--resume")
+        resumed = run_mpbench(*run_args(tiny_config, out), "--resume")
         assert_refused(resumed, "is in use by mpbench run")
     finally:
         first.send_signal(signal.SIGINT)
@@ -73,14 +74,14 @@ def test_an_interrupted_run_with_nothing_finished_resumes_its_own_configuration(
     assert hint in " ".join(stdout.split()), stdout
     (out / "results.jsonl").write_text("")  # an empty results file: nothing finished yet
 
-    again = mpbench(*run_args(tiny_config, out, "--policy", "fp32"))
+    again = run_mpbench(*run_args(tiny_config, out, "--policy", "fp32"))
     assert_refused(again, "already holds a run", "--resume")
-    contradicting = mpbench(*run_args(tiny_config, out, "--batch-size", "64"), "--resume")
+    contradicting = run_mpbench(*run_args(tiny_config, out, "--batch-size", "64"), "--resume")
     assert_refused(contradicting, "--batch-size 64 (the run has 32)")
-    other_policy = mpbench(*run_args(tiny_config, out, "--policy", "fp16"), "--resume")
+    other_policy = run_mpbench(*run_args(tiny_config, out, "--policy", "fp16"), "--resume")
     assert_refused(other_policy, "--policy", "contradict")
 
-    resumed = mpbench("run", "--out", str(out), "--resume")  # the hint, exactly
+    resumed = run_mpbench("run", "--out", str(out), "--resume")  # the hint, exactly
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     records = read_jsonl(out / "results.jsonl")
     assert [r["policy"] for r in records] == ["float32", "mixed_bfloat16"]
@@ -91,17 +92,17 @@ def test_an_interrupted_run_with_nothing_finished_resumes_its_own_configuration(
 
 def test_resume_drops_a_torn_last_line_and_measures_that_cell_again(tmp_path, tiny_config):
     out = tmp_path / "run"
-    done = mpbench(*run_args(tiny_config, out, *TWO_POLICIES))
+    done = run_mpbench(*run_args(tiny_config, out, *TWO_POLICIES))
     assert done.returncode == 0, done.stdout + done.stderr
     results = out / "results.jsonl"
     whole = results.read_bytes()
     first_line = whole[: whole.index(b"\n") + 1]
     results.write_bytes(whole[: len(first_line) + 200])  # the second record cut mid-write
 
-    refused = mpbench("compare", str(out))
+    refused = run_mpbench("compare", str(out))
     assert_refused(refused, "line 2")  # a reader never guesses past a torn record
 
-    resumed = mpbench("run", "--out", str(out), "--resume")
+    resumed = run_mpbench("run", "--out", str(out), "--resume")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert "dropped a torn last line" in " ".join(resumed.stderr.split())  # a warning
     assert results.read_bytes().startswith(first_line)  # the finished record untouched

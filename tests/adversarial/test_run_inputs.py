@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from adversary import assert_refused, mpbench
+from adversary import assert_refused
+from cli import run_mpbench
 from frameworks import needs_torch
 
 pytestmark = needs_torch  # its cells import torch, in their own processes
@@ -20,7 +21,7 @@ BASE = ["--framework", "torch", "--workload", "mnist_dense", "--policy", "fp32"]
 
 
 def run(config: Path, out: Path, *args: str, **kwargs) -> subprocess.CompletedProcess[str]:
-    return mpbench("run", "--config", str(config), *BASE, "--out", str(out), *args, **kwargs)
+    return run_mpbench("run", "--config", str(config), *BASE, "--out", str(out), *args, **kwargs)
 
 
 @pytest.mark.parametrize(
@@ -110,9 +111,9 @@ def test_output_paths_that_cannot_be_run_directories(tmp_path, tiny_config):
     assert_refused(run(tiny_config, a_file), f"--out {a_file}: is a file")
     assert_refused(run(tiny_config, a_file / "below"), f"{a_file} is a file")
     assert a_file.read_text() == "not a directory"
-    empty = mpbench("run", "--config", str(tiny_config), *BASE, "--out", "", cwd=tmp_path)
+    empty = run_mpbench("run", "--config", str(tiny_config), *BASE, "--out", "", cwd=tmp_path)
     assert_refused(empty, "--out '': empty path")
-    no_config = mpbench("run", "--config", "", *BASE, cwd=tmp_path)
+    no_config = run_mpbench("run", "--config", "", *BASE, cwd=tmp_path)
     assert_refused(no_config, "--config '': empty path")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "tiny.toml"]
 

@@ -9,6 +9,7 @@ from dataclasses import asdict, replace
 
 import numpy as np
 import pytest
+from builders import cell_spec
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 keras = pytest.importorskip("keras")
@@ -333,26 +334,16 @@ TRAIN, TEST, BATCH, EPOCHS = 2048, 512, 64, 2
 
 
 def _spec(policy: str, loop: str = "fit", **changes) -> CellSpec:
-    spec = CellSpec(
-        run_id="test",
-        cell_id=f"tensorflow-mnist_dense-{policy}-{loop}",
-        framework="tensorflow",
-        workload="mnist_dense",
-        policy=policy,
-        repeat=0,
-        device="cpu",
+    values = dict(
         batch_size=BATCH,
         epochs=EPOCHS,
         max_steps=None,
-        warmup_steps=2,
         units=64,
-        seed=0,
-        data="synthetic",
         synthetic_train_size=TRAIN,
         synthetic_test_size=TEST,
         loop=loop,
     )
-    return replace(spec, **changes)
+    return cell_spec(framework="tensorflow", policy=policy, **{**values, **changes})
 
 
 TINY_LM = dict(

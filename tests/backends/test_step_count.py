@@ -12,10 +12,10 @@ Tiny real cells run in-process through `run_cell`, on the CPU:
 from __future__ import annotations
 
 import os
-from dataclasses import asdict
 from typing import Any
 
 import pytest
+from builders import cell_spec
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 torch = pytest.importorskip("torch")
@@ -29,25 +29,8 @@ BATCH, TRAIN = 64, 1024  # 16 steps per epoch
 
 
 def spec(framework: str, policy: str, **changes: Any) -> CellSpec:
-    cell = CellSpec(
-        run_id="test",
-        cell_id=f"{framework}-mnist_dense-{policy}",
-        framework=framework,
-        workload="mnist_dense",
-        policy=policy,
-        repeat=0,
-        device="cpu",
-        batch_size=BATCH,
-        epochs=1,
-        max_steps=12,
-        warmup_steps=2,
-        units=32,
-        seed=0,
-        data="synthetic",
-        synthetic_train_size=TRAIN,
-        synthetic_test_size=256,
-    )
-    return CellSpec(**{**asdict(cell), **changes})
+    values = dict(batch_size=BATCH, max_steps=12, synthetic_train_size=TRAIN)
+    return cell_spec(framework=framework, policy=policy, **{**values, **changes})
 
 
 class _Built:

@@ -17,8 +17,8 @@ from dataclasses import asdict
 from typing import Any
 
 import pytest
+from builders import cell_spec
 
-from mpbench.backends.base import CellSpec
 from mpbench.workloads import get_workload
 
 # find_spec, not importorskip: the cells import TensorFlow in their own processes, and this
@@ -88,21 +88,13 @@ CUT = 2 * STEPS_PER_EPOCH + 5  # a max_steps that stops the 3rd epoch after 5 st
 
 
 def mnist_spec(policy: str, loop: str, **changes: Any) -> dict[str, Any]:
-    spec = CellSpec(
-        run_id="test",
-        cell_id=f"tensorflow-mnist_dense-{policy}-{loop}",
+    spec = cell_spec(
         framework="tensorflow",
-        workload="mnist_dense",
         policy=policy,
-        repeat=0,
-        device="cpu",
         batch_size=BATCH,
         epochs=EPOCHS,
         max_steps=None,
-        warmup_steps=2,
         units=UNITS,
-        seed=0,
-        data="synthetic",
         synthetic_train_size=TRAIN,
         synthetic_test_size=TEST,
         loop=loop,

@@ -12,10 +12,12 @@ import importlib.util
 import json
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from builders import cell_spec
 
 from mpbench.backends.base import Unsupported
 from mpbench.backends.tensorflow import device as tf_device
@@ -152,13 +154,15 @@ print("MPBENCH_TEST_RESULT " + json.dumps(results))
 
 
 def spec(**changes) -> dict:
-    base = dict(
-        run_id="t", cell_id="c", framework="tensorflow", workload="mnist_dense",
-        policy="float32", repeat=0, device="cpu", batch_size=64, epochs=1, max_steps=10,
-        warmup_steps=2, units=32, seed=3, data="synthetic", synthetic_train_size=1280,
-        synthetic_test_size=256, intra_op_threads=2, inter_op_threads=2,
-    )  # fmt: skip
-    return {**base, **changes}
+    values = dict(
+        framework="tensorflow",
+        max_steps=10,
+        seed=3,
+        synthetic_train_size=1280,
+        intra_op_threads=2,
+        inter_op_threads=2,
+    )
+    return asdict(cell_spec(**{**values, **changes}))
 
 
 def test_two_replicas_train_as_one_device_with_the_global_batch():

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import asdict
 from typing import Any
 
 import pytest
+from builders import cell_spec
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 keras = pytest.importorskip("keras")
@@ -32,26 +32,8 @@ def float32_afterwards():
 
 
 def spec(policy: str, loop: str, **changes: Any) -> CellSpec:
-    cell = CellSpec(
-        run_id="test",
-        cell_id=f"tensorflow-mnist_dense-{policy}-{loop}",
-        framework="tensorflow",
-        workload="mnist_dense",
-        policy=policy,
-        repeat=0,
-        device="cpu",
-        batch_size=BATCH,
-        epochs=1,
-        max_steps=STEPS,
-        warmup_steps=2,
-        units=32,
-        seed=0,
-        data="synthetic",
-        synthetic_train_size=TRAIN,
-        synthetic_test_size=256,
-        loop=loop,
-    )
-    return CellSpec(**{**asdict(cell), **changes})
+    values = dict(batch_size=BATCH, max_steps=STEPS, synthetic_train_size=TRAIN, loop=loop)
+    return cell_spec(framework="tensorflow", policy=policy, **{**values, **changes})
 
 
 def run(cell: CellSpec) -> Measurements:

@@ -8,6 +8,7 @@ import sys
 from types import SimpleNamespace
 
 import pytest
+from builders import cell_spec
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchao")
@@ -134,12 +135,8 @@ def test_missing_torchao_is_unsupported_with_the_install_hint(monkeypatch):
 
 
 def _spec(policy: str, **extra: object) -> CellSpec:
-    return CellSpec(
-        run_id="r", cell_id=f"torch-mnist_dense-{policy}", framework="torch",
-        workload="mnist_dense", policy=policy, repeat=0, device="cpu", batch_size=64,
-        epochs=5, max_steps=None, warmup_steps=2, units=64, seed=0, data="synthetic",
-        synthetic_train_size=1024, synthetic_test_size=256, intra_op_threads=1, **extra,
-    )  # fmt: skip
+    values = dict(epochs=5, max_steps=None, units=64, intra_op_threads=1)
+    return cell_spec(policy=policy, **{**values, **extra})
 
 
 def test_a_float8_cell_trains_emulated_on_cpu_close_to_bf16():

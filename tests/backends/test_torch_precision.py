@@ -49,7 +49,7 @@ def test_float32_after_tf32_in_one_process_turns_tf32_off():
 
 @pytest.mark.skipif(not NEW_API, reason="torch < 2.9 has only the legacy TF32 API")
 def test_the_legacy_getter_raises_once_the_new_api_alone_was_written():
-    """Why set_tf32 writes through the legacy setters too (test_gpu_review_2_tf32.py)."""
+    """Why set_tf32 writes through the legacy setters too (test_torch_tf32_flags.py)."""
     torch.backends.cuda.matmul.fp32_precision = "tf32"
     with pytest.raises(RuntimeError, match="without a specific backend name"):
         torch.get_float32_matmul_precision()

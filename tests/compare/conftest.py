@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from builders import cpu_run, write_run
 from compare_helpers import FIXTURES
-from compare_records import cpu_run, write_run
 
 
 @pytest.fixture

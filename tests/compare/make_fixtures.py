@@ -15,9 +15,10 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+if __name__ == "__main__":  # a script: only pytest puts tests/ on sys.path (pyproject.toml)
+    sys.path.insert(0, str(HERE.parent))
 
-from compare_records import cpu_run, slower, write_run  # noqa: E402
+from builders import cpu_run, slower, write_run  # noqa: E402
 
 from mpbench.results import write_csv, write_environment  # noqa: E402
 

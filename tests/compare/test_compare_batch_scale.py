@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from compare_records import record
+from builders import record
 
 from mpbench.compare.render.json_report import render_json
 from mpbench.compare.render.tables import section_table

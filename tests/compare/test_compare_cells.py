@@ -7,7 +7,7 @@ import statistics
 from pathlib import Path
 
 import pytest
-from compare_records import CPU_FINGERPRINT, MIB, cpu_run, record, write_run
+from builders import CPU_FINGERPRINT, MIB, cpu_run, record, write_run
 
 from mpbench.compare.summary.build import build_sections
 from mpbench.compare.summary.cells import cell_key, summarize_all

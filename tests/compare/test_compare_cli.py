@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from compare_helpers import Outcome, run_cli
-from compare_records import OTHER_CPU, OTHER_FINGERPRINT, cpu_run, write_run
+from builders import OTHER_CPU, OTHER_FINGERPRINT, cpu_run, write_run
+from cli import run_mpbench
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def _one_line_error(outcome: Outcome, *expected: str) -> None:
+def _one_line_error(outcome: subprocess.CompletedProcess[str], *expected: str) -> None:
     """Exit 2, one line on stderr naming the problem, no traceback."""
-    assert outcome.code == 2, outcome
+    assert outcome.returncode == 2, outcome
     lines = outcome.stderr.splitlines()
     assert len(lines) == 1, outcome.stderr
     assert lines[0].startswith("mpbench: error: ")
@@ -26,32 +27,45 @@ def _one_line_error(outcome: Outcome, *expected: str) -> None:
 
 
 def test_a_run_against_itself_exits_0(cpu_run_dir: Path) -> None:
-    outcome = run_cli(cpu_run_dir, "--baseline", cpu_run_dir, "--max-slowdown", "10%")
-    assert outcome.code == 0, outcome.stderr
+    outcome = run_mpbench(
+        "compare", cpu_run_dir, "--baseline", cpu_run_dir, "--max-slowdown", "10%"
+    )
+    assert outcome.returncode == 0, outcome.stderr
     assert "PASS: all" in outcome.stdout
 
 
 def test_a_slower_float32_exits_1_and_names_the_cell(cpu_run_dir, baseline_dir) -> None:
-    outcome = run_cli(cpu_run_dir, "--baseline", baseline_dir, "--max-slowdown", "10%")
-    assert outcome.code == 1
+    outcome = run_mpbench(
+        "compare", cpu_run_dir, "--baseline", baseline_dir, "--max-slowdown", "10%"
+    )
+    assert outcome.returncode == 1
     assert "torch/mnist_dense/float32" in outcome.stdout
     assert "+20.0 %" in outcome.stdout
     assert "FAIL: 1 of" in outcome.stdout
 
 
 def test_machine_readable_output_still_lists_failures_on_stderr(cpu_run_dir, baseline_dir):
-    outcome = run_cli(
-        cpu_run_dir, "--baseline", baseline_dir, "--max-slowdown", "0.1", "--format", "json"
+    outcome = run_mpbench(
+        "compare",
+        cpu_run_dir,
+        "--baseline",
+        baseline_dir,
+        "--max-slowdown",
+        "0.1",
+        "--format",
+        "json",
     )
-    assert outcome.code == 1
+    assert outcome.returncode == 1
     assert json.loads(outcome.stdout)["exit_code"] == 1
     assert outcome.stderr.splitlines()[0].startswith("FAIL max-slowdown torch/mnist_dense/float32")
 
 
 def test_ratio_gates_on_this_cpu(cpu_run_dir: Path) -> None:
-    assert run_cli(cpu_run_dir, "--min-speedup", "mixed_bfloat16=1.5").code == 0
-    fp16 = run_cli(cpu_run_dir, "--min-speedup", "mixed_float16=1.0")
-    assert fp16.code == 1
+    assert (
+        run_mpbench("compare", cpu_run_dir, "--min-speedup", "mixed_bfloat16=1.5").returncode == 0
+    )
+    fp16 = run_mpbench("compare", cpu_run_dir, "--min-speedup", "mixed_float16=1.0")
+    assert fp16.returncode == 1
     assert "torch/mnist_dense/mixed_float16" in fp16.stdout
 
 
@@ -59,7 +73,7 @@ def test_truncated_file_exits_2(tmp_path: Path) -> None:
     run = write_run(tmp_path / "run", cpu_run())
     data = (run / "results.jsonl").read_bytes()
     (run / "results.jsonl").write_bytes(data[: len(data) - 200])  # killed mid-write
-    _one_line_error(run_cli(run), "results.jsonl line 16: not valid JSON")
+    _one_line_error(run_mpbench("compare", run), "results.jsonl line 16: not valid JSON")
 
 
 def test_unknown_schema_version_exits_2(tmp_path: Path) -> None:
@@ -69,15 +83,17 @@ def test_unknown_schema_version_exits_2(tmp_path: Path) -> None:
     first["schema_version"] = 99
     lines[0] = json.dumps(first)
     (run / "results.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    _one_line_error(run_cli(run), "unknown schema version 99")
+    _one_line_error(run_mpbench("compare", run), "unknown schema version 99")
 
 
 def test_missing_file_exits_2(tmp_path: Path) -> None:
-    _one_line_error(run_cli(tmp_path / "nowhere"), "no such results file")
+    _one_line_error(run_mpbench("compare", tmp_path / "nowhere"), "no such results file")
 
 
 def test_missing_baseline_exits_2(cpu_run_dir: Path, tmp_path: Path) -> None:
-    outcome = run_cli(cpu_run_dir, "--baseline", tmp_path / "gone.jsonl", "--max-slowdown", "5%")
+    outcome = run_mpbench(
+        "compare", cpu_run_dir, "--baseline", tmp_path / "gone.jsonl", "--max-slowdown", "5%"
+    )
     _one_line_error(outcome, "gone.jsonl: no such results file")
 
 
@@ -86,7 +102,7 @@ def test_nothing_comparable_exits_2(cpu_run_dir: Path, tmp_path: Path) -> None:
     for rec in records:
         rec.config["batch_size"] = 512
     other = write_run(tmp_path / "other", records)
-    outcome = run_cli(cpu_run_dir, "--baseline", other, "--max-slowdown", "10%")
+    outcome = run_mpbench("compare", cpu_run_dir, "--baseline", other, "--max-slowdown", "10%")
     _one_line_error(outcome, "nothing comparable")
 
 
@@ -94,12 +110,18 @@ def test_different_hardware_exits_2_unless_allowed(cpu_run_dir: Path, tmp_path: 
     other = write_run(
         tmp_path / "other", cpu_run("xeon", fingerprint=OTHER_FINGERPRINT, device=OTHER_CPU)
     )
-    outcome = run_cli(cpu_run_dir, "--baseline", other, "--max-slowdown", "10%")
+    outcome = run_mpbench("compare", cpu_run_dir, "--baseline", other, "--max-slowdown", "10%")
     _one_line_error(outcome, "different hardware", "Intel Xeon Platinum 8488C", "AMD EPYC")
-    allowed = run_cli(
-        cpu_run_dir, "--baseline", other, "--max-slowdown", "10%", "--allow-different-hardware"
+    allowed = run_mpbench(
+        "compare",
+        cpu_run_dir,
+        "--baseline",
+        other,
+        "--max-slowdown",
+        "10%",
+        "--allow-different-hardware",
     )
-    assert allowed.code == 0, allowed.stderr
+    assert allowed.returncode == 0, allowed.stderr
     assert "different hardware, compared anyway" in allowed.stdout
 
 
@@ -113,7 +135,7 @@ def test_different_hardware_exits_2_unless_allowed(cpu_run_dir: Path, tmp_path: 
     ],
 )
 def test_bad_options_exit_2(cpu_run_dir: Path, args: list[str], message: str) -> None:
-    _one_line_error(run_cli(cpu_run_dir, *args), message)
+    _one_line_error(run_mpbench("compare", cpu_run_dir, *args), message)
 
 
 def test_without_paths_the_latest_run_is_compared(tmp_path: Path) -> None:
@@ -123,27 +145,29 @@ def test_without_paths_the_latest_run_is_compared(tmp_path: Path) -> None:
     (results / "baselines" / "main").mkdir(parents=True)  # not a run: ignored
     past = time.time() - 3600
     os.utime(old / "results.jsonl", (past, past))
-    outcome = run_cli("--format", "json", cwd=tmp_path)
-    assert outcome.code == 0, outcome.stderr
+    outcome = run_mpbench("compare", "--format", "json", cwd=tmp_path)
+    assert outcome.returncode == 0, outcome.stderr
     assert json.loads(outcome.stdout)["runs"] == ["new-run"]
-    elsewhere = run_cli("--results-dir", results, "--format", "json", cwd=results.parent.parent)
+    elsewhere = run_mpbench(
+        "compare", "--results-dir", results, "--format", "json", cwd=results.parent.parent
+    )
     assert json.loads(elsewhere.stdout)["runs"] == ["new-run"]
 
 
 def test_without_paths_and_without_runs_exits_2(tmp_path: Path) -> None:
-    _one_line_error(run_cli(cwd=tmp_path), "no results to compare", "mpbench run")
+    _one_line_error(run_mpbench("compare", cwd=tmp_path), "no results to compare", "mpbench run")
 
 
 def test_plot_is_written_as_png(cpu_run_dir: Path, tmp_path: Path) -> None:
     plot = tmp_path / "plots" / "compare.png"
-    outcome = run_cli(cpu_run_dir, "--plot", plot, "--format", "markdown")
-    assert outcome.code == 0, outcome.stderr
+    outcome = run_mpbench("compare", cpu_run_dir, "--plot", plot, "--format", "markdown")
+    assert outcome.returncode == 0, outcome.stderr
     assert plot.read_bytes()[:8] == PNG_MAGIC
     assert plot.stat().st_size > 20_000  # three panels per workload, not an empty canvas
 
 
 def test_output_file_gets_the_report(cpu_run_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "compare.md"
-    outcome = run_cli(cpu_run_dir, "--format", "markdown", "--output", out)
-    assert outcome.code == 0 and outcome.stdout == ""
+    outcome = run_mpbench("compare", cpu_run_dir, "--format", "markdown", "--output", out)
+    assert outcome.returncode == 0 and outcome.stdout == ""
     assert out.read_text(encoding="utf-8").startswith("## mpbench compare")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from builders import cpu_run, record, slower, write_run
 from compare_helpers import FIXTURES, run_inprocess
-from compare_records import cpu_run, record, slower, write_run
 from make_fixtures import GATE_ARGS
 
 from mpbench.compare import CompareOptions, build_report, render

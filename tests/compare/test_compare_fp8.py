@@ -9,7 +9,7 @@ import io
 import json
 
 import pytest
-from compare_records import record
+from builders import record
 
 from mpbench.compare import CompareOptions, build_report
 from mpbench.compare.render.csv_report import render_csv

@@ -8,8 +8,7 @@ import statistics
 from pathlib import Path
 
 import pytest
-from compare_helpers import run_inprocess
-from compare_records import (
+from builders import (
     OTHER_CPU,
     OTHER_FINGERPRINT,
     cpu_run,
@@ -17,6 +16,7 @@ from compare_records import (
     slower,
     write_run,
 )
+from compare_helpers import run_inprocess
 
 from mpbench.compare import CompareOptions, build_report
 from mpbench.errors import InvalidInput

@@ -9,8 +9,9 @@ import statistics
 from pathlib import Path
 
 import pytest
-from compare_helpers import run_cli, run_inprocess
-from compare_records import cpu_run, record, write_run
+from builders import cpu_run, record, write_run
+from cli import run_mpbench
+from compare_helpers import run_inprocess
 
 from mpbench.compare import CompareOptions, build_report
 from mpbench.compare.plot.figure import _caption
@@ -199,11 +200,13 @@ def test_require_conclusive_on_the_command_line(tmp_path: Path) -> None:
             [t * median / 1000 / rec.step_time.median_s for t in rec.step_time.raw_s], 5
         )
     baseline, run = write_run(tmp_path / "base", base), write_run(tmp_path / "run", cand)
-    lenient = run_cli(run, "--baseline", baseline, "--max-slowdown", "10%")
-    assert lenient.code == 0, lenient.stderr
+    lenient = run_mpbench("compare", run, "--baseline", baseline, "--max-slowdown", "10%")
+    assert lenient.returncode == 0, lenient.stderr
     assert "inconclusive — add repeats" in " ".join(lenient.stdout.split())
-    strict = run_cli(run, "--baseline", baseline, "--max-slowdown", "10%", "--require-conclusive")
-    assert strict.code == 1
+    strict = run_mpbench(
+        "compare", run, "--baseline", baseline, "--max-slowdown", "10%", "--require-conclusive"
+    )
+    assert strict.returncode == 1
     assert "FAIL" in strict.stdout and "--require-conclusive" in strict.stdout
 
 

@@ -8,7 +8,7 @@ import json
 import math
 
 import pytest
-from compare_records import cpu_run, record, write_run
+from builders import cpu_run, record, write_run
 
 from mpbench.compare import CompareOptions, build_report, print_run_summary
 from mpbench.compare.render.benchmark_action import render_benchmark_action

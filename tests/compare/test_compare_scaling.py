@@ -11,8 +11,9 @@ import math
 from pathlib import Path
 
 import pytest
-from compare_helpers import run_cli, run_inprocess
-from compare_records import TF32_SKIP, cpu_run, record, write_run
+from builders import TF32_SKIP, cpu_run, record, write_run
+from cli import run_mpbench
+from compare_helpers import run_inprocess
 
 from mpbench.arguments import parse_min_scaling_efficiency, parse_min_speedup
 from mpbench.cli import main
@@ -439,9 +440,11 @@ def test_bad_gate_keys_exit_2_with_one_line(run_dir, capsys, args, message):
 
 
 def test_the_cli_gates_scaling(run_dir: Path):
-    failing = run_cli(run_dir, "--min-scaling-efficiency", "2=75%", "--format", "json")
-    assert failing.code == 1, failing.stderr
+    failing = run_mpbench(
+        "compare", run_dir, "--min-scaling-efficiency", "2=75%", "--format", "json"
+    )
+    assert failing.returncode == 1, failing.stderr
     assert "FAIL min-scaling-efficiency torch/mnist_dense/mixed_bfloat16 ×2" in failing.stderr
     assert json.loads(failing.stdout)["thresholds"]["min_scaling_efficiency"] == {"2": 0.75}
-    bad = run_cli(run_dir, "--min-speedup", "bf16@two=1.2")
-    assert bad.code == 2 and bad.stderr.count("\n") == 1 and "bad world size" in bad.stderr
+    bad = run_mpbench("compare", run_dir, "--min-speedup", "bf16@two=1.2")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "bad world size" in bad.stderr

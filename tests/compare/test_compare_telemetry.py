@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 
 import pytest
+from builders import record, write_run
 from compare_helpers import run_inprocess
-from compare_records import record, write_run
 
 from mpbench.compare import CompareOptions, build_report
 from mpbench.compare.run import render

@@ -3,7 +3,7 @@ rests on them, timing gates on them are inconclusive, and implausible figures ar
 
 from __future__ import annotations
 
-from compare_records import BUSY, QUIET, record
+from builders import BUSY, QUIET, record
 
 from mpbench.compare import CompareOptions, build_report
 from mpbench.compare.render.tables import section_table, status_text

@@ -3,7 +3,7 @@ device's rating of the policy."""
 
 from __future__ import annotations
 
-from compare_records import cpu_run, record
+from builders import cpu_run, record
 
 from mpbench.compare import CompareOptions, build_report
 from mpbench.compare.summary.verdict import (

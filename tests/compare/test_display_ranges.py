@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 
 import pytest
+from builders import record, write_run
 from compare_helpers import whiskers
-from compare_records import record, write_run
 
 from mpbench.compare import CompareOptions, build_report, render
 from mpbench.compare.summary import fmt
@@ -258,7 +258,7 @@ def test_plot_step_time_outlier_is_cut_and_marked(tmp_path: Path) -> None:
 
 def test_plot_without_far_whiskers_draws_no_arrow(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    from compare_records import cpu_run
+    from builders import cpu_run
 
     from mpbench.compare.plot.figure import build_figure
 

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from compare_records import BUSY, QUIET, record, write_run
+from builders import BUSY, QUIET, record, write_run
 
 from mpbench.results import CellRecord, ContentionStats
 

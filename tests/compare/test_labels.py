@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 
 import pytest
-from compare_records import record, variant_run, write_run
+from builders import record, variant_run, write_run
 
 from mpbench.compare import CompareOptions, build_report
 from mpbench.compare.run import render

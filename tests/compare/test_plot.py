@@ -7,8 +7,9 @@ import struct
 from pathlib import Path
 
 import pytest
-from compare_helpers import run_cli, whiskers
-from compare_records import cpu_run, record, write_run
+from builders import cpu_run, record, write_run
+from cli import run_mpbench
+from compare_helpers import whiskers
 
 from mpbench.compare import CompareOptions, build_report
 from mpbench.compare.plot.figure import build_figure, write_plot
@@ -191,8 +192,8 @@ def test_the_cli_writes_it_with_the_agg_backend(tmp_path: Path) -> None:
     import matplotlib
 
     run = write_run(tmp_path / "run", _three_repeats())
-    outcome = run_cli(run, "--plot", tmp_path / "plot.png", "--format", "json")
-    assert outcome.code == 0, outcome.stderr
+    outcome = run_mpbench("compare", run, "--plot", tmp_path / "plot.png", "--format", "json")
+    assert outcome.returncode == 0, outcome.stderr
     assert _png_size(tmp_path / "plot.png")[0] == 1300
     write_plot(_report(_three_repeats(), tmp_path / "again"), tmp_path / "again.png")
     assert matplotlib.get_backend().lower() == "agg"
@@ -335,6 +336,6 @@ def test_a_quiet_run_has_no_hatching_and_no_contended_entry(tmp_path: Path) -> N
 def test_the_contended_plot_is_written(tmp_path: Path) -> None:
     records = _busy(cpu_run(), framework="torch", policy="mixed_bfloat16")
     run = write_run(tmp_path / "run", records)
-    outcome = run_cli(run, "--plot", tmp_path / "busy.png", "--format", "json")
-    assert outcome.code == 0, outcome.stderr
+    outcome = run_mpbench("compare", run, "--plot", tmp_path / "busy.png", "--format", "json")
+    assert outcome.returncode == 0, outcome.stderr
     assert _png_size(tmp_path / "busy.png")[0] == 1300

@@ -12,7 +12,7 @@ import itertools
 from pathlib import Path
 
 import pytest
-from compare_records import ACCUMULATE_2, COMPILED, record, variant_run, write_run
+from builders import ACCUMULATE_2, COMPILED, record, variant_run, write_run
 
 from mpbench.compare import CompareOptions, build_report
 from mpbench.results import DeviceInfo, read_records

@@ -3,31 +3,24 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import data_formats as formats
+from cli import run_mpbench
 
-
-def run_mpbench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    # The autouse fixture already points MPBENCH_CACHE, HOME and KERAS_HOME at tmp_path.
-    return subprocess.run(
-        [sys.executable, "-m", "mpbench", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env={**os.environ, "COLUMNS": "200"},
-        timeout=120,
-        check=False,
-    )
+# The autouse fixture points MPBENCH_CACHE, HOME and KERAS_HOME at tmp_path; a new
+# interpreter each time, and a terminal wide enough for the table.
+WIDE = {"COLUMNS": "200"}
 
 
 def test_json_reports_found_and_missing(tmp_path: Path, homes) -> None:
     formats.write_mnist_npz(tmp_path / "mine" / "mnist.npz", formats.random_mnist())
     formats.write_cifar_py(homes.keras / "cifar-10-batches-py-target", formats.random_cifar())
-    result = run_mpbench("data", "--json", "--data-dir", str(tmp_path / "mine"), cwd=tmp_path)
+    result = run_mpbench(
+        "data", "--json", "--data-dir", str(tmp_path / "mine"), cwd=tmp_path, env=WIDE, fork=False
+    )
     assert result.returncode == 0, result.stderr
     report = {d["dataset"]: d for d in json.loads(result.stdout)["datasets"]}
     assert set(report) == {"mnist", "cifar10"}
@@ -43,7 +36,7 @@ def test_json_reports_found_and_missing(tmp_path: Path, homes) -> None:
 
 
 def test_json_missing_dataset_has_a_fetch_hint(tmp_path: Path, homes) -> None:
-    result = run_mpbench("data", "--json", cwd=tmp_path)
+    result = run_mpbench("data", "--json", cwd=tmp_path, env=WIDE, fork=False)
     assert result.returncode == 0, result.stderr
     report = {d["dataset"]: d for d in json.loads(result.stdout)["datasets"]}
     mnist = report["mnist"]
@@ -55,7 +48,7 @@ def test_json_missing_dataset_has_a_fetch_hint(tmp_path: Path, homes) -> None:
 
 def test_canonical_sources_are_published_ones(tmp_path: Path) -> None:
     # A fresh process (no monkeypatching) reports the canonical URLs and digests.
-    result = run_mpbench("data", "--json", cwd=tmp_path)
+    result = run_mpbench("data", "--json", cwd=tmp_path, env=WIDE, fork=False)
     report = {d["dataset"]: d for d in json.loads(result.stdout)["datasets"]}
     assert report["mnist"]["url"] == (
         "https://storage.googleapis.com/tensorflow/tf-keras-datasets/mnist.npz"
@@ -67,7 +60,7 @@ def test_canonical_sources_are_published_ones(tmp_path: Path) -> None:
 
 def test_table_output(tmp_path: Path, homes) -> None:
     formats.write_mnist_idx(homes.datasets / "MNIST" / "raw", formats.random_mnist(), gz=True)
-    result = run_mpbench("data", cwd=tmp_path)
+    result = run_mpbench("data", cwd=tmp_path, env=WIDE, fork=False)
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "MNIST" in out and "found" in out and "mpbench cache" in out and "idx" in out
@@ -77,7 +70,9 @@ def test_table_output(tmp_path: Path, homes) -> None:
 
 
 def test_missing_data_dir_is_exit_2_one_line(tmp_path: Path) -> None:
-    result = run_mpbench("data", "--data-dir", str(tmp_path / "nope"), cwd=tmp_path)
+    result = run_mpbench(
+        "data", "--data-dir", str(tmp_path / "nope"), cwd=tmp_path, env=WIDE, fork=False
+    )
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0
     assert "does not exist" in result.stderr and "Traceback" not in result.stderr

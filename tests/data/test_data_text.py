@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli import run_mpbench
 from data_formats import write_text_corpus
-from forked import run_mpbench
 from frameworks import needs_torch
 
 from mpbench.data import DataError, DataNotFound, check_data, load
@@ -126,11 +126,9 @@ def test_mpbench_run_refuses_a_binary_input_txt_with_one_line_and_exit_2(tmp_pat
     (corpus / "input.txt").write_bytes(b"First Citizen:\n" * 200 + b"\x89PNG\x00")
     out = tmp_path / "run"
     result = run_mpbench(
-        [
-            "run",
-            *("-w", "transformer_lm", "-f", "torch", "-p", "fp32", "--device", "cpu"),
-            *("--data", "real", "--data-dir", corpus, "--out", out),
-        ]
+        "run",
+        *("-w", "transformer_lm", "-f", "torch", "-p", "fp32", "--device", "cpu"),
+        *("--data", "real", "--data-dir", corpus, "--out", out),
     )
     assert result.returncode == 2, result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()
@@ -161,12 +159,10 @@ def test_a_torch_cell_trains_on_a_real_input_txt_and_records_it(tmp_path: Path) 
     config.write_text(TINY_LM)
     out = tmp_path / "run"
     result = run_mpbench(
-        [
-            "run",
-            *("--config", config, "-w", "transformer_lm", "-f", "torch", "-p", "fp32"),
-            *("--device", "cpu", "--data", "real", "--data-dir", tmp_path / "corpus"),
-            *("--out", out),
-        ]
+        "run",
+        *("--config", config, "-w", "transformer_lm", "-f", "torch", "-p", "fp32"),
+        *("--device", "cpu", "--data", "real", "--data-dir", tmp_path / "corpus"),
+        *("--out", out),
     )
     assert result.returncode == 0, result.stdout + result.stderr
     (record,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]

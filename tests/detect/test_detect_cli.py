@@ -10,6 +10,7 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
+from cli import run_mpbench
 from rich.console import Console
 
 from mpbench.detect import collect
@@ -52,8 +53,8 @@ def nvml_sees_gpus() -> bool:
         pynvml.nvmlShutdown()
 
 
-def test_json_run_on_this_machine(run_mpbench):
-    done = run_mpbench("detect", "--json")
+def test_json_run_on_this_machine():
+    done = run_mpbench("detect", "--json", fork=False)
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     cpu = this_cpu()
@@ -86,8 +87,8 @@ def test_json_run_on_this_machine(run_mpbench):
         assert fw["probe"] is None
 
 
-def test_table_run_on_this_machine(run_mpbench):
-    done = run_mpbench("detect")
+def test_table_run_on_this_machine():
+    done = run_mpbench("detect", fork=False)
     assert done.returncode == 0, done.stderr
     cpu = this_cpu()
     out = done.stdout
@@ -125,8 +126,8 @@ def test_detect_imports_no_framework_and_no_pandas():
     ("args", "option"),
     [(["detect", "--bogus"], "--bogus"), (["detect", "--format", "xml"], "--format")],
 )
-def test_bad_options_exit_2_with_one_line(args, option, run_mpbench):
-    done = run_mpbench(*args)
+def test_bad_options_exit_2_with_one_line(args, option):
+    done = run_mpbench(*args, fork=False)
     assert done.returncode == 2
     assert done.stdout == ""
     lines = done.stderr.strip().splitlines()

@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 
 import pytest
+from cli import run_mpbench
 
 from mpbench.detect import collect
 from mpbench.detect.cpu import X86_FLAGS, read_cpu
@@ -187,9 +188,9 @@ def test_fingerprint_identifies_the_cpu_not_the_software(cpuinfo, no_gpu, monkey
     assert first in others
 
 
-def test_cpuinfo_override_reaches_a_real_cli_run(cpuinfo, run_mpbench):
+def test_cpuinfo_override_reaches_a_real_cli_run(cpuinfo):
     path = cpuinfo("intel_xeon_8481c_sapphire_rapids")
-    done = run_mpbench("detect", "--json", env={"MPBENCH_CPUINFO": str(path)})
+    done = run_mpbench("detect", "--json", env={"MPBENCH_CPUINFO": str(path)}, fork=False)
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert data["cpu"]["model"] == "Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz"

@@ -7,6 +7,8 @@ import sys
 from importlib import metadata
 
 import pytest
+from cli import run_mpbench
+from frameworks import needs_tensorflow, needs_torch
 
 import mpbench.detect as detect
 from mpbench.detect import collect
@@ -188,8 +190,8 @@ def test_cuda_gpus_nvml_missed_come_from_torch(monkeypatch, no_gpu):
 # --- the real child processes ---
 
 
-@pytest.mark.skipif(installed("torch") is None, reason="torch not installed")
-@pytest.mark.skipif(installed("tensorflow") is None, reason="tensorflow not installed")
+@needs_torch
+@needs_tensorflow
 def test_real_probes_of_the_installed_frameworks():
     frameworks = probe_frameworks(installed_frameworks(), timeout=300)
     torch = next(f for f in frameworks if f.name == "torch").probe
@@ -292,8 +294,9 @@ def test_probe_warns_when_frameworks_are_blind_to_nvml_gpus(monkeypatch, fake_nv
     assert not any(n.startswith(("torch", "tensorflow")) for n in single.notes)
 
 
-@pytest.mark.skipif(installed("torch") is None, reason="torch not installed")
-def test_cli_probe_with_nvml_gpus_and_the_real_frameworks(tmp_path, fake_pynvml, run_mpbench):
+@needs_torch
+@pytest.mark.tensorflow  # its probe children import TensorFlow too, where installed
+def test_cli_probe_with_nvml_gpus_and_the_real_frameworks(tmp_path, fake_pynvml):
     """The real --probe children on this machine, with NVML saying two GPUs are here."""
     import json
     import os
@@ -304,7 +307,7 @@ def test_cli_probe_with_nvml_gpus_and_the_real_frameworks(tmp_path, fake_pynvml,
         "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
         "PYNVML_FAKE_GPUS": "A100,T4",
     }
-    done = run_mpbench("detect", "--probe", "--json", env=env)
+    done = run_mpbench("detect", "--probe", "--json", env=env, fork=False)
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     frameworks = {f["name"]: f for f in data["frameworks"]}

@@ -9,6 +9,7 @@ import shutil
 import sys
 
 import pytest
+from cli import run_mpbench
 from rich.console import Console
 
 from mpbench.detect import collect
@@ -302,9 +303,9 @@ def fake_on_path(tmp_path, fake_pynvml):
     return {"PYTHONPATH": path}
 
 
-def test_cli_lists_fake_gpus(fake_on_path, run_mpbench):
+def test_cli_lists_fake_gpus(fake_on_path):
     env = {**fake_on_path, "PYNVML_FAKE_GPUS": "A100,T4"}
-    done = run_mpbench("detect", "--json", env=env)
+    done = run_mpbench("detect", "--json", env=env, fork=False)
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert [g["name"] for g in data["gpus"]] == ["NVIDIA A100-SXM4-80GB", "Tesla T4"]
@@ -314,7 +315,7 @@ def test_cli_lists_fake_gpus(fake_on_path, run_mpbench):
     assert recs[("cuda", 0)] == "mixed_bfloat16"
     assert recs[("cuda", 1)] == "mixed_float16"
 
-    table = run_mpbench("detect", env=env)
+    table = run_mpbench("detect", env=env, fork=False)
     assert table.returncode == 0, table.stderr
     assert "NVIDIA A100-SXM4-80GB" in table.stdout
     a100_peaks = next(line for line in table.stdout.splitlines() if "A100 datasheet" in line)
@@ -323,9 +324,9 @@ def test_cli_lists_fake_gpus(fake_on_path, run_mpbench):
     assert "driver 550.54.15, CUDA 12.4" in table.stdout
 
 
-def test_cli_without_driver_is_not_an_error(fake_on_path, run_mpbench):
+def test_cli_without_driver_is_not_an_error(fake_on_path):
     env = {**fake_on_path, "PYNVML_FAKE_INIT_ERROR": "12"}  # NVML_ERROR_LIBRARY_NOT_FOUND
-    done = run_mpbench("detect", "--json", env=env)
+    done = run_mpbench("detect", "--json", env=env, fork=False)
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert data["gpus"] == []

@@ -14,6 +14,8 @@ import sys
 from importlib import metadata
 
 import pytest
+from cli import run_mpbench
+from frameworks import needs_torch
 
 from mpbench.detect import collect, measure
 from mpbench.detect.measure import (
@@ -30,16 +32,6 @@ from mpbench.detect.measure import (
     write_cache,
 )
 
-
-def torch_installed() -> bool:
-    try:
-        metadata.version("torch")
-    except metadata.PackageNotFoundError:
-        return False
-    return True
-
-
-needs_torch = pytest.mark.skipif(not torch_installed(), reason="torch not installed")
 TINY = {"sizes": (32, 64), "budget_s": 0.05, "max_iters": 5, "min_iters": 2, "warmup": 1}
 
 
@@ -209,9 +201,9 @@ QUICK = {"MPBENCH_MEASURE_SIZES": "32,64", "MPBENCH_MEASURE_BUDGET": "0.5"}
 
 
 @needs_torch
-def test_cli_measure_json(cache, run_mpbench):
+def test_cli_measure_json(cache):
     env = {**QUICK, "MPBENCH_CACHE": str(cache)}
-    done = run_mpbench("detect", "--measure", "--json", "--device", "cpu", env=env)
+    done = run_mpbench("detect", "--measure", "--json", "--device", "cpu", env=env, fork=False)
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     measured = data["measured"]
@@ -232,8 +224,10 @@ def test_cli_measure_json(cache, run_mpbench):
 
 
 @needs_torch
-def test_cli_measure_table(cache, run_mpbench):
-    done = run_mpbench("detect", "--measure", "--device", "cpu", env={**QUICK, "COLUMNS": "200"})
+def test_cli_measure_table(cache):
+    done = run_mpbench(
+        "detect", "--measure", "--device", "cpu", env={**QUICK, "COLUMNS": "200"}, fork=False
+    )
     assert done.returncode == 0, done.stderr
     assert "Measured matmul TFLOP/s on cpu" in done.stdout
     row = next(line for line in done.stdout.splitlines() if "fp32: float32" in line)
@@ -250,14 +244,14 @@ def test_cli_measure_table(cache, run_mpbench):
         (["--measure", "--device", "cpu:1"], "unknown device 'cpu:1'"),
     ],
 )
-def test_cli_bad_device_is_exit_2(args, words, run_mpbench):
-    done = run_mpbench("detect", *args)
+def test_cli_bad_device_is_exit_2(args, words):
+    done = run_mpbench("detect", *args, fork=False)
     assert done.returncode == 2
     assert done.stderr.strip().startswith("mpbench: error:") and words in done.stderr
     assert "Traceback" not in done.stderr
 
 
-def test_cli_cuda_index_this_machine_lacks_is_exit_2(tmp_path, fake_pynvml, run_mpbench):
+def test_cli_cuda_index_this_machine_lacks_is_exit_2(tmp_path, fake_pynvml):
     import shutil
 
     shutil.copy(fake_pynvml.SOURCE, tmp_path / "pynvml.py")
@@ -265,16 +259,16 @@ def test_cli_cuda_index_this_machine_lacks_is_exit_2(tmp_path, fake_pynvml, run_
         "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
         "PYNVML_FAKE_GPUS": "A100",
     }
-    done = run_mpbench("detect", "--measure", "--device", "cuda:3", env=env)
+    done = run_mpbench("detect", "--measure", "--device", "cuda:3", env=env, fork=False)
     assert done.returncode == 2
     assert "no cuda:3 here: CUDA sees 1 NVIDIA GPU(s)" in done.stderr
 
 
 @needs_torch
-def test_cli_measure_failure_is_exit_1(cache, run_mpbench):
+def test_cli_measure_failure_is_exit_1(cache):
     # no NVML here and (on this CPU machine) no CUDA in torch: the child says why
     skip_if_torch_sees_cuda()
-    done = run_mpbench("detect", "--measure", "--device", "cuda", "--json", env=QUICK)
+    done = run_mpbench("detect", "--measure", "--device", "cuda", "--json", env=QUICK, fork=False)
     assert done.returncode == 1, done.stderr
     data = json.loads(done.stdout)
     assert data["measured"]["ok"] is False

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+from cli import run_mpbench
 
 from mpbench.detect import collect, system
 from mpbench.detect.system import (
@@ -296,14 +297,14 @@ def test_collect_reads_tuning_only_when_asked(monkeypatch, no_gpu):
     assert data["tuning"]["items"][0]["name"] == "CPU scaling governor"
 
 
-def test_cli_shows_the_tuning_section(run_mpbench):
+def test_cli_shows_the_tuning_section():
     # The real machine: a real 0.5 s reading of how busy it is.
-    done = run_mpbench("detect", env={"COLUMNS": "200"})
+    done = run_mpbench("detect", env={"COLUMNS": "200"}, fork=False)
     assert done.returncode == 0, done.stderr
     assert "Machine tuning" in done.stdout
     for name in ("CPU scaling governor", "Turbo Boost", "ASLR", "load at start"):
         assert name in done.stdout
-    done = run_mpbench("detect", "--json")
+    done = run_mpbench("detect", "--json", fork=False)
     tuning = json.loads(done.stdout)["tuning"]
     assert tuning["busy"]["wall_s"] >= 0.4 and len(tuning["items"]) == 8
 

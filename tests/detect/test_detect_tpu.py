@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from cli import run_mpbench
 
 from mpbench.detect import collect
 from mpbench.detect.tpu import probe_tpu
@@ -117,10 +118,10 @@ def test_tpu_joins_the_device_list_with_bf16_recommended(roots, no_gpu):
     assert bigger.hardware_fingerprint("tpu") != report.hardware_fingerprint("tpu")
 
 
-def test_dev_root_override_reaches_a_real_cli_run(roots, run_mpbench):
+def test_dev_root_override_reaches_a_real_cli_run(roots):
     dev, _ = roots
     add_files(dev, "accel0", "accel1")
-    done = run_mpbench("detect", "--json", env={"MPBENCH_DEV_ROOT": str(dev)})
+    done = run_mpbench("detect", "--json", env={"MPBENCH_DEV_ROOT": str(dev)}, fork=False)
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert data["tpu"]["chips"] == 2

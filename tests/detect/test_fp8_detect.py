@@ -12,10 +12,10 @@ import inspect
 import json
 import subprocess
 import sys
-from importlib import metadata
 from types import SimpleNamespace
 
 import pytest
+from frameworks import needs_torch
 from rich.console import Console
 
 from mpbench import policies
@@ -34,17 +34,6 @@ from mpbench.detect.measure_child import (
 from mpbench.detect.peaks import _TABLE, lookup, peak_tflops
 from mpbench.detect.render import _RATING_STYLE, EMULATED_CAPTION, print_report, report_json
 from mpbench.policies import FP8_MIN_CC, DeviceTraits, Rating
-
-
-def _torch_installed() -> bool:
-    try:
-        metadata.version("torch")
-    except metadata.PackageNotFoundError:
-        return False
-    return True
-
-
-needs_torch = pytest.mark.skipif(not _torch_installed(), reason="torch not installed")
 
 # --- peaks: dense fp8 figures, only on sm_89+ parts ---
 

@@ -48,7 +48,7 @@ def test_the_hook_all_reduces_the_gradients_in_its_precision(group, grad_comm, d
     data_parallel.after_step()
     gradients(ddp, x, y)
     data_parallel.after_step()
-    # Each step's own time, the first included (test_gpu_review_2_ddp.py checks the order).
+    # Each step's own time, the first included (test_ddp_allreduce_per_step.py checks the order).
     assert data_parallel.comm_s[0] > 0 and data_parallel.comm_s[1] > 0
 
 

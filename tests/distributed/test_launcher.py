@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from builders import cell_spec
 
 from mpbench.backends.base import CellSpec
 from mpbench.runner.launchers.cell_timeout import CELL_TIMEOUT_ENV
@@ -26,26 +27,15 @@ REPORT = (Path(__file__).parents[1] / "fixtures" / "torchrun_root_cause.txt").re
 
 
 def spec(**changes) -> CellSpec:
+    """A 2-rank torch cell; its id names the rendezvous (torchrun_command)."""
     values = dict(
-        run_id="r",
         cell_id="torch/mnist_dense/float32@np2/r0",
-        framework="torch",
-        workload="mnist_dense",
-        policy="float32",
-        repeat=0,
-        device="cpu",
-        batch_size=64,
-        epochs=1,
         max_steps=10,
-        warmup_steps=2,
-        units=32,
-        seed=0,
         nproc=2,
         intra_op_threads=2,
         inter_op_threads=2,
     )
-    values.update(changes)
-    return CellSpec(**values)
+    return cell_spec(**{**values, **changes})
 
 
 def test_the_root_cause_is_the_killed_rank_not_the_one_torchrun_ended():

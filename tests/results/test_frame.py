@@ -1,7 +1,7 @@
 """`mpbench.results.load`: result files as a pandas DataFrame, and results.csv as its text.
 
 Run directories are written by the real writer from records shaped like a real CPU run
-(tests/compare/compare_records.py), with the fields a GPU run adds (capability, allocator
+(tests/builders.py), with the fields a GPU run adds (capability, allocator
 memory, dataset digests, MFU) on a second machine's records.
 """
 
@@ -16,9 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compare"))
-
-from compare_records import MIB, cpu_run, record, variant_run, write_run
+from builders import MIB, cpu_run, record, variant_run, write_run
 
 from mpbench.results import (
     CellRecord,

@@ -28,8 +28,7 @@ def test_the_readme_pandas_example_runs() -> None:
 def test_the_readme_recipe_keeps_recipe_and_fallback_cells_apart(tmp_path: Path) -> None:
     """On a run with accumulated, compiled, static-scale, batch-scaled and fallback cells the
     recipe prints each of them on its own row, never averaged into the plain cell."""
-    sys.path.insert(0, str(ROOT / "tests" / "compare"))
-    from compare_records import variant_run, write_run
+    from builders import variant_run, write_run
 
     run = write_run(tmp_path / "run", variant_run())
     readme = (ROOT / "README.md").read_text(encoding="utf-8")

@@ -5,18 +5,17 @@ reason and that no verdict recommends or warns: it asks for a quiet machine."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from cli import run_mpbench
 from frameworks import needs_torch
 
 pytestmark = needs_torch  # its cells import torch, in their own processes
 
 HOG = "while True: pass"
-MPBENCH = [sys.executable, "-m", "mpbench"]
 CELLS = [
     *("-f", "torch", "-w", "mnist_dense", "-p", "fp32", "-p", "bf16", "--repeat", "1"),
     *("--device", "cpu", "--data", "synthetic", "--units", "64", "--batch-size", "128"),
@@ -30,12 +29,7 @@ def test_cells_beside_two_busy_processes_are_contended_and_get_no_verdict(tmp_pa
     out = tmp_path / "run"
     hogs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(2)]
     try:
-        run = subprocess.run(
-            [*MPBENCH, "run", *CELLS, "--out", str(out)],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        run = run_mpbench("run", *CELLS, "--out", str(out), fork=False)
     finally:
         for hog in hogs:
             hog.kill()
@@ -50,12 +44,7 @@ def test_cells_beside_two_busy_processes_are_contended_and_get_no_verdict(tmp_pa
         assert contention["contended"], contention
         assert contention["other_cores"] > 0.5
         assert any("other processes used" in why for why in contention["why"])
-    compare = subprocess.run(
-        [sys.executable, "-m", "mpbench", "compare", str(out), "--format", "json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    compare = run_mpbench("compare", str(out), "--format", "json", timeout=120, fork=False)
     assert compare.returncode == 0, compare.stderr
     cells = json.loads(compare.stdout)["cells"]
     assert all(c["contended_repeats"] == 1 for c in cells)
@@ -63,21 +52,18 @@ def test_cells_beside_two_busy_processes_are_contended_and_get_no_verdict(tmp_pa
     assert verdicts, cells
     for verdict in verdicts:
         assert verdict["advice"] == "re-measure on a quiet machine", verdict
-    text = subprocess.run(
-        [sys.executable, "-m", "mpbench", "compare", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "COLUMNS": "200"},
-    ).stdout
+    text = run_mpbench("compare", str(out), timeout=120, env={"COLUMNS": "200"}, fork=False).stdout
     assert "recommended here" not in text and "→ avoid" not in text
     assert "contended" in text
     # a speed-up gate on these cells is inconclusive, so --require-conclusive fails it
-    gate = subprocess.run(
-        [*MPBENCH, "compare", str(out), "--min-speedup", "bf16=0.01", "--require-conclusive"],
-        capture_output=True,
-        text=True,
+    gate = run_mpbench(
+        "compare",
+        str(out),
+        "--min-speedup",
+        "bf16=0.01",
+        "--require-conclusive",
         timeout=120,
+        fork=False,
     )
     assert gate.returncode == 1, gate.stdout + gate.stderr
     assert "re-measure on a quiet machine" in " ".join(gate.stdout.split())

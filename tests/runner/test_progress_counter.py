@@ -9,14 +9,9 @@ from __future__ import annotations
 
 import io
 import re
-import sys
-from pathlib import Path
 
+from builders import variant_run
 from rich.console import Console
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compare"))
-
-from compare_records import variant_run
 
 from mpbench.runner.progress import Reporter
 

@@ -7,16 +7,11 @@ import dataclasses
 import io
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compare"))
-
-from compare_records import record, write_run
+from builders import record, run_options, write_run
+from cli import run_mpbench
 
 from mpbench.compare import CompareOptions, compare
 from mpbench.errors import InvalidInput
@@ -398,20 +393,18 @@ def test_compare_says_why_an_auto_run_stopped(tmp_path):
 # --- a real run ----------------------------------------------------------------------------
 
 TINY = [
-    "-f", "torch", "-w", "mnist_dense", "-p", "fp32", "-p", "bf16", "--data", "synthetic",
-    "--units", "16", "--batch-size", "64", "--max-steps", "4", "--warmup-steps", "1",
-    "--device", "cpu", "--timeout", "120",
-]  # fmt: skip
+    "-f",
+    "torch",
+    "-p",
+    "fp32",
+    "-p",
+    "bf16",
+    *run_options(units=16, max_steps=4, warmup_steps=1, repeat=None),
+]
 
 
-def _mpbench(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "mpbench", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
-    )
+# The progress lines hold "≤": stdout in UTF-8 whatever the locale (a new interpreter).
+UTF8 = {"PYTHONIOENCODING": "utf-8"}
 
 
 @pytest.mark.torch
@@ -419,7 +412,9 @@ def _mpbench(*args: str) -> subprocess.CompletedProcess:
 def test_repeat_auto_runs_rounds_records_why_it_stopped_and_compare_says_it(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "run"
-    result = _mpbench("run", *TINY, "--repeat", "auto", "--max-repeats", "3", "--out", str(out))
+    result = run_mpbench(
+        "run", *TINY, "--repeat", "auto", "--max-repeats", "3", "--out", str(out), env=UTF8
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     lines = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert sorted((r["policy"], r["repeat"]) for r in lines) == [
@@ -445,14 +440,14 @@ def test_repeat_auto_runs_rounds_records_why_it_stopped_and_compare_says_it(tmp_
     assert f"--repeat auto stopped after 3 rounds: {block['stopped']}" in stdout
     assert set(block["half_width"]) == {BF16} and block["half_width"][BF16] > 0
 
-    compared = _mpbench("compare", str(out))
+    compared = run_mpbench("compare", str(out), env=UTF8)
     assert compared.returncode == 0, compared.stderr
     assert f"--repeat auto stopped after 3 rounds: {block['stopped']}" in " ".join(
         compared.stdout.split()
     )
 
     # --resume of the finished run: nothing runs again, and it stops for the same reason.
-    resumed = _mpbench("run", "--out", str(out), "--resume")
+    resumed = run_mpbench("run", "--out", str(out), "--resume", env=UTF8)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert resumed.stdout.count("already done (--resume)") == 6
     assert json.loads((out / "run.json").read_text())["adaptive"] == block

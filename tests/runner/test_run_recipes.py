@@ -2,36 +2,23 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from builders import run_options
+from cli import run_mpbench
+from frameworks import needs_tensorflow, needs_torch
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not all(importlib.util.find_spec(f) for f in ("torch", "tensorflow")),
-        reason="needs both torch and tensorflow",
-    ),
-]
+pytestmark = [pytest.mark.slow, needs_torch, needs_tensorflow]
 
-TINY = [
-    "--workload", "mnist_dense", "--data", "synthetic", "--units", "32", "--batch-size", "64",
-    "--max-steps", "8", "--warmup-steps", "2", "--repeat", "1", "--device", "cpu",
-]  # fmt: skip
+TINY = run_options(timeout=None)
 
 
 def _run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
     out = tmp_path / "run"
-    result = subprocess.run(
-        [sys.executable, "-m", "mpbench", "run", *TINY, "--out", str(out), *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = run_mpbench("run", *TINY, "--out", str(out), *args, fork=False)
     lines = (out / "results.jsonl").read_text().splitlines() if out.exists() else []
     return result, [json.loads(line) for line in lines]
 
@@ -102,11 +89,8 @@ def test_accumulation_with_a_static_loss_scale_trains_ok_and_compares_in_both_fr
     ]
     assert sorted(rows) == ["tf", "tf", "torch", "torch"], table
 
-    compared = subprocess.run(
-        [sys.executable, "-m", "mpbench", "compare", str(tmp_path / "run"), "--format", "json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    compared = run_mpbench(
+        "compare", str(tmp_path / "run"), "--format", "json", timeout=120, fork=False
     )
     cells = json.loads(compared.stdout)["cells"]
     static = [c for c in cells if c["variant"] == "[accumulate=2] [loss scale 1024]"]

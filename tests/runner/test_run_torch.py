@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from forked import run_mpbench
+from builders import tiny_toml
+from cli import run_mpbench
 from frameworks import needs_torch
 from processes import marked
 
@@ -20,27 +21,13 @@ from mpbench.results.sidefile import read_side_file
 
 pytestmark = needs_torch  # its cells import torch, in their own processes
 
-TINY = """
-[run]
-data = "synthetic"
-warmup_steps = 3
-timeout = 120
-
-[workloads.mnist_dense]
-batch_size = 128
-epochs = 4
-max_steps = 40
-units = 64
-synthetic_train_size = 2048
-synthetic_test_size = 512
-
-[workloads.cifar10_cnn]
-batch_size = 64
-epochs = 1
-max_steps = 8
-synthetic_train_size = 1024
-synthetic_test_size = 256
-"""
+TINY = tiny_toml(
+    run={"warmup_steps": 3},
+    mnist_dense={"batch_size": 128, "epochs": 4, "max_steps": 40, "units": 64,
+                 "synthetic_train_size": 2048, "synthetic_test_size": 512},
+    cifar10_cnn={"batch_size": 64, "max_steps": 8, "synthetic_train_size": 1024,
+                 "synthetic_test_size": 256},
+)  # fmt: skip
 
 
 @pytest.fixture
@@ -50,10 +37,6 @@ def tiny_config(tmp_path: Path) -> Path:
     return path
 
 
-def mpbench(*args: str, env: dict | None = None, timeout: float = 300):
-    return run_mpbench(args, env=env, timeout=timeout)  # a process of its own (forked.py)
-
-
 def torch_args(config: Path, out: Path, *args: str, workload: str = "mnist_dense") -> list[str]:
     """`mpbench run` arguments for torch cells on the CPU; `args` add policies and the like."""
     common = ["--config", str(config), "--framework", "torch", "--workload", workload]
@@ -61,7 +44,7 @@ def torch_args(config: Path, out: Path, *args: str, workload: str = "mnist_dense
 
 
 def run_torch(config: Path, out: Path, *args: str, workload="mnist_dense", env=None):
-    return mpbench(*torch_args(config, out, *args, workload=workload), env=env)
+    return run_mpbench(*torch_args(config, out, *args, workload=workload), env=env)
 
 
 def policies(*names: str) -> list[str]:
@@ -268,7 +251,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_finished_cells(tmp_path, tiny_config):
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
-    result = mpbench("run", "--out", str(tmp_path / "run"), *args)
+    result = run_mpbench("run", "--out", str(tmp_path / "run"), *args)
     assert result.returncode == 2
     assert message in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
@@ -278,7 +261,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
 def test_a_malformed_config_is_one_line_and_exit_2(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text("[run]\npolicies = 'bf16'\n")
-    result = mpbench("run", "--config", str(bad), "--out", str(tmp_path / "run"))
+    result = run_mpbench("run", "--config", str(bad), "--out", str(tmp_path / "run"))
     assert result.returncode == 2
     assert "policies = 'bf16': must be a list of strings" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
@@ -351,7 +334,7 @@ def test_measure_peak_measures_once_and_records_mfu_against_it(tmp_path, tiny_co
     }
     out = tmp_path / "run"
     args = torch_args(tiny_config, out, "--policy", "fp32", "--max-steps", "8", "--measure-peak")
-    result = mpbench(*args, env=env)
+    result = run_mpbench(*args, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Measuring the matmul peak" in result.stdout
     record = json.loads((out / "results.jsonl").read_text().splitlines()[0])

@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 
 import pytest
-from forked import run_mpbench
+from cli import run_mpbench
 from frameworks import needs_tensorflow, needs_torch
 
 from mpbench.workloads import get_workload
@@ -42,7 +42,7 @@ def run_lm(folder: Path, config_text: str, *args: str) -> list[dict]:
     config.write_text(config_text)
     out = folder / "run"
     common = ("--config", config, "-w", "transformer_lm", "--device", "cpu", "--out", out)
-    result = run_mpbench(["run", *common, *args], timeout=600)
+    result = run_mpbench("run", *common, *args, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
 

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from forked import run_mpbench
+from cli import run_mpbench
 from frameworks import TENSORFLOW_MISSING, installed, needs_tensorflow, needs_torch
 
 from mpbench.workloads import shadowed_entry_point, user
@@ -24,7 +22,7 @@ TINY = "--max-steps", "12", "--warmup-steps", "2", "--repeat", "1", "--device", 
 
 
 def run_records(out: Path, *args: str, cwd: Path = ROOT) -> list[dict]:
-    result = run_mpbench(["run", *TINY, "--out", out, *args], cwd=cwd, timeout=600)
+    result = run_mpbench("run", *TINY, "--out", out, *args, cwd=cwd, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
 
@@ -89,8 +87,7 @@ BAD = [
 def test_a_bad_workload_is_one_line_and_exit_2(tmp_path: Path, value: str, said: str) -> None:
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     (tmp_path / "broken_workload.py").write_text("raise RuntimeError('at import')\n")
-    result = run_mpbench(["run", "-w", value, "-f", "torch", "--out", tmp_path / "o"],
-                         cwd=tmp_path)  # fmt: skip
+    result = run_mpbench("run", "-w", value, "-f", "torch", "--out", tmp_path / "o", cwd=tmp_path)
     assert result.returncode == 2, result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and said in lines[0] and "Traceback" not in result.stderr, lines
@@ -134,7 +131,7 @@ def test_an_entry_point_named_like_a_built_in_is_listed_once_and_said_shadowed(
     )
     assert shadowed_entry_point("cifar10_cnn") is None
 
-    refused = run_mpbench(["run", "-w", "nosuch", "--out", tmp_path / "o"])
+    refused = run_mpbench("run", "-w", "nosuch", "--out", tmp_path / "o")
     assert refused.returncode == 2
     (line,) = refused.stderr.strip().splitlines()
     assert "unknown workload 'nosuch'" in line and "Traceback" not in refused.stderr
@@ -142,8 +139,8 @@ def test_an_entry_point_named_like_a_built_in_is_listed_once_and_said_shadowed(
 
     # A run of the built-in (tf32 on a CPU: every cell skipped, nothing trains) says it once.
     done = run_mpbench(
-        ["run", "-w", "mnist_dense", "-f", "torch", "-p", "tf32", "--device", "cpu",
-         "--repeat", "2", "--out", tmp_path / "run"]
+        "run", "-w", "mnist_dense", "-f", "torch", "-p", "tf32", "--device", "cpu",
+        "--repeat", "2", "--out", tmp_path / "run",
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     warned = " ".join(done.stderr.split())
@@ -191,11 +188,9 @@ def test_an_installed_packages_entry_point_runs_through_the_cli(tmp_path: Path) 
     )
     (info / "top_level.txt").write_text("mpbench_tiny_workload\n", encoding="utf-8")
     out = tmp_path / "run"
-    done = subprocess.run(
-        [sys.executable, "-m", "mpbench", "run", "-w", "tiny", "-f", "torch", "-p", "fp32",
-         "--repeat", "1", "--device", "cpu", "--max-steps", "6", "--out", str(out)],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(site)},
+    done = run_mpbench(
+        "run", "-w", "tiny", "-f", "torch", "-p", "fp32", "--repeat", "1", "--device", "cpu",
+        "--max-steps", "6", "--out", out, cwd=tmp_path, env={"PYTHONPATH": str(site)},
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     (record,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]

@@ -15,7 +15,7 @@ calls `torch.get_float32_matmul_precision()` on 2.13). So `set_tf32` writes thro
 setters, which on 2.9+ write both views (`setAllowTF32CuBLAS` also sets the cuda matmul
 fp32_precision, `setAllowTF32CuDNN` the conv and rnn ones), then states the new-API values
 explicitly ("ieee" rather than the "none" a legacy False leaves on conv/rnn). Every getter then
-agrees, which tests/backends/test_gpu_review_2_tf32.py checks on this CPU build (the flags are
+agrees, which tests/backends/test_torch_tf32_flags.py checks on this CPU build (the flags are
 process state in ATen's Context on CPU builds too).
 """
 

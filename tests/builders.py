@@ -1,21 +1,27 @@
-"""Result records shaped like a real `mpbench run` on this CPU (2-core AMD EPYC, avx512_bf16).
+"""What tests build, in one place: a cell's CellSpec, the tiny run a test's `mpbench run`
+trains, and result records shaped like a real run on this CPU. Every test folder imports it
+(`pythonpath` in pyproject.toml puts tests/ on sys.path), so a test states only how its
+cell, run or record differs from these.
 
-The committed fixtures under fixtures/ are written from these builders by make_fixtures.py;
-tests build variations of them (slower cells, repeats, other machines) with the same code.
-Numbers follow what this CPU measures: bf16 about 2.5x faster than float32, fp16 several
-times slower (emulated), TF32 skipped (no such math mode on a CPU). Records are schema v2
-(training memory sampled from the process RSS, an end-to-end window, drift) unless `v1=True`
-asks for an old record without those fields.
+The records follow a real `mpbench run` on this CPU (2-core AMD EPYC, avx512_bf16). The
+committed compare fixtures under compare/fixtures/ are written from them by
+compare/make_fixtures.py; tests build variations of them (slower cells, repeats, other
+machines) with the same code. Numbers follow what this CPU measures: bf16 about 2.5x faster
+than float32, fp16 several times slower (emulated), TF32 skipped (no such math mode on a
+CPU). Records are of today's schema (training memory sampled from the process RSS, an
+end-to-end window, drift) unless `v1=True` asks for an old record without those fields.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import random
 import zlib
 from pathlib import Path
 
+from mpbench.backends.base import CellSpec
 from mpbench.results import (
     SCHEMA_VERSION,
     AccuracyStats,
@@ -32,6 +38,107 @@ from mpbench.results import (
     append_record,
     load_record,
 )
+
+# --- a cell --------------------------------------------------------------------------------
+
+# The cell a test trains unless it says otherwise: torch's mnist_dense at float32 on the CPU,
+# 8 steps of a 32-unit model on synthetic data, a second or two in a process of its own.
+CELL = dict(
+    run_id="test",
+    framework="torch",
+    workload="mnist_dense",
+    policy="float32",
+    repeat=0,
+    device="cpu",
+    batch_size=64,
+    epochs=1,
+    max_steps=8,
+    warmup_steps=2,
+    units=32,
+    seed=0,
+    data="synthetic",
+    synthetic_train_size=1024,
+    synthetic_test_size=256,
+)
+
+
+def cell_spec(**overrides: object) -> CellSpec:
+    """CELL with `overrides`; the cell id is the runner's plain one
+    (framework/workload/policy/r<repeat>) unless given. The backends never read the ids: only
+    the launchers do (fault injection, torchrun's rendezvous id)."""
+    values = {**CELL, **overrides}
+    values.setdefault(
+        "cell_id",
+        f"{values['framework']}/{values['workload']}/{values['policy']}/r{values['repeat']}",
+    )
+    return CellSpec(**values)
+
+
+# --- a run ---------------------------------------------------------------------------------
+
+# The run a test's `mpbench run` does unless it says otherwise: CELL's sizes as run.toml's
+# tables (a smaller cifar10_cnn beside it), run_options() as the command line.
+TINY_RUN = {"data": "synthetic", "warmup_steps": 2, "timeout": 120}
+TINY_WORKLOADS = {
+    "mnist_dense": {
+        "batch_size": 64,
+        "epochs": 1,
+        "max_steps": 8,
+        "units": 32,
+        "synthetic_train_size": 1024,
+        "synthetic_test_size": 256,
+    },
+    "cifar10_cnn": {
+        "batch_size": 32,
+        "epochs": 1,
+        "max_steps": 4,
+        "synthetic_train_size": 256,
+        "synthetic_test_size": 64,
+    },
+}
+
+
+def tiny_toml(run: dict | None = None, **workloads: dict | None) -> str:
+    """A run.toml of TINY_RUN and TINY_WORKLOADS: `run` changes [run]'s keys, a workload's
+    dict changes (or, for a workload not in TINY_WORKLOADS, is) its table, and None leaves a
+    key or a table out."""
+    tables = {"run": _merged(TINY_RUN, run or {})}
+    for name in {**TINY_WORKLOADS, **workloads}:
+        if name in workloads and workloads[name] is None:
+            continue
+        tables[f"workloads.{name}"] = _merged(TINY_WORKLOADS.get(name, {}), workloads.get(name))
+    return "\n".join(
+        f"[{table}]\n" + "".join(f"{key} = {json.dumps(value)}\n" for key, value in keys.items())
+        for table, keys in tables.items()
+    )
+
+
+def run_options(**overrides: object) -> list[str]:
+    """TINY_RUN and mnist_dense's table as `mpbench run` options (one repeat, on the CPU);
+    `overrides` by the option's name with underscores (`max_steps=4`), None leaving it out."""
+    table = TINY_WORKLOADS["mnist_dense"]
+    settings = {
+        "workload": "mnist_dense",
+        "data": TINY_RUN["data"],
+        "units": table["units"],
+        "batch_size": table["batch_size"],
+        "max_steps": table["max_steps"],
+        "warmup_steps": TINY_RUN["warmup_steps"],
+        "repeat": 1,
+        "device": "cpu",
+        "timeout": TINY_RUN["timeout"],
+    }
+    options = []
+    for name, value in _merged(settings, overrides).items():
+        options += [f"--{name.replace('_', '-')}", str(value)]
+    return options
+
+
+def _merged(base: dict, changes: dict | None) -> dict:
+    return {k: v for k, v in {**base, **(changes or {})}.items() if v is not None}
+
+
+# --- records -------------------------------------------------------------------------------
 
 # A cell's contention as a busy and a quiet 2-core machine record it (results' ContentionStats).
 BUSY = ContentionStats(

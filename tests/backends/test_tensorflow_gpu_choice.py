@@ -20,8 +20,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from builders import cell_spec
 
-from mpbench.backends.base import CellSpec, Unsupported
+from mpbench.backends.base import Unsupported
 from mpbench.backends.tensorflow import device as tf_device
 
 
@@ -138,21 +139,6 @@ def test_torch_ranks_refuse_a_later_cuda_index(monkeypatch):
     torch_distributed = pytest.importorskip("mpbench.backends.torch.distributed")
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("LOCAL_RANK", "0")
-    spec = CellSpec(
-        run_id="r",
-        cell_id="c",
-        framework="torch",
-        workload="mnist_dense",
-        policy="float32",
-        repeat=0,
-        device="cuda:1",
-        batch_size=8,
-        epochs=1,
-        max_steps=4,
-        warmup_steps=1,
-        units=8,
-        seed=0,
-        nproc=2,
-    )
+    spec = cell_spec(device="cuda:1", nproc=2)
     with pytest.raises(Unsupported, match="runs rank r on cuda:r, not from cuda:1"):
         torch_distributed.DataParallel.join(spec)

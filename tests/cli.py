@@ -1,9 +1,13 @@
-"""mpbench in a process of its own, started in a few milliseconds: a fork of the test
-process, which imported mpbench's CLI once, runs `mpbench.cli.main(ARGS)` with its own pid,
-environment, working directory and file descriptors 1 and 2, and exits with its code. It is
-`python -m mpbench ARGS` less the ~0.3 s of a new interpreter and mpbench's imports; tests
-that send the process signals, or need an interpreter's start (the streams' encoding), start
-`python -m mpbench` itself."""
+"""The one way tests run the mpbench command: `run_mpbench("run", ..., fork=True)`.
+
+fork=True (the default) runs it in a fork of the test process, which imported mpbench's CLI
+once: `mpbench.cli.main(ARGS)` with its own pid, environment, working directory and file
+descriptors 1 and 2, exiting with its code. It is `python -m mpbench ARGS` less the ~0.3 s
+of a new interpreter and mpbench's imports. fork=False starts `python -m mpbench` itself: for
+a test that needs a fresh interpreter (what the test process imported, patched or cached
+must not reach the command, as in detect's tests of this machine) or its start (the
+streams' encoding: an `env` naming PYTHON*, LC_* or LANG gets one either way). Tests that
+send the process signals start it with subprocess.Popen themselves."""
 
 from __future__ import annotations
 
@@ -17,24 +21,24 @@ import sys
 import time
 from pathlib import Path
 
+# A test run inside GitHub Actions must not write to the job's summary: the command gets
+# this variable only from a test's own `env`.
+_NOT_INHERITED = ("GITHUB_STEP_SUMMARY",)
+
 
 def run_mpbench(
-    args: tuple | list,
+    *args: object,
     env: dict[str, str] | None = None,
+    unset: tuple[str, ...] = (),
     cwd: Path | None = None,
     timeout: float = 300,
-    unset: tuple[str, ...] = (),
+    fork: bool = True,
 ) -> subprocess.CompletedProcess[str]:
-    """Run mpbench with ARGS in a process of its own and capture everything it printed;
-    `env` is added to this process's environment, `unset` removed from it.
-
-    The process is a fork of this one, which has imported the CLI already: it skips the
-    ~0.3 s of a new interpreter and mpbench's imports, and is otherwise what
-    `python -m mpbench ARGS` is (its own pid, environment, working directory, file
-    descriptors 1 and 2, exit code; cells it starts are new processes as always). A few tests
-    still start `python -m mpbench` itself: those that send it signals or need its start."""
+    """Run mpbench with ARGS in a process of its own and capture what it printed, stdout and
+    stderr apart; `env` is added to this process's environment, `unset` removed from it."""
+    unset = (*unset, *(key for key in _NOT_INHERITED if key not in (env or {})))
     args = [str(arg) for arg in args]
-    if any(key.startswith(_READ_AT_START) for key in env or {}):
+    if not fork or any(key.startswith(_READ_AT_START) for key in env or {}):
         return _python_m_mpbench(args, env, cwd, timeout, unset)
     import mpbench.cli  # imported before the fork, once per test session
 
