@@ -87,7 +87,7 @@ def run_cell(spec, workdir: Path, servers: ForkServers | None) -> tuple[float, f
     expected = "new process" if servers is None else "fork server"
     if outcome.launcher != expected:
         raise SystemExit(f"cell {spec.cell_id} started as a {outcome.launcher}, not a {expected}")
-    return outcome.startup_s, outcome.wall_s, outcome.measurements["memory"]["training_bytes"]
+    return outcome.startup_s, outcome.wall_s, outcome.measurements.memory.training_bytes
 
 
 def run_import(framework: str) -> float:

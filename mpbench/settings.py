@@ -52,7 +52,10 @@ class Setting:
 
     `home` is where the resolved value lives: "run" (a RunConfig field), "workload" (a field of
     every workload's WorkloadSettings; the command line sets it for all of them) or "command"
-    (only this invocation's RunOptions: --config, --resume, ...).
+    (only this invocation's RunOptions: --config, --resume, ...). `cell` marks a setting whose
+    value every cell takes as it is: runner/cells.py copies it into the CellSpec field of the
+    same name (`target`), and tests/runner/test_cell_answer.py holds every CellSpec field to
+    being either such a setting or one cells.py works out per cell.
     """
 
     name: str  # the RunOptions field, the TOML key and (unless `field`) the RunConfig field
@@ -62,6 +65,7 @@ class Setting:
     help: str = ""  # the option's --help text
     cli: Any = None  # the type typer parses, where it is not `kind` (text for numbers, ...)
     home: str = "run"
+    cell: bool = False  # copied as it is into every cell's CellSpec (see above)
     toml: tuple[str, ...] = ()  # the TOML tables it may be set in
     field: str = ""  # the RunConfig field, where it is not `name`
     required: bool = False  # every run.json holds it (older ones may lack the others)
@@ -295,6 +299,7 @@ SETTINGS: tuple[Setting, ...] = (
         "Epochs of timed steps per cell (at most --max-steps of them); the end-to-end "
         "window then trains about as many again (docs/measurement.md, 'Steps trained').",
         home="workload",
+        cell=True,
         toml=("workloads",),
         required=True,
         low=1,
@@ -310,6 +315,7 @@ SETTINGS: tuple[Setting, ...] = (
         "window trains about as many again, in whole epochs (rounded up) once that is an "
         "epoch or more: the record's end_to_end.steps.",
         home="workload",
+        cell=True,
         toml=("workloads",),
         required=True,
         low=1,
@@ -324,6 +330,7 @@ SETTINGS: tuple[Setting, ...] = (
         "Leading steps left out of the timing statistics.",
         home="workload",
         # [run] warmup_steps is every workload's, [workloads.<name>] one workload's.
+        cell=True,
         toml=("run", "workloads"),
         required=True,
         low=0,
@@ -438,6 +445,7 @@ SETTINGS: tuple[Setting, ...] = (
         "auto",
         ("--data",),
         "auto, real or synthetic.",
+        cell=True,
         toml=("run",),
         required=True,
         choices=DATA_MODES,
@@ -450,6 +458,7 @@ SETTINGS: tuple[Setting, ...] = (
         None,
         ("--data-dir",),
         "Look for datasets here first (a folder or the file itself).",
+        cell=True,
         toml=("run",),
         required=True,
         path=True,
@@ -461,6 +470,7 @@ SETTINGS: tuple[Setting, ...] = (
         "fit",
         ("--loop",),
         "TensorFlow training loop: fit|custom.",
+        cell=True,
         toml=("tensorflow",),
         required=True,
         choices=LOOPS,
@@ -473,6 +483,7 @@ SETTINGS: tuple[Setting, ...] = (
         ("--jit",),
         "TensorFlow XLA jit_compile: on|off.",
         cli=str,
+        cell=True,
         toml=("tensorflow",),
         required=True,
         from_text=on_off,
@@ -567,6 +578,7 @@ SETTINGS: tuple[Setting, ...] = (
         "float8 cells: auto (fp8 GEMMs in hardware on NVIDIA sm_89+, emulated elsewhere, "
         "labelled either way), hardware (skip the cell where there are none) or emulated "
         "(fp8 numerics only, also on sm_89+).",
+        cell=True,
         toml=("run",),
         choices=FP8_MODES,
         noun="mode",
@@ -579,6 +591,7 @@ SETTINGS: tuple[Setting, ...] = (
         ("--fp8-recipe",),
         "torch float8 cells: torchao's recipe, tensorwise|rowwise|rowwise_with_gw_hp "
         "(default: tensorwise; Keras has one: delayed scaling).",
+        cell=True,
         toml=("torch",),
         choices=TORCH_RECIPES,
         noun="recipe",
@@ -619,6 +632,7 @@ SETTINGS: tuple[Setting, ...] = (
         1,
         ("--nnodes",),
         "torch: nodes of each data-parallel job (needs --rdzv-endpoint).",
+        cell=True,
         toml=("distributed",),
         low=1,
         high=4096,
@@ -630,6 +644,7 @@ SETTINGS: tuple[Setting, ...] = (
         None,
         ("--node-rank",),
         "torch: this node's rank among --nnodes (static rendezvous).",
+        cell=True,
         toml=("distributed",),
         low=0,
         high=4095,
@@ -642,6 +657,7 @@ SETTINGS: tuple[Setting, ...] = (
         None,
         ("--rdzv-endpoint",),
         "torch: HOST:PORT where the nodes meet (every node the same).",
+        cell=True,
         toml=("distributed",),
         measured=False,
         example="localhost:29500",
@@ -705,11 +721,27 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     # Set in a TOML file only.
     Setting("out_dir", str, "results", toml=("run",), required=True, example="elsewhere"),
-    Setting("allow_download", bool, True, toml=("run",), required=True, example="false"),
+    Setting("allow_download", bool, True, cell=True, toml=("run",), required=True, example="false"),
     # Synthetic set sizes are range-checked by mpbench.data, which owns what a valid
     # stand-in is.
-    Setting("synthetic_train_size", int, None, home="workload", toml=("workloads",), example="512"),
-    Setting("synthetic_test_size", int, None, home="workload", toml=("workloads",), example="128"),
+    Setting(
+        "synthetic_train_size",
+        int,
+        None,
+        home="workload",
+        cell=True,
+        toml=("workloads",),
+        example="512",
+    ),
+    Setting(
+        "synthetic_test_size",
+        int,
+        None,
+        home="workload",
+        cell=True,
+        toml=("workloads",),
+        example="128",
+    ),
     # transformer_lm's sizes beyond its width (`units`); None: the workload's preset for the
     # device (workloads/spec.py). Other workloads have none.
     Setting(

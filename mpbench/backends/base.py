@@ -2,19 +2,36 @@
 
 Both frameworks implement one function, `run_cell(spec, progress) -> Measurements`, in
 `mpbench/backends/<framework>/backend.py`; the runner turns Measurements into a CellRecord.
+Measurements cross from the cell's process to the runner as JSON: the cell writes
+`to_dict()`, the runner reads it back with `Measurements.from_dict`, which says in one line
+what is missing or wrong instead of failing later on a key.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import resource
 import sys
+import types
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from mpbench.results.schema import DeviceInfo, EndToEndStats, LossScaleStats, MemoryStats
+from mpbench.results.schema import (
+    CompileStats,
+    DataInfo,
+    DeviceInfo,
+    DistributedStats,
+    DivergenceInfo,
+    EndToEndStats,
+    Fp8Stats,
+    LossScaleStats,
+    MemoryStats,
+    Status,
+)
 
 # progress(step, total_steps): called after every training step.
 Progress = Callable[[int, int], None]
@@ -142,7 +159,7 @@ class Measurements:
     params: int
     memory: MemoryStats = field(default_factory=MemoryStats)
     loss_scale: LossScaleStats | None = None
-    data: Any = None  # DataInfo
+    data: DataInfo | None = None
     # Settings the backend determined itself (e.g. hyper-parameters read back, TF loop/XLA);
     # the runner already records the requested config from the spec.
     extra_config: dict[str, Any] = field(default_factory=dict)
@@ -153,7 +170,8 @@ class Measurements:
     # scale): the status and reason its record gets, with these measurements kept.
     status: str = "ok"
     reason: str | None = None
-    compile: Any = None  # CompileStats (torch --compile), as a dict in the record
+    # torch --compile: CompileStats' fields (a dict here and in the record's JSON alike).
+    compile: dict[str, Any] | None = None
     telemetry: dict[str, Any] | None = None  # CellTelemetry.report() (mpbench.telemetry.cell)
     divergence: dict[str, Any] | None = None  # the signal, where status is "diverged"
     # A data-parallel cell: DistributedStats' fields as the backend knows them (world_size,
@@ -164,6 +182,110 @@ class Measurements:
     distributed: dict[str, Any] | None = None
     # A float8 cell: results.Fp8Stats' fields (mpbench.fp8 builds them), None for the rest.
     fp8: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """What the cell sends the runner (its `done` event): every field, the dataclasses
+        among them as objects, ready for JSON."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> Measurements:
+        """Measurements from what `to_dict` wrote, after JSON: every field present and of its
+        type, the dataclasses rebuilt, and each dict the record makes a results dataclass of
+        holding that dataclass's fields. MalformedMeasurements, naming the field, otherwise."""
+        if not isinstance(raw, dict):
+            raise MalformedMeasurements(f"an object was expected, not {_kind(raw)}")
+        hints = typing.get_type_hints(cls)
+        fields = dataclasses.fields(cls)
+        unknown = sorted(set(raw) - {f.name for f in fields})
+        if unknown:
+            raise MalformedMeasurements(f"unknown field(s) {', '.join(map(str, unknown))}")
+        values = {}
+        for f in fields:
+            if f.name not in raw:
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                    raise MalformedMeasurements(f"{f.name} is missing")
+                continue  # a field the cell may leave out: its default
+            values[f.name] = _typed(f.name, raw[f.name], hints[f.name])
+        for name, part in _RECORD_PARTS.items():
+            if values.get(name) is not None:
+                _check_fields(name, values[name], part)
+        if values.get("status", "ok") not in {status.value for status in Status}:
+            raise MalformedMeasurements(f"status {values['status']!r} is no record status")
+        return cls(**values)
+
+
+class MalformedMeasurements(ValueError):
+    """A cell's measurements that Measurements.from_dict cannot read; its one-line message
+    names the field, and becomes the reason the cell fails with."""
+
+
+# The dict fields the record turns into a results dataclass (runner/records.py), with the keys
+# that dataclass does not take: the divergence signal's reason is the record's `reason`.
+_RECORD_PARTS: dict[str, tuple[type, frozenset[str]]] = {
+    "compile": (CompileStats, frozenset()),
+    "distributed": (DistributedStats, frozenset()),
+    "fp8": (Fp8Stats, frozenset()),
+    "divergence": (DivergenceInfo, frozenset({"reason"})),
+}
+
+
+def _check_fields(name: str, value: dict[str, Any], part: tuple[type, frozenset[str]]) -> None:
+    kind, ignored = part
+    fields = dataclasses.fields(kind)
+    unknown = sorted(set(value) - {f.name for f in fields} - ignored)
+    if unknown:
+        raise MalformedMeasurements(f"{name}: unknown field(s) {', '.join(map(str, unknown))}")
+    for f in fields:
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if required and f.name not in value:
+            raise MalformedMeasurements(f"{name}: {f.name} is missing")
+
+
+def _typed(name: str, value: Any, hint: Any) -> Any:
+    """`value` as a field of type `hint` holds it (a dataclass rebuilt from its dict), or
+    MalformedMeasurements. Containers are checked one level deep: a list's numbers, a dict's
+    being a dict; what is inside a dict is its reader's to check."""
+    if hint is Any:
+        return value
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        if value is None and type(None) in typing.get_args(hint):
+            return None
+        *others, last = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        for inner in others:
+            try:
+                return _typed(name, value, inner)
+            except MalformedMeasurements:
+                continue
+        return _typed(name, value, last)
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, dict):
+            raise MalformedMeasurements(f"{name}: an object was expected, not {_kind(value)}")
+        try:
+            return hint(**value)
+        except TypeError as exc:  # a field missing, or one the dataclass does not have
+            raise MalformedMeasurements(f"{name}: {exc}") from None
+    origin = typing.get_origin(hint) or hint
+    if origin is list:
+        if not isinstance(value, list):
+            raise MalformedMeasurements(f"{name}: a list was expected, not {_kind(value)}")
+        (item,) = typing.get_args(hint)
+        for index, element in enumerate(value):
+            _typed(f"{name}[{index}]", element, item)
+        return value
+    if origin is float:  # a whole number too: a framework may give one, and JSON keeps it
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise MalformedMeasurements(f"{name}: a number was expected, not {_kind(value)}")
+        return value
+    if isinstance(value, bool) and origin is not bool:  # a bool is an int to Python
+        raise MalformedMeasurements(f"{name}: {origin.__name__} expected, not true or false")
+    if not isinstance(value, origin):
+        raise MalformedMeasurements(f"{name}: {origin.__name__} expected, not {_kind(value)}")
+    return value
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else f"{type(value).__name__} {value!r}"[:80]
 
 
 class Diverged(Exception):

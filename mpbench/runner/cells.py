@@ -31,7 +31,52 @@ from mpbench.policies import (
     resolve,
 )
 from mpbench.runner.config import RunConfig
+from mpbench.settings import SETTINGS
 from mpbench.workloads import describe_workload, resolve_workloads
+
+# The settings every cell takes as they are (Setting.cell): a run-wide one read from the
+# RunConfig, a per-workload one from that workload's WorkloadSettings, each into the CellSpec
+# field of the same name.
+PASSED_FROM_RUN = tuple(s.target for s in SETTINGS if s.cell and s.home == "run")
+PASSED_FROM_WORKLOAD = tuple(s.target for s in SETTINGS if s.cell and s.home == "workload")
+
+# The CellSpec fields expand() works out per cell rather than copies, each named in its
+# CellSpec(...) call: the cell's identity and place in the matrix (run_id, cell_id, framework,
+# workload, policy, repeat); the device as resolved (--device auto is no device); a setting
+# that goes through a rule first (seed + repeat, so that each repeat has its own; the batch
+# size times the 16-bit factor, with the unscaled one as the reference; units, heads, layers
+# and seq_len where unset, the workload's preset for the device; the one --threads count, or
+# the cores, for both thread pools); the recipe's axes, one value of each list per cell (the
+# loss scale, accumulation, the 16-bit factor, compile, nproc, and grad_comm, which only a
+# torch cell of more than one replica keeps). `verbose` is no part of the plan: the runner
+# sets it as the cell starts, from this invocation's --verbose (a --resume may differ).
+WORKED_OUT = frozenset(
+    {
+        "run_id",
+        "cell_id",
+        "framework",
+        "workload",
+        "policy",
+        "repeat",
+        "device",
+        "seed",
+        "batch_size",
+        "reference_batch_size",
+        "units",
+        "heads",
+        "layers",
+        "seq_len",
+        "intra_op_threads",
+        "inter_op_threads",
+        "loss_scale",
+        "accumulate",
+        "batch_scale_16bit",
+        "compile",
+        "nproc",
+        "grad_comm",
+        "verbose",
+    }
+)
 
 
 @dataclass
@@ -210,10 +255,12 @@ def expand(config: RunConfig, report, run_id: str) -> tuple[str, DeviceTraits, C
     policies = resolve_policies(config.policies, traits)
     cells: list[Cell] = []
     threads = config.threads or available_cores()
+    from_run = {name: getattr(config, name) for name in PASSED_FROM_RUN}
     for framework in frameworks:
         missing = None if installed(framework) else INSTALL_HINTS[framework]
         for workload in workloads:
             settings = config.workloads[workload.name]
+            from_workload = {name: getattr(settings, name) for name in PASSED_FROM_WORKLOAD}
             units = settings.units
             if units is None:
                 units = workload.default_units(traits.kind)
@@ -230,6 +277,9 @@ def expand(config: RunConfig, report, run_id: str) -> tuple[str, DeviceTraits, C
                 for policy in policies:
                     for recipe in recipes(config, framework, policy):
                         spec = CellSpec(
+                            **from_run,
+                            **from_workload,
+                            # The fields worked out per cell (WORKED_OUT says why).
                             run_id=run_id,
                             cell_id=cell_id(framework, workload.name, policy.name, recipe, repeat),
                             framework=framework,
@@ -238,31 +288,16 @@ def expand(config: RunConfig, report, run_id: str) -> tuple[str, DeviceTraits, C
                             repeat=repeat,
                             device=device,
                             batch_size=settings.batch_size * recipe.batch_scale_16bit,
-                            epochs=settings.epochs,
-                            max_steps=settings.max_steps,
-                            warmup_steps=settings.warmup_steps,
+                            reference_batch_size=settings.batch_size,
                             units=units,
                             # Each repeat its own seed, so accuracy deltas get a spread too.
                             seed=config.seed + repeat,
-                            data=config.data,
-                            data_dir=config.data_dir,
-                            allow_download=config.allow_download,
-                            synthetic_train_size=settings.synthetic_train_size,
-                            synthetic_test_size=settings.synthetic_test_size,
-                            loop=config.loop,
-                            jit=config.jit,
                             loss_scale=recipe.loss_scale,
                             accumulate=recipe.accumulate,
                             batch_scale_16bit=recipe.batch_scale_16bit,
-                            reference_batch_size=settings.batch_size,
                             compile=recipe.compile,
                             nproc=recipe.nproc,
-                            nnodes=config.nnodes,
-                            node_rank=config.node_rank,
-                            rdzv_endpoint=config.rdzv_endpoint,
                             grad_comm=recipe.grad_comm,
-                            fp8_mode=config.fp8_mode,
-                            fp8_recipe=config.fp8_recipe,
                             intra_op_threads=threads,
                             inter_op_threads=threads,
                             **sizes,

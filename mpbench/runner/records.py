@@ -6,22 +6,18 @@ import dataclasses
 from datetime import datetime, timezone
 from typing import Any
 
-from mpbench.backends.base import CellSpec
+from mpbench.backends.base import CellSpec, Measurements
 from mpbench.policies import DeviceTraits, resolve
 from mpbench.results import (
     AccuracyStats,
     CellRecord,
     CompileStats,
     ContentionStats,
-    DataInfo,
     DeviceInfo,
     DistributedStats,
     DivergenceInfo,
-    EndToEndStats,
     EnergyStats,
     Fp8Stats,
-    LossScaleStats,
-    MemoryStats,
     StartupStats,
     Status,
     StepTimeStats,
@@ -58,14 +54,14 @@ def build_record(
     ("fp32", "bf16", ...), from `detect --measure`'s cache; None when not measured.
     `side_file`: where the runner wrote the cell's telemetry series (run-relative)."""
     workload = describe_workload(spec.workload)
+    measurements = outcome.measurements
     config = spec.config()
     config.update(device=spec.device, data_dir=spec.data_dir)
     if workload.kind == "user":
         # The workload owns its optimizer; its FLOPs are what the cell was given or measured.
         config.update(workload_source=workload.source)
-        flops = ((outcome.measurements or {}).get("extra_config") or {}).get(
-            "flops_per_micro_batch"
-        )
+        extra = measurements.extra_config if measurements is not None else {}
+        flops = extra.get("flops_per_micro_batch")
     else:
         flops = workload.flops_per_step(spec.batch_size, spec.units, **spec.sizes)
         config.update(
@@ -97,16 +93,17 @@ def build_record(
     if outcome.launcher is not None:
         seconds = None if outcome.startup_s is None else round(outcome.startup_s, 3)
         record.startup = StartupStats(outcome.launcher, seconds, outcome.rerun)
-    if outcome.measurements is not None:
-        _fill_measurements(record, outcome.measurements, measured_peaks or {})
-    divergence = outcome.divergence or (outcome.measurements or {}).get("divergence")
+    if measurements is not None:
+        _fill_measurements(record, measurements, measured_peaks or {})
+    divergence = outcome.divergence or (measurements.divergence if measurements else None)
     _fill_telemetry(record, cell_telemetry(outcome), divergence, side_file)
     return record
 
 
 def cell_telemetry(outcome: Outcome) -> dict[str, Any] | None:
     """The CellTelemetry report a cell sent, finished or stopped by a divergence signal."""
-    return outcome.telemetry or (outcome.measurements or {}).get("telemetry")
+    measurements = outcome.measurements
+    return outcome.telemetry or (measurements.telemetry if measurements else None)
 
 
 def _fill_telemetry(
@@ -133,32 +130,34 @@ _TELEMETRY_FIELDS = {f.name for f in dataclasses.fields(TelemetryStats)} - {"sid
 
 
 def _fill_measurements(
-    record: CellRecord, raw: dict[str, Any], measured_peaks: dict[str, float]
+    record: CellRecord, measured: Measurements, measured_peaks: dict[str, float]
 ) -> None:
-    warmup = raw["warmup_steps"]
-    stats = StepTimeStats.from_samples(raw["step_times_s"][warmup:], warmup)
-    micro = raw.get("micro_batches_per_step") or 1
+    warmup = measured.warmup_steps
+    stats = StepTimeStats.from_samples(measured.step_times_s[warmup:], warmup)
+    micro = measured.micro_batches_per_step or 1
     if micro > 1:
         stats.micro_batches_per_step = micro
         stats.micro_batch_median_s = stats.median_s / micro if stats.median_s else None
-    record.framework_version = raw["framework_version"]
-    record.device = DeviceInfo(**raw["device"])
-    record.precision = raw["precision"]
-    record.config.update(raw.get("extra_config", {}))
-    record.data = DataInfo(**raw["data"]) if raw.get("data") else None
+    record.framework_version = measured.framework_version
+    record.device = measured.device
+    record.precision = measured.precision
+    record.config.update(measured.extra_config)
+    record.data = measured.data
     record.step_time = stats
-    record.memory = MemoryStats(**raw["memory"])
-    record.accuracy = AccuracyStats(raw["test_accuracy"], raw["test_loss"], raw["epoch_losses"])
-    record.loss_scale = LossScaleStats(**raw["loss_scale"]) if raw.get("loss_scale") else None
-    record.params = raw["params"]
-    record.end_to_end = EndToEndStats(**raw["end_to_end"]) if raw.get("end_to_end") else None
-    record.threads = raw.get("threads") or {}
-    record.compile = CompileStats(**raw["compile"]) if raw.get("compile") else None
-    record.fp8 = Fp8Stats(**raw["fp8"]) if raw.get("fp8") else None
+    record.memory = measured.memory
+    record.accuracy = AccuracyStats(
+        measured.test_accuracy, measured.test_loss, measured.epoch_losses
+    )
+    record.loss_scale = measured.loss_scale
+    record.params = measured.params
+    record.end_to_end = measured.end_to_end
+    record.threads = measured.threads
+    record.compile = CompileStats(**measured.compile) if measured.compile else None
+    record.fp8 = Fp8Stats(**measured.fp8) if measured.fp8 else None
     # An emulated fp8 cell runs no fp8 GEMM: no peak bounds it, so it gets no MFU.
     emulated = record.fp8 is not None and record.fp8.mode == "emulated"
     if stats.median_s:
-        record.throughput_samples_per_s = raw["samples_per_step"] / stats.median_s
+        record.throughput_samples_per_s = measured.samples_per_step / stats.median_s
     if stats.median_s and not emulated:
         record.peak_tflops = _peak_tflops(record.device, record.policy)
         record.measured_peak_tflops = measured_peaks.get(resolve(record.policy).peak_key)
@@ -168,8 +167,8 @@ def _fill_measurements(
                 record.mfu = record.achieved_tflops / record.peak_tflops
             if record.measured_peak_tflops:
                 record.mfu_measured = record.achieved_tflops / record.measured_peak_tflops
-    if raw.get("distributed"):
-        record.distributed = _distributed(raw["distributed"], record)
+    if measured.distributed:
+        record.distributed = _distributed(measured.distributed, record)
     _check_measured_peak(record)  # after the world size divided it
 
 
@@ -190,11 +189,11 @@ def _check_measured_peak(record: CellRecord) -> None:
     record.mfu_measured = None
 
 
-def _distributed(raw: dict[str, Any], record: CellRecord) -> DistributedStats:
+def _distributed(figures: dict[str, Any], record: CellRecord) -> DistributedStats:
     """The backend's figures plus those derived from the job's step time: throughput per
     replica, the all-reduce's share of a step, the straggler ratio. MFU stays against one
     device's peak, so it is divided by the world size too."""
-    stats = DistributedStats(**raw)
+    stats = DistributedStats(**figures)
     world = stats.world_size
     if record.throughput_samples_per_s:
         stats.per_device_samples_per_s = record.throughput_samples_per_s / world

@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
+from builders import cell_spec
 from processes import marked
 
-from mpbench.backends.base import CellSpec
 from mpbench.runner.launchers import process as execute
 from mpbench.runner.launchers.cell import classify
 from mpbench.runner.launchers.oom import memory_cgroup, oom_kill_count
@@ -24,31 +24,10 @@ from mpbench.runner.launchers.process_names import CELL_NAME
 torch = pytest.importorskip("torch")
 
 
-def tiny_spec(policy: str = "float32") -> CellSpec:
-    return CellSpec(
-        run_id="test",
-        cell_id=f"torch/mnist_dense/{policy}/r0",
-        framework="torch",
-        workload="mnist_dense",
-        policy=policy,
-        repeat=0,
-        device="cpu",
-        batch_size=64,
-        epochs=1,
-        max_steps=8,
-        warmup_steps=2,
-        units=32,
-        seed=0,
-        data="synthetic",
-        synthetic_train_size=1024,
-        synthetic_test_size=256,
-    )
-
-
 def run(tmp_path: Path, timeout_s: float = 120) -> tuple[execute.Outcome, list[tuple]]:
     steps: list[tuple[int, int]] = []
     outcome = run_in_child(
-        tiny_spec(), timeout_s, tmp_path / "cell.log", lambda *step_total: steps.append(step_total)
+        cell_spec(), timeout_s, tmp_path / "cell.log", lambda *step_total: steps.append(step_total)
     )
     return outcome, steps
 
@@ -83,8 +62,8 @@ def test_a_cell_reports_its_steps_and_measurements_and_leaves_nothing(tmp_path, 
     monkeypatch.setenv("MPBENCH_MARK", str(tmp_path))
     outcome, steps = run(tmp_path)
     assert outcome.status == "ok", outcome.reason
-    assert len(outcome.measurements["step_times_s"]) == 8
-    assert outcome.measurements["warmup_steps"] == 2
+    assert len(outcome.measurements.step_times_s) == 8
+    assert outcome.measurements.warmup_steps == 2
     assert steps and steps[-1][0] == steps[-1][1]  # progress reached the end
     assert list((tmp_path / "tmp").iterdir()) == []  # the spec went over stdin
     assert none_left(str(tmp_path), within_s=5)  # the watcher ended when stdin closed

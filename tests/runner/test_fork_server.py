@@ -5,7 +5,6 @@ as the record it would have been."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import signal
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from builders import cell_spec
 from frameworks import needs_tensorflow, needs_torch
 from processes import marked
 
@@ -35,25 +35,8 @@ from mpbench.runner.launchers.zygote import (
 
 
 def spec(framework: str = "torch", repeat: int = 0, **changes) -> CellSpec:
-    base = CellSpec(
-        run_id="test",
-        cell_id=f"{framework}/mnist_dense/float32/r{repeat}",
-        framework=framework,
-        workload="mnist_dense",
-        policy="float32",
-        repeat=repeat,
-        device="cpu",
-        batch_size=64,
-        epochs=1,
-        max_steps=6,
-        warmup_steps=2,
-        units=32,
-        seed=0,
-        data="synthetic",
-        synthetic_train_size=512,
-        synthetic_test_size=128,
-    )
-    return dataclasses.replace(base, **changes)
+    small = {"max_steps": 6, "synthetic_train_size": 512, "synthetic_test_size": 128}
+    return cell_spec(framework=framework, repeat=repeat, **{**small, **changes})
 
 
 class Cells:
@@ -119,10 +102,12 @@ def test_each_cell_is_a_new_fork_of_one_server_and_ends_as_a_new_process_would(
     new = run_in_child(spec(repeat=0), 120, tmp_path / "new.log", lambda *_: None)
     assert new.status == "ok", new.reason
     for outcome in outcomes:
-        assert outcome.measurements.keys() == new.measurements.keys()
-        assert len(outcome.measurements["step_times_s"]) == len(new.measurements["step_times_s"])
-        assert outcome.measurements["epoch_losses"] == pytest.approx(
-            new.measurements["epoch_losses"], rel=1e-6
+        pair = (outcome.measurements, new.measurements)
+        given = [{name for name, value in vars(m).items() if value is not None} for m in pair]
+        assert given[0] == given[1]  # the same kinds of figures
+        assert len(outcome.measurements.step_times_s) == len(new.measurements.step_times_s)
+        assert outcome.measurements.epoch_losses == pytest.approx(
+            new.measurements.epoch_losses, rel=1e-6
         )
         assert 0 < outcome.startup_s <= outcome.wall_s
     # The run is over: the server and everything it forked are gone.
@@ -235,7 +220,7 @@ def test_a_cell_whose_server_is_killed_under_it_runs_again_as_a_new_process(tmp_
     )
     assert outcome.warnings[0].startswith(said)
     assert outcome.warnings[0].endswith("that cell was not measured: it ran again as a new process")
-    assert len(outcome.measurements["step_times_s"]) > 0
+    assert len(outcome.measurements.step_times_s) > 0
     assert outcome.rerun.startswith(said) and outcome.rerun.endswith("that cell was not measured")
     # The run says it once, and the framework's next cells start as new processes.
     assert len(cells.warnings) == 1 and cells.warnings[0].startswith(said)
@@ -270,7 +255,7 @@ def test_a_tensorflow_cell_forks_from_its_server_and_trains(tmp_path):
         (server,) = server_processes()
         assert [parent for _, parent in cells.seen] == [server.pid, server.pid]
     assert [o.status for o in outcomes] == ["ok", "ok"], [o.reason for o in outcomes]
-    first, second = (o.measurements["epoch_losses"] for o in outcomes)
+    first, second = (o.measurements.epoch_losses for o in outcomes)
     assert first == pytest.approx(second, rel=1e-6)  # float32's rounding, as above
 
 
@@ -360,7 +345,7 @@ def test_cuda_in_use_in_the_server_starts_cells_as_new_processes_with_a_warning(
     assert cells.warnings[0].endswith("; its cells start as new processes")
     # The same training either way: the refused fork ran nothing of the cell (to float32's
     # rounding, as above).
-    first, second = (o.measurements["epoch_losses"] for o in outcomes)
+    first, second = (o.measurements.epoch_losses for o in outcomes)
     assert first == pytest.approx(second, rel=1e-6)
 
 
@@ -392,6 +377,7 @@ def test_the_torch_server_touches_no_cuda_and_starts_no_process(tmp_path):
     assert found == {"calls": [], "initialized": False, "children": 0}
 
 
+@pytest.mark.torch  # the server imports torch, in its own process
 def test_the_torch_server_asks_nvml_not_cuda_whether_a_gpu_is_there(tmp_path):
     """torch.cuda.is_available() initialises CUDA unless PYTORCH_NVML_BASED_CUDA_CHECK=1
     (torch's docs): a torch server gets it in its own environment, a cell never does."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import dataclasses
 import importlib.util
 import json
 import os
@@ -100,7 +99,7 @@ def run(spec: CellSpec, events: Events) -> None:
     measurements = backend.run_cell(
         spec, events.progress, lambda message: events.send("warning", message=message)
     )
-    events.send("done", measurements=dataclasses.asdict(measurements))
+    events.send("done", measurements=measurements.to_dict())
 
 
 def die_with_parent(parent_pid: int) -> None:

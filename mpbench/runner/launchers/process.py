@@ -21,18 +21,22 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mpbench.backends.base import CellSpec
+from mpbench.backends.base import CellSpec, MalformedMeasurements, Measurements
 from mpbench.detect.cuda_order import in_pci_order
+from mpbench.results.schema import Status
 from mpbench.runner.launchers.cell_timeout import CELL_TIMEOUT_ENV
 from mpbench.runner.launchers.oom import memory_cgroup, oom_kill_count
 from mpbench.runner.launchers.zygote import ForkedCell, ForkServers
+
+# What a `failed` event may say a cell ended as: any status but ok.
+FAILED = frozenset(status.value for status in Status if status is not Status.OK)
 
 
 @dataclass
 class Outcome:
     status: str  # ok, skipped, diverged, oom, timeout, error
     reason: str | None = None
-    measurements: dict[str, Any] | None = None
+    measurements: Measurements | None = None
     warnings: list[str] = field(default_factory=list)
     wall_s: float = 0.0
     # From the request to start the cell to its first training step done (None: no step
@@ -206,19 +210,33 @@ def _collect(
                 warnings.append(event["message"])
             elif kind in ("done", "failed"):
                 process.wait()
-                if kind == "done":
-                    found = event["measurements"]
-                    # A finished cell may still not be ok (most steps skipped: diverged).
-                    status = found.get("status") or "ok"
-                    return Outcome(status, found.get("reason"), found, warnings)
-                return Outcome(
-                    event["status"],
-                    event["reason"],
-                    None,
-                    warnings,
-                    divergence=event.get("divergence"),
-                    telemetry=event.get("telemetry"),
-                )
+                return _final(event, warnings)
+
+
+def _final(event: dict[str, Any], warnings: list[str]) -> Outcome:
+    """The outcome a cell's final event says: its measurements (`done`), or how it failed.
+    An event the runner cannot read fails the cell with the reason, never a traceback."""
+    if event["event"] == "done":
+        try:
+            measurements = Measurements.from_dict(event.get("measurements"))
+        except MalformedMeasurements as exc:
+            return Outcome(
+                "error", f"the cell's measurements cannot be read: {exc}", None, warnings
+            )
+        # A finished cell may still not be ok (most steps skipped: diverged).
+        return Outcome(measurements.status, measurements.reason, measurements, warnings)
+    status, reason = event.get("status"), event.get("reason")
+    if status not in FAILED or not isinstance(reason, str):
+        said = f"status {status!r}, reason {reason!r}"
+        return Outcome("error", f"the cell's failure cannot be read ({said})", None, warnings)
+    return Outcome(
+        status,
+        reason,
+        None,
+        warnings,
+        divergence=event.get("divergence"),
+        telemetry=event.get("telemetry"),
+    )
 
 
 def _from_exit(

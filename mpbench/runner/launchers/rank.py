@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import dataclasses
 import json
 import os
 import signal
@@ -96,7 +95,7 @@ def main() -> NoReturn:
         measurements = backend.run_cell(
             spec, events.progress, lambda message: events.send("warning", message=message)
         )
-        figures = dataclasses.asdict(measurements)
+        figures = measurements.to_dict()
         if spec.nnodes > 1:
             figures = _from_rank_zero(figures)
     except Exception as exc:
