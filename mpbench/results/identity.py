@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,6 +123,18 @@ def _row_marks(policy: str, config: dict[str, Any], fallback: bool) -> str:
     if isinstance(reference, int):
         config["batch_size"] = reference
     return marks
+
+
+def timed_step_samples(config: Mapping[str, Any]) -> int | None:
+    """The samples one timed step trains, as a record's config says: the micro-batch times
+    the micro-batches accumulated. Step times are divided by it where two cells' batches
+    differ (--batch-scale-16bit), by compare's speed-ups and --repeat auto's rounds alike;
+    None where the config does not say."""
+    batch, accumulate = config.get("batch_size"), config.get("accumulate", 1)
+    whole = all(
+        isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in (batch, accumulate)
+    )
+    return batch * accumulate if whole else None
 
 
 def _data_kind(record: CellRecord) -> str | None:

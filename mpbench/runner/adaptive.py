@@ -33,7 +33,7 @@ from typing import Any
 
 from mpbench.policies import BASELINE
 from mpbench.results import CellRecord, Status
-from mpbench.results.identity import cell_key
+from mpbench.results.identity import cell_key, timed_step_samples
 from mpbench.results.run_json import AdaptiveBlock
 from mpbench.results.stats import CONFIDENCE, t_quantile
 
@@ -242,11 +242,8 @@ def _timed(record: CellRecord) -> bool:
 
 def _per_sample(record: CellRecord) -> float:
     assert record.step_time is not None and record.step_time.median_s
-    batch = record.config.get("batch_size")
-    accumulate = record.config.get("accumulate", 1)
-    if isinstance(batch, int) and batch > 0 and isinstance(accumulate, int) and accumulate > 0:
-        return record.step_time.median_s / (batch * accumulate)
-    return record.step_time.median_s
+    samples = timed_step_samples(record.config)
+    return record.step_time.median_s / samples if samples else record.step_time.median_s
 
 
 def in_rounds(speedups: Mapping[str, Mapping[int, float]], rounds: int) -> dict[str, list[float]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import pickle
 
-from mpbench.results.identity import Row, cell_key
+from mpbench.results.identity import Row, cell_key, timed_step_samples
 from mpbench.results.schema import CellRecord, DeviceInfo, Status
 
 
@@ -55,3 +55,12 @@ def test_a_copied_or_pickled_row_keeps_its_fields():
     for other in (copy.copy(row), copy.deepcopy(row), pickle.loads(pickle.dumps(row))):
         assert isinstance(other, Row)
         assert (other.policy, other.variant) == (row.policy, row.variant)
+
+
+def test_a_timed_steps_samples_are_the_micro_batch_times_the_accumulation():
+    assert timed_step_samples({"batch_size": 256}) == 256
+    assert timed_step_samples({"batch_size": 256, "accumulate": 4}) == 1024
+    # A config that does not say (or says nonsense) gives no size, never a guess.
+    assert timed_step_samples({}) is None
+    assert timed_step_samples({"batch_size": True}) is None
+    assert timed_step_samples({"batch_size": 256, "accumulate": 0}) is None

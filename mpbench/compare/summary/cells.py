@@ -21,7 +21,7 @@ from mpbench.compare.summary.estimate import Estimate, of_repeats, step_time
 from mpbench.errors import InvalidInput
 from mpbench.policies import BASELINE, POLICIES
 from mpbench.results import CellRecord, Status, StepTimeStats
-from mpbench.results.identity import CellKey, GroupKey, Row, cell_key
+from mpbench.results.identity import CellKey, GroupKey, Row, cell_key, timed_step_samples
 from mpbench.results.step_stats import StepStats, median_of_present
 from mpbench.results.variant import GROUP_RECIPE
 from mpbench.results.variant import Layout as Layout  # a group's layout (GroupKey.layout)
@@ -260,11 +260,8 @@ class CellSummary:
 
     def batch(self) -> int | None:
         """Samples per timed step (micro-batch × accumulation), as the records say."""
-        for r in self.records:
-            size = r.config.get("batch_size")
-            if isinstance(size, int):
-                return size * int(r.config.get("accumulate", 1))
-        return None
+        sizes = (timed_step_samples(r.config) for r in self.records)
+        return next((size for size in sizes if size is not None), None)
 
     def memory_values(self) -> dict[RepeatKey, int]:
         if self.memory_kind is None:
