@@ -346,7 +346,17 @@ COMPARE_OPTIONS: tuple[CompareOption, ...] = (
     CompareOption(
         "max_accuracy_delta_pp",
         ("--max-accuracy-delta",),
-        "Accuracy vs float32 of the same run, ± points.",
+        "Accuracy vs float32 of the same run: fail a cell shown worse by more than X points "
+        "(its whole 95 % interval below -X), e.g. 1.",
+        kind=list[str],
+        once=True,
+        parse=parse_points,
+    ),
+    CompareOption(
+        "accuracy_margin_pp",
+        ("--accuracy-margin",),
+        "Points a policy's accuracy may fall short of float32's and still be 'no worse' "
+        "(its whole 95 % interval above -X; default: the run's accuracy_margin, else 1).",
         kind=list[str],
         once=True,
         parse=parse_points,

@@ -103,11 +103,11 @@ def run(**given: Any) -> None:
     raise typer.Exit(run_matrix(options, _run_summary))
 
 
-def _run_summary(records: list, console: Any) -> None:
+def _run_summary(records: list, console: Any, accuracy_margin_pp: float) -> None:
     """`mpbench run`'s closing table: compare's, imported only once the cells have run."""
     from mpbench.compare import print_run_summary
 
-    print_run_summary(records, console)
+    print_run_summary(records, console, accuracy_margin_pp)
 
 
 def _keyword(

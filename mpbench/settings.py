@@ -399,6 +399,23 @@ SETTINGS: tuple[Setting, ...] = (
         expects="a percentage like 5% or 0.05",
         example="2.5%",
     ),
+    # The accuracy rule of the verdicts (docs/compare.md, "Accuracy"): the points a policy may
+    # lose against float32 and still be "no worse". Decided before the run, as a margin must
+    # be; run.json keeps it, and compare takes it unless --accuracy-margin says otherwise.
+    Setting(
+        "accuracy_margin",
+        (int, float),
+        1.0,
+        ("--accuracy-margin",),
+        "Points of test accuracy a policy may lose against float32 and still be 'no worse' "
+        "(its whole 95 % interval above -X; default: 1).",
+        cli=float,
+        toml=("run",),
+        low=0,
+        high=100,
+        why="(points of accuracy)",
+        example="0.5",
+    ),
     Setting(
         "max_repeats",
         int,

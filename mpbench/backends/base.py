@@ -145,6 +145,39 @@ class Dataset:
 
 
 @dataclass
+class BusyEvidence:
+    """How busy the device and the host were, as the cell measured them (docs/measurement.md,
+    "What limits a step"); the runner classifies the record's `bottleneck` from it
+    (runner/records.py, mpbench.results.bottleneck)."""
+
+    source: str  # what measured the device-busy time, or "process CPU time" on a CPU
+    # The device's busy time (the union of its kernels' and copies' intervals) and the wall
+    # time of the profiled steps, per step; None where nothing measures it (`unavailable`).
+    device_busy_s: float | None = None
+    busy_step_s: float | None = None
+    busy_steps: int | None = None
+    # The process's CPU time (every thread) and the wall time over the timed steps, and the
+    # threads that CPU time is shared out among: the intra-op threads on a CPU, the one
+    # launching thread on an accelerator.
+    host_cpu_s: float | None = None
+    host_wall_s: float | None = None
+    threads: int | None = None
+    unavailable: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def device_busy_fraction(self) -> float | None:
+        if self.device_busy_s is None or not self.busy_step_s:
+            return None
+        return self.device_busy_s / self.busy_step_s
+
+    @property
+    def host_busy_fraction(self) -> float | None:
+        if self.host_cpu_s is None or not self.host_wall_s or not self.threads:
+            return None
+        return self.host_cpu_s / (self.host_wall_s * self.threads)
+
+
+@dataclass
 class Measurements:
     framework_version: str
     device: DeviceInfo
@@ -182,6 +215,8 @@ class Measurements:
     distributed: dict[str, Any] | None = None
     # A float8 cell: results.Fp8Stats' fields (mpbench.fp8 builds them), None for the rest.
     fp8: dict[str, Any] | None = None
+    # How busy the device and the host were (the bottleneck's evidence); None: not measured.
+    busy: BusyEvidence | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """What the cell sends the runner (its `done` event): every field, the dataclasses

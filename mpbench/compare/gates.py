@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from mpbench.arguments import split_world
 from mpbench.compare.options import CompareOptions
 from mpbench.compare.summary import fmt
+from mpbench.compare.summary.accuracy import INCONCLUSIVE, NO_WORSE, WORSE
+from mpbench.compare.summary.accuracy import within as accuracy_within
 from mpbench.compare.summary.cells import CellKey, CellSummary, PolicyGroup, Section
 from mpbench.compare.summary.estimate import (
     Estimate,
@@ -69,12 +71,17 @@ def _result(
     minimum: float | None = None,
     maximum: float | None = None,
     distrust: str | None = None,
+    verdict: Verdict | None = None,
+    limit: float | None = None,
 ) -> GateResult:
     """Judge `estimate` against its limit and say why, with the interval, in one message.
     `distrust`: why the timing cannot be trusted (a busy machine, an impossible figure):
-    then the gate is inconclusive whatever the interval says."""
-    verdict = judge(estimate, minimum, maximum)
-    limit = maximum if maximum is not None else minimum  # ± limits report the + side
+    then the gate is inconclusive whatever the interval says. `verdict` and `limit`: a gate
+    judged by a rule of its own (the accuracy gate's non-inferiority), with the limit it
+    reports."""
+    verdict = verdict or judge(estimate, minimum, maximum)
+    if limit is None:
+        limit = maximum if maximum is not None else minimum
     message = f"{numbers}; {interval_text(gate, estimate)}"
     if distrust is not None:
         verdict = Verdict.INCONCLUSIVE
@@ -459,9 +466,19 @@ def _accuracy_delta(
         f"test accuracy {fmt.accuracy(acc.value)} vs float32 {fmt.accuracy(ref.value)}: "
         f"{fmt.points(delta.value)} (limit ±{limit:g} pp)"
     )
+    # By the interval, as the verdicts judge accuracy (summary/accuracy.py): pass when it lies
+    # within ±limit, fail when it lies wholly beyond, else inconclusive, one repeat included.
+    verdict = _ACCURACY_VERDICTS[accuracy_within(delta, limit)]
     return _result(
-        "max-accuracy-delta", label, delta, numbers, options, minimum=-limit, maximum=limit
+        "max-accuracy-delta", label, delta, numbers, options, verdict=verdict, limit=limit
     )
+
+
+_ACCURACY_VERDICTS = {
+    NO_WORSE: Verdict.PASS,
+    WORSE: Verdict.FAIL,
+    INCONCLUSIVE: Verdict.INCONCLUSIVE,
+}
 
 
 # --- across world sizes within one run -----------------------------------------------------

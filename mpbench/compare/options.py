@@ -29,7 +29,10 @@ class CompareOptions:
     min_speedup: dict[str, float] = field(default_factory=dict)
     # "N" (every policy) or "policy@N" -> the lowest weak-scaling efficiency at world size N
     min_scaling_efficiency: dict[str, float] = field(default_factory=dict)
-    max_accuracy_delta_pp: float | None = None  # percentage points, either direction
+    max_accuracy_delta_pp: float | None = None  # points below float32: non-inferiority
+    # The verdicts' accuracy margin in points (summary/accuracy.py); None: the runs' own
+    # (run.json's accuracy_margin), else 1.
+    accuracy_margin_pp: float | None = None
     allow_different_hardware: bool = False
     require_conclusive: bool = False  # an inconclusive gate (interval straddles it) fails
     format: str = "table"

@@ -18,6 +18,7 @@ from mpbench.compare.gates import (
     check_ratios,
 )
 from mpbench.compare.options import CompareOptions
+from mpbench.compare.summary.accuracy import DEFAULT_MARGIN_PP
 from mpbench.compare.summary.build import build_sections
 from mpbench.compare.summary.cells import (
     CellKey,
@@ -54,6 +55,8 @@ class Report:
     loaded_side_files: dict[tuple[str, str, int], SideFile] | None = None
     # run_id -> run.json's `adaptive` entry of a `mpbench run --repeat auto` (compare.run).
     adaptive_repeats: dict[str, dict] = field(default_factory=dict)
+    # The points of accuracy a policy may lose and still be "no worse" (summary/accuracy.py).
+    accuracy_margin_pp: float = DEFAULT_MARGIN_PP
 
     def side_files(self) -> dict[tuple[str, str, int], SideFile]:
         """The readable side files of the compared records, read once; one that cannot be
@@ -124,9 +127,12 @@ def build_report(
     """`run_dirs`: run_id -> the directories its records came from (telemetry.run_dirs),
     where --plot finds the records' telemetry side files; without it, none are read."""
     cells = summarize_all(records)
-    sections = build_sections(cells)  # every comparison to float32, taken once
+    margin = options.accuracy_margin_pp
+    margin = DEFAULT_MARGIN_PP if margin is None else margin
+    sections = build_sections(cells, margin)  # every comparison to float32, taken once
     labeler = Labeler(k.group for k in cells)
     report = Report(_run_ids(records), sections, labeler, options, run_dirs=dict(run_dirs or {}))
+    report.accuracy_margin_pp = margin
     if baseline is not None:
         report.baseline_runs = _run_ids(baseline)
         report.matches = _match(cells, summarize_all(baseline), options, labeler, report.notes)

@@ -82,10 +82,33 @@ def compare(options: CompareOptions, stdout: TextIO | None = None) -> int:
         )
     records = load(paths)
     baseline = load([options.baseline]) if options.baseline is not None else None
+    if options.accuracy_margin_pp is None:
+        options.accuracy_margin_pp = runs_margin(paths)
     report = build_report(records, options, baseline, run_dirs=_run_dirs(paths, options))
     adaptive_repeats(report, paths)
     write_outputs(report, options, safe_stream(stdout or sys.stdout), inputs)
     return report.exit_code
+
+
+def runs_margin(paths: list[Path]) -> float | None:
+    """The accuracy margin the runs were made with (run.json's config.accuracy_margin), where
+    every run that says one says the same; None otherwise (the default applies)."""
+    margins = set()
+    for path in paths:
+        config = _run_json(path).get("config")
+        margin = config.get("accuracy_margin") if isinstance(config, dict) else None
+        if isinstance(margin, (int, float)) and not isinstance(margin, bool) and margin >= 0:
+            margins.add(float(margin))
+    return margins.pop() if len(margins) == 1 else None
+
+
+def _run_json(path: Path) -> dict:
+    """A run's run.json, or {} where there is none to read (a bare results.jsonl)."""
+    try:
+        raw = json.loads((results_file(Path(path)).parent / "run.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return raw if isinstance(raw, dict) else {}
 
 
 def adaptive_repeats(report: Report, paths: list[Path]) -> None:
@@ -93,12 +116,7 @@ def adaptive_repeats(report: Report, paths: list[Path]) -> None:
     wrote into its run.json), as a note and in the report's data. A path without a readable
     run.json (a bare results.jsonl, an older run) adds nothing."""
     for path in paths:
-        try:
-            raw = json.loads((results_file(Path(path)).parent / "run.json").read_text("utf-8"))
-        except (OSError, ValueError):
-            continue
-        if not isinstance(raw, dict):
-            continue
+        raw = _run_json(path)
         run_id = raw.get("run_id")
         block = AdaptiveBlock.from_dict(raw.get("adaptive"))
         known = isinstance(run_id, str) and run_id in report.runs

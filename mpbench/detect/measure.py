@@ -1,10 +1,13 @@
-"""Measured matmul peaks (`mpbench detect --measure`), cached per hardware fingerprint.
+"""Measured matmul peaks and memory bandwidth (`mpbench detect --measure`), cached per
+hardware fingerprint.
 
 A datasheet peak is what the vendor promises; the measured peak is what torch.mm reaches on
 this device, at these clocks, with this library build (MAMF: "maximum achievable matmul
-FLOPS"). MFU against it says how close a workload gets to what is reachable here. The
-measurement runs in a child process (mpbench.detect.measure_child), so importing this module
-imports no framework.
+FLOPS"). MFU against it says how close a workload gets to what is reachable here. The memory
+bandwidth (a STREAM triad, measure_child.measure_bandwidth) is measured and cached beside the
+peaks: a peak over the bandwidth is the ridge point the bottleneck diagnosis sets a step's
+FLOPs per byte against (mpbench.results.bottleneck). The measurement runs in a child process
+(mpbench.detect.measure_child), so importing this module imports no framework.
 
 Cache: `<cache>/peaks/<fingerprint>.json`, where `<cache>` is `$MPBENCH_CACHE`, else
 `$XDG_CACHE_HOME/mpbench`, else `~/.cache/mpbench` (the same root mpbench.data uses; detect
@@ -156,6 +159,17 @@ def cached_peaks(
     return peaks
 
 
+def cached_bandwidth(
+    fingerprint: str, *, torch_version: str | None = None, threads: int | None = None
+) -> float | None:
+    """The measured memory bandwidth of this hardware in GB/s (the triad's best pass), under
+    the same cache rules as cached_peaks; None when none is cached."""
+    data = read_cached(fingerprint, torch_version=torch_version, threads=threads) or {}
+    entry = data.get("bandwidth")
+    best = entry.get("best_gbps") if isinstance(entry, dict) and entry.get("ok") else None
+    return float(best) if isinstance(best, int | float) and best > 0 else None
+
+
 def cached_peak(
     fingerprint: str,
     dtype_key: str,
@@ -215,16 +229,20 @@ def run_measure_child(
     min_iters: int | None = None,
     warmup: int | None = None,
     threads: int | None = None,
+    bandwidth_mb: float | None = None,
     timeout: float = DEFAULT_MEASURE_TIMEOUT_S,
 ) -> dict[str, Any]:
     """Measure in a child process and return its answer; failures come back as
     {"ok": False, "error": ...}, never raised. On a CPU the child runs `threads` intra-op
-    threads (default_threads() when None); on a GPU torch's default."""
+    threads (default_threads() when None); on a GPU torch's default. `bandwidth_mb`: the
+    size of each bandwidth array (None: the device's default; 0: no bandwidth)."""
     # Quick runs (tests, a first look): MPBENCH_MEASURE_SIZES="256,512", MPBENCH_MEASURE_BUDGET.
     if sizes is None and os.environ.get("MPBENCH_MEASURE_SIZES"):
         sizes = [int(n) for n in os.environ["MPBENCH_MEASURE_SIZES"].split(",") if n.strip()]
     if budget_s is None and os.environ.get("MPBENCH_MEASURE_BUDGET"):
         budget_s = float(os.environ["MPBENCH_MEASURE_BUDGET"])
+    if bandwidth_mb is None and os.environ.get("MPBENCH_MEASURE_BANDWIDTH_MB"):
+        bandwidth_mb = float(os.environ["MPBENCH_MEASURE_BANDWIDTH_MB"])
     command = [sys.executable, "-m", "mpbench.detect.measure_child", "--device", device]
     command += ["--dtypes", ",".join(dtypes)]
     if sizes:
@@ -234,6 +252,7 @@ def run_measure_child(
         ("--max-iters", max_iters),
         ("--min-iters", min_iters),
         ("--warmup", warmup),
+        ("--bandwidth-mb", bandwidth_mb),
     ):
         if value is not None:
             command += [option, str(value)]
@@ -272,9 +291,10 @@ def measure_and_cache(device: str, fingerprint: str, **options: Any) -> dict:
     why = contention.get("why") if isinstance(contention, dict) else None
     result["contended"] = bool(isinstance(contention, dict) and contention.get("contended"))
     result["not_cached"] = None
+    bandwidth = result.get("bandwidth")
     measured = any(
         isinstance(d, dict) and d.get("ok") for d in (result.get("dtypes") or {}).values()
-    )
+    ) or (isinstance(bandwidth, dict) and bool(bandwidth.get("ok")))
     if result.get("ok") and measured and result["contended"]:
         result["not_cached"] = (
             f"not cached: the machine was busy ({'; '.join(why or ['contended'])}); "

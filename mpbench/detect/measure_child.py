@@ -5,7 +5,7 @@ the TF32 switch is process-global. Usage:
 
     python -m mpbench.detect.measure_child --device cpu|mps|cuda[:N] [--sizes 512,1024]
         [--dtypes fp32,tf32,fp16,bf16,fp8] [--budget SECONDS] [--max-iters N] [--min-iters N]
-        [--warmup N] [--threads N]
+        [--warmup N] [--threads N] [--bandwidth-mb MB]
 
 The last stdout line is `MPBENCH_MEASURE <json>`; the JSON always has "ok", and "error" when
 not ok. Method (the MAMF-finder recipe, reduced): randn inputs, a warm-up, then many timed
@@ -22,6 +22,16 @@ operands (mat2 column-major, as cuBLASLt wants), float32 scalar scales of 1.0 (t
 scaling), out_dtype bfloat16, use_fast_accum off; also 2 n^3 FLOPs. Anywhere else fp8 is
 skipped with the reason (fp8_skip_reason): a CPU's _scaled_mm upcasts to float32, so timing
 it would store emulation as an fp8 peak.
+
+Memory bandwidth ("bandwidth"): the STREAM triad a = b + s * c in float32
+(torch.add(b, c, alpha=s, out=a)), three arrays of --bandwidth-mb MB each (default 64 MB on a
+CPU, larger than the last-level cache of most CPUs; 256 MB on a GPU, five times an H100's
+50 MB L2), timed with the same timer as the multiplies (on CUDA, events and the L2 flushed
+before each pass). Bytes per pass are STREAM's count, 3 x the array: b and c read, a written
+(the write-allocate read a CPU may add is not counted, as STREAM does not count it); GB/s is
+1e9 bytes per second. The best pass is the bandwidth the bottleneck diagnosis sets a step's
+bytes against (mpbench.results.bottleneck); a plain copy (a.copy_(b), 2 x the array) is
+reported beside it.
 
 The timed part runs inside a contention window (mpbench.results.contention) whose root is
 this process: the answer's "contention" says how much CPU other processes took meanwhile,
@@ -57,6 +67,10 @@ FP8_OP = (
 FP8_CPU_REASON = "no fp8 matrix units: an fp8 GEMM here would time float32 emulation"
 CPU_SIZES = (512, 1024, 2048)
 GPU_SIZES = (2048, 4096, 8192)
+# Bandwidth arrays, MB each (module docstring): several times the cache they must not fit in.
+CPU_BANDWIDTH_MB = 64.0
+GPU_BANDWIDTH_MB = 256.0
+TRIAD_OP = "STREAM triad a = b + s*c, float32 (torch.add(b, c, alpha=s, out=a))"
 
 
 def _set_tf32(torch, enabled: bool) -> str:
@@ -255,6 +269,46 @@ def _measure_dtype(torch, device, key: str, sizes: list[int], timer: _Timer, lim
     return entry
 
 
+def _time_passes(timer: _Timer, run: Callable[[], Any], limits: dict) -> list[float]:
+    """One warm-up pass, then passes until --max-iters or the budget (after --min-iters)."""
+    timer(run)
+    times: list[float] = []
+    deadline = time.perf_counter() + limits["budget"]
+    while len(times) < limits["max_iters"] and (
+        len(times) < limits["min_iters"] or time.perf_counter() < deadline
+    ):
+        times.append(timer(run))
+    return times
+
+
+def measure_bandwidth(torch, device, megabytes: float, timer: _Timer, limits: dict) -> dict:
+    """The device's memory bandwidth from the STREAM triad and copy (module docstring); an
+    error (out of memory, ...) is this entry's answer, not the measurement's."""
+    n = max(1, int(megabytes * 1e6) // 4)
+    entry: dict[str, Any] = {"ok": False, "op": TRIAD_OP, "array_bytes": 4 * n}
+    try:
+        a = torch.empty(n, dtype=torch.float32, device=device)
+        b = torch.full((n,), 1.0, dtype=torch.float32, device=device)
+        c = torch.full((n,), 2.0, dtype=torch.float32, device=device)
+        triad = _time_passes(timer, lambda: torch.add(b, c, alpha=3.0, out=a), limits)
+        copy = _time_passes(timer, lambda: a.copy_(b), limits)
+    except Exception as error:  # out of memory, ...: this entry's answer
+        entry["error"] = one_line(error)
+        return entry
+    triad_bytes, copy_bytes = 3.0 * 4 * n, 2.0 * 4 * n
+    entry.update(
+        ok=True,
+        iterations=len(triad),
+        bytes_per_pass=triad_bytes,
+        best_s=min(triad),
+        median_s=statistics.median(triad),
+        best_gbps=triad_bytes / min(triad) / 1e9,
+        median_gbps=triad_bytes / statistics.median(triad) / 1e9,
+        copy_best_gbps=copy_bytes / min(copy) / 1e9,
+    )
+    return entry
+
+
 def _other_gpu_processes(torch, device) -> int | None:
     """Compute processes on this GPU besides this one, from NVML (None when it cannot tell).
     NVML lists host PIDs, which a container cannot match: count them instead."""
@@ -278,7 +332,10 @@ def measure(
     keys: list[str],
     limits: dict,
     threads: int | None = None,
+    bandwidth_mb: float | None = None,
 ) -> dict:
+    """`bandwidth_mb`: the size of each bandwidth array; 0 measures no bandwidth; None the
+    device's default (CPU_BANDWIDTH_MB, GPU_BANDWIDTH_MB)."""
     import psutil
     import torch
 
@@ -337,6 +394,10 @@ def measure(
     window = ContentionWindow(psutil.Process()).start()
     started = time.perf_counter()
     info["dtypes"] = {key: _measure_dtype(torch, device, key, sizes, timer, limits) for key in keys}
+    if bandwidth_mb is None:
+        bandwidth_mb = GPU_BANDWIDTH_MB if device.type in ("cuda", "mps") else CPU_BANDWIDTH_MB
+    if bandwidth_mb > 0:
+        info["bandwidth"] = measure_bandwidth(torch, device, bandwidth_mb, timer, limits)
     info["seconds"] = round(time.perf_counter() - started, 2)
     reading = window.stop()
     if device.type == "cuda":
@@ -356,6 +417,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--min-iters", type=int, default=None)
     parser.add_argument("--warmup", type=int, default=None)
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    parser.add_argument(
+        "--bandwidth-mb", type=float, default=None, help="MB per bandwidth array; 0: none"
+    )
     return parser
 
 
@@ -377,6 +441,8 @@ def main(argv: list[str]) -> int:
             raise ValueError(f"--dtypes {args.dtypes!r} or --sizes {args.sizes!r}")
         if args.threads is not None and args.threads <= 0:
             raise ValueError(f"--threads {args.threads}")
+        if args.bandwidth_mb is not None and args.bandwidth_mb < 0:
+            raise ValueError(f"--bandwidth-mb {args.bandwidth_mb}")
     except ValueError as error:
         parser.print_usage(sys.stderr)
         print(f"usage error: {error}", file=sys.stderr)
@@ -385,7 +451,10 @@ def main(argv: list[str]) -> int:
     for name in ("budget", "max_iters", "min_iters", "warmup"):
         if getattr(args, name) is not None:
             limits[name] = getattr(args, name)
-    return answer(MEASURE_MARKER, lambda: measure(args.device, sizes, keys, limits, args.threads))
+    return answer(
+        MEASURE_MARKER,
+        lambda: measure(args.device, sizes, keys, limits, args.threads, args.bandwidth_mb),
+    )
 
 
 if __name__ == "__main__":

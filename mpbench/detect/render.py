@@ -187,6 +187,18 @@ def _measured_table(report: DetectReport) -> Table | Text:
     return table
 
 
+def _bandwidth_line(bandwidth: dict) -> Text:
+    """The measured memory bandwidth: the triad's best and median pass, the copy's best."""
+    if not bandwidth.get("ok"):
+        return Text(f"Measured memory bandwidth: failed: {bandwidth.get('error')}")
+    return Text(
+        f"Measured memory bandwidth: {bandwidth['best_gbps']:.3g} GB/s best, "
+        f"{bandwidth['median_gbps']:.3g} median ({bandwidth['op']}, "
+        f"{bandwidth['array_bytes'] / 1e6:.0f} MB arrays, {bandwidth['iterations']} passes); "
+        f"copy {bandwidth['copy_best_gbps']:.3g} GB/s"
+    )
+
+
 def _contention_caption(measured: dict) -> Text | None:
     """How busy the machine was while it measured, and whether the figures were cached."""
     reading = measured.get("contention")
@@ -320,6 +332,8 @@ def print_report(report: DetectReport, console: Console | None = None) -> None:
         console.print(Text("NVIDIA GPUs: none found"))
     if report.measured is not None:
         console.print(_measured_table(report))
+        if report.measured.get("bandwidth") is not None:
+            console.print(_bandwidth_line(report.measured["bandwidth"]))
     if report.tpu:
         tpu = report.tpu
         console.print(Text(f"TPU: {tpu.name}, {tpu.chips} chip(s) ({'; '.join(tpu.evidence)})"))

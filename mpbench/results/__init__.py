@@ -5,6 +5,7 @@ from mpbench.results.io import read_records
 from mpbench.results.schema import (
     SCHEMA_VERSION,
     AccuracyStats,
+    BottleneckStats,
     CellRecord,
     CompileStats,
     ContentionStats,
@@ -29,6 +30,7 @@ from mpbench.results.writer import append_record, write_csv, write_environment
 __all__ = [
     "SCHEMA_VERSION",
     "AccuracyStats",
+    "BottleneckStats",
     "CellRecord",
     "CompileStats",
     "ContentionStats",

@@ -16,7 +16,7 @@ from typing import Any
 from mpbench.errors import InvalidInput
 from mpbench.results.step_stats import StepStats
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 
 class Status(str, Enum):
@@ -171,8 +171,12 @@ class TelemetryStats:
     grad_norm_median: float | None = None  # of the kept points' unscaled global norms
     samples: int = 0  # device samples taken during the timed steps
     interval_s: float | None = None
-    mean_cpu_util_pct: float | None = None  # psutil: 100 is one core busy
+    # v11: 100 is one core busy; ΔCPU-time/Δt of the process over the window (v4-10: a mean
+    # of psutil readings); None, with the reason in `unavailable`, for a window under 20 ticks
+    mean_cpu_util_pct: float | None = None
     peak_rss_bytes: int | None = None
+    # v11: NVML's sampled means (this one and mean_power_w) are over the window, None with the
+    # reason in `unavailable` where it holds too few readings (docs/telemetry.md)
     mean_gpu_util_pct: float | None = None
     # NVML's `used` for the whole device (every process, contexts, reserves), not the
     # allocator's peak that `memory` holds (docs/telemetry.md); v1-6 called it
@@ -182,6 +186,8 @@ class TelemetryStats:
     max_temperature_c: float | None = None
     mean_sm_clock_mhz: float | None = None
     unavailable: dict[str, str] = field(default_factory=dict)  # metric -> why it is missing
+    # v11: the measured window's length: the timed steps after warm-up, as energy's
+    window_s: float | None = None
 
 
 @dataclass
@@ -194,6 +200,14 @@ class EnergyStats:
     source: str | None  # "NVML total energy counter", "RAPL package zones (powercap)", ...
     reason: str | None
     window_s: float | None = None
+    # v11: which steps the window held: "timed steps" (after warm-up; v4-10 included it) or
+    # "steady window" (the same step run alone, then undone, where the timed steps were too
+    # short for the counter), and how many optimizer steps
+    window: str | None = None
+    steps: int | None = None
+    # v11: joules / window_s, the counter's mean power (beside telemetry.mean_power_w, NVML's
+    # sampled mean, which a short window cannot give)
+    mean_power_w: float | None = None
 
 
 @dataclass
@@ -299,6 +313,36 @@ class Fp8Stats:
     flop_share_note: str | None = None
 
 
+# What can limit a step (mpbench.results.bottleneck decides which): compare reads `kind`.
+BOTTLENECK_KINDS = ("compute-bound", "memory-bound", "launch-bound", "input-bound", "unknown")
+
+
+@dataclass
+class BottleneckStats:
+    """v11: what limited the cell's step, from evidence the cell measured (docs/measurement.md,
+    "What limits a step"; the rule and its thresholds: mpbench.results.bottleneck). `kind`
+    "unknown" where the evidence is missing, with the reason in `evidence` and `unavailable`:
+    no class is guessed."""
+
+    kind: str  # "compute-bound" | "memory-bound" | "launch-bound" | "input-bound" | "unknown"
+    evidence: str  # one line: "device busy 14 % of the step (kernels 0.25 of 1.78 ms); ..."
+    # the change that would help, or None (compute-bound: None or "already compute-bound: ...")
+    remedy: str | None
+    # what measured the device-busy time: "torch.profiler CUDA kernel time over 5 steps",
+    # "process CPU time"
+    source: str
+    device_busy_fraction: float | None = None
+    host_busy_fraction: float | None = None
+    achieved_tflops: float | None = None
+    peak_tflops: float | None = None  # the policy's peak the share is taken of
+    bytes_per_step: float | None = None
+    arithmetic_intensity: float | None = None  # FLOPs / byte
+    ridge_point: float | None = None  # peak FLOP/s / bandwidth, FLOPs / byte
+    bandwidth_gbps: float | None = None
+    input_share: float | None = None
+    unavailable: dict[str, str] = field(default_factory=dict)  # evidence -> why it is missing
+
+
 @dataclass
 class CellRecord:
     run_id: str
@@ -343,6 +387,7 @@ class CellRecord:
     wall_s: float | None = None
     startup: StartupStats | None = None  # v8
     fp8: Fp8Stats | None = None  # v9: float8 cells only
+    bottleneck: BottleneckStats | None = None  # v11: what limited the step, with its evidence
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, TypeVar, Union
 
-from mpbench.results.schema import CellRecord, SchemaError, Status
+from mpbench.results.schema import BOTTLENECK_KINDS, CellRecord, SchemaError, Status
 
 T = TypeVar("T")
 
@@ -84,6 +84,8 @@ BOUNDS = {
     "distributed.straggler_ratio": Bounds(low=1.0),
     "accuracy.test_accuracy": FRACTION,
     "fp8.flop_share_fp8": FRACTION,
+    # The share of the end-to-end step outside the timed step (results/bottleneck.py).
+    "bottleneck.input_share": FRACTION,
 }
 
 
@@ -216,6 +218,16 @@ def check_record(record: CellRecord) -> None:
     """SchemaError unless the record agrees with itself (its version: versions.load_record)."""
     _check_world_size(record)
     _check_fp8(record)
+    _check_bottleneck(record)
+
+
+def _check_bottleneck(record: CellRecord) -> None:
+    """compare reads `bottleneck.kind` as one of the classes: it must be one."""
+    if record.bottleneck is not None and record.bottleneck.kind not in BOTTLENECK_KINDS:
+        raise SchemaError(
+            f"bottleneck.kind must be one of {', '.join(BOTTLENECK_KINDS)}, got "
+            f"{shown(record.bottleneck.kind)}"
+        )
 
 
 def _check_fp8(record: CellRecord) -> None:

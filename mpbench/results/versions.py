@@ -18,7 +18,7 @@ from mpbench.results.validate import build, check_record, held, shown
 
 # Versions this reader understands. A reader of version 4 refuses version 5 records by their
 # version, not by a field.
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
 # The fields each version added, as dotted paths (an object a version added is one path). An
 # older record lacks them, and they read as None (or empty); one that holds a value in them
 # is not what its version says, and is refused (load_record).
@@ -59,6 +59,15 @@ FIELDS_SINCE: dict[int, tuple[str, ...]] = {
     9: ("fp8",),
     # a cell run again as a new process after its fork server died under it: why
     10: ("startup.rerun",),
+    # what limited the step (compute, memory, launches, input), with the evidence measured
+    11: (
+        "bottleneck",
+        # telemetry true over short windows: the window's length, energy's window and power
+        "telemetry.window_s",
+        "energy.window",
+        "energy.steps",
+        "energy.mean_power_w",
+    ),
 }
 # Fields a version renamed: {version: {old dotted path: new name}}. Read older records by
 # moving the value to its new name before the checks (upgrade()).

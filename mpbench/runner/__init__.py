@@ -113,7 +113,8 @@ class Warnings:
 
 # Prints the end-of-run table of the records (the CLI passes compare's): the runner only
 # runs cells and keeps records, it renders no comparison of its own.
-Summary = Callable[[list[CellRecord], Console], None]
+# The closing table: the records, the console, and the run's accuracy margin in points.
+Summary = Callable[[list[CellRecord], Console, float], None]
 
 
 def run_matrix(options: RunOptions, summary: Summary | None = None) -> int:
@@ -220,6 +221,9 @@ class Plan:
     warn: Callable[[str], None]  # Warnings: stderr, once each
     # The run's fork servers while its cells run (runner/launchers/zygote.py).
     fork_servers: ForkServers | None = None
+    # The device's measured memory bandwidth, GB/s (detect --measure's cache): the
+    # bottleneck's ridge point is a peak over it.
+    measured_bandwidth_gbps: float | None = None
 
 
 def _plan(config: RunConfig, run_id: str, warn: Callable[[str], None]) -> Plan:
@@ -245,6 +249,7 @@ def _run_cells(
     plan.measured_peaks = _measured_peaks(
         plan.device, plan.fingerprint, options.measure_peak, console, config.threads, plan.warn
     )
+    plan.measured_bandwidth_gbps = _measured_bandwidth(plan.fingerprint, config.threads)
     cells = plan.cells
     rounds = _rounds(cells, config)
     adaptive = _adaptive(config, done)
@@ -308,7 +313,7 @@ def _run_cells(
         )
         return interrupted_exit_code(interrupted)
     try:
-        _print_summary(console, records, summary)
+        _print_summary(console, records, summary, config.accuracy_margin)
     except Exception as exc:  # the records are on disk: a report bug must not hide them
         console.print(
             f"[yellow]Could not print the summary[/yellow] ({type(exc).__name__}: {exc}); "
@@ -457,7 +462,14 @@ def _run_cell(
     version = package_version(spec.framework)
     side_file = _write_side_file(run_dir, spec, cell_telemetry(outcome), outcome.warnings)
     record = build_record(
-        spec, outcome, plan.traits, plan.fingerprint, version, plan.measured_peaks, side_file
+        spec,
+        outcome,
+        plan.traits,
+        plan.fingerprint,
+        version,
+        plan.measured_peaks,
+        side_file,
+        measured_bandwidth_gbps=plan.measured_bandwidth_gbps,
     )
     record.fallback_of = cell.fallback_of
     if "mfu_measured" in record.implausible:
@@ -521,9 +533,20 @@ def _measured_peaks(
     return peaks
 
 
-def _print_summary(console: Console, records: list[CellRecord], summary: Summary | None) -> None:
+def _measured_bandwidth(fingerprint: str, threads: int | None) -> float | None:
+    """The device's memory bandwidth from detect's cache (measured beside the peaks, under
+    the same cache rules), GB/s; None when none is cached."""
+    from mpbench.detect.measure import cached_bandwidth
+    from mpbench.runner.cells import available_cores
+
+    return cached_bandwidth(fingerprint, threads=threads or available_cores())
+
+
+def _print_summary(
+    console: Console, records: list[CellRecord], summary: Summary | None, margin_pp: float
+) -> None:
     if summary is not None:
-        summary(records, console)
+        summary(records, console, margin_pp)
     line = startup_line(records)
     if line:
         console.print(line)

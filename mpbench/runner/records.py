@@ -6,7 +6,7 @@ import dataclasses
 from datetime import datetime, timezone
 from typing import Any
 
-from mpbench.backends.base import CellSpec, Measurements
+from mpbench.backends.base import BusyEvidence, CellSpec, Measurements
 from mpbench.policies import DeviceTraits, resolve
 from mpbench.results import (
     AccuracyStats,
@@ -23,6 +23,7 @@ from mpbench.results import (
     StepTimeStats,
     TelemetryStats,
 )
+from mpbench.results.bottleneck import Evidence, classify
 from mpbench.results.scaling import straggler_ratio
 from mpbench.runner.launchers.process import Outcome
 from mpbench.workloads import describe_workload
@@ -49,10 +50,12 @@ def build_record(
     framework_version: str | None,
     measured_peaks: dict[str, float] | None = None,
     side_file: str | None = None,
+    measured_bandwidth_gbps: float | None = None,
 ) -> CellRecord:
     """`measured_peaks`: the device's measured matmul peak TFLOP/s per policy peak key
     ("fp32", "bf16", ...), from `detect --measure`'s cache; None when not measured.
-    `side_file`: where the runner wrote the cell's telemetry series (run-relative)."""
+    `side_file`: where the runner wrote the cell's telemetry series (run-relative).
+    `measured_bandwidth_gbps`: the device's measured memory bandwidth, from the same cache."""
     workload = describe_workload(spec.workload)
     measurements = outcome.measurements
     config = spec.config()
@@ -97,7 +100,71 @@ def build_record(
         _fill_measurements(record, measurements, measured_peaks or {})
     divergence = outcome.divergence or (measurements.divergence if measurements else None)
     _fill_telemetry(record, cell_telemetry(outcome), divergence, side_file)
+    if measurements is not None and record.step_time and record.step_time.median_s:
+        evidence = bottleneck_evidence(record, spec, workload, measurements.busy)
+        evidence.bandwidth_gbps = measured_bandwidth_gbps
+        if measured_bandwidth_gbps is None:
+            evidence.unavailable["bandwidth_gbps"] = (
+                "no measured bandwidth cached for this device: run `mpbench detect --measure`"
+            )
+        record.bottleneck = classify(evidence)
     return record
+
+
+# Bytes per element of the dtype a policy computes in (Policy.compute_dtype): the width the
+# bytes of a step's weights and activations are counted at (workloads.spec.step_bytes).
+_WIDTH = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def bottleneck_evidence(
+    record: CellRecord, spec: CellSpec, workload: Any, busy: BusyEvidence | None
+) -> Evidence:
+    """What the bottleneck is classified from (mpbench.results.bottleneck): the cell's busy
+    figures, and per device the step's FLOPs and bytes against the policy's peak (measured
+    where cached, else the datasheet's) and the end-to-end window against the timed step."""
+    unavailable = dict(busy.unavailable) if busy else {"busy": "the cell measured no busy time"}
+    world = spec.world_size
+    evidence = Evidence(
+        source=busy.source if busy else "none",
+        step_s=record.step_time.median_s if record.step_time else None,
+        flops_per_step=None if record.flops_per_step is None else record.flops_per_step / world,
+        device_busy_fraction=busy.device_busy_fraction if busy else None,
+        device_busy_s=busy.device_busy_s if busy else None,
+        busy_step_s=busy.busy_step_s if busy else None,
+        host_busy_fraction=busy.host_busy_fraction if busy else None,
+        threads=busy.threads if busy and record.device.kind == "cpu" else None,
+        contended=bool(record.contention and record.contention.contended),
+        unavailable=unavailable,
+    )
+    if record.flops_per_step is None:
+        unavailable["flops_per_step"] = "the workload's FLOPs are unknown"
+    policy = resolve(record.policy)
+    if workload.kind == "user":
+        unavailable["bytes_per_step"] = "a user workload: its layers are not in a spec"
+    else:
+        width = _WIDTH[policy.compute_dtype]
+        per_micro = workload.bytes_per_step(spec.batch_size, width, spec.units, **spec.sizes)
+        evidence.bytes_per_step = per_micro * spec.accumulate
+    measured = record.measured_peak_tflops
+    evidence.peak_tflops = measured or record.peak_tflops
+    if evidence.peak_tflops:
+        kind = "measured" if measured else "datasheet"
+        evidence.peak_name = f"the {kind} {policy.peak_key} peak"
+    else:
+        unavailable["peak_tflops"] = (
+            "an emulated fp8 cell: no peak bounds it"
+            if record.fp8 is not None and record.fp8.mode == "emulated"
+            else f"no measured {policy.peak_key} peak cached and no datasheet peak for "
+            f"{record.device.name}: run `mpbench detect --measure`"
+        )
+    # The window's mean step against the timed steps' mean: both then hold the same slow
+    # steps (a preemption, a page fault), which the median would leave out of one side only.
+    window, mean = record.end_to_end, record.step_time.mean_s if record.step_time else None
+    if window is not None and window.steps and mean:
+        evidence.input_share = max(0.0, 1.0 - mean / (window.seconds / window.steps))
+    else:
+        unavailable["input_share"] = "no end-to-end window"
+    return evidence
 
 
 def cell_telemetry(outcome: Outcome) -> dict[str, Any] | None:

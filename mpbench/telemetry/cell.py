@@ -6,6 +6,13 @@ Nothing here is inside a timed step: a backend calls `step()` after its timer st
 computes the gradient health only when `wants_gradients()` says the step will be kept (the
 numerics log keeps at most 1000 evenly spaced points). The sampler is a thread reading the
 device a few times a second; the energy meter reads a counter at each end of the window.
+
+The measured window is the timed steps the step-time statistics count: it opens after the
+warm-up steps (at `step(warmup_steps)`) and closes at `stop_timed()`, so energy per sample
+and the record's means carry neither the warm-up nor idle time before and after. Where it
+was too short for the energy counter (energy.py, `min_window_s`), a backend may measure a
+steady window of the same step instead: `steady_seconds()`, `start_steady()`,
+`stop_steady()` (docs/telemetry.md).
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from mpbench.results.contention import (
     slowing_reasons,
 )
 from mpbench.telemetry.divergence import Divergence, DivergenceDetector, DivergenceRules
-from mpbench.telemetry.energy import EnergyMeter, EnergyReading
+from mpbench.telemetry.energy import STEADY_WINDOW, EnergyMeter, EnergyReading
 from mpbench.telemetry.numerics import NumericsLog
 from mpbench.telemetry.sampler import DeviceTelemetry, TelemetrySampler
 
@@ -43,6 +50,7 @@ class CellTelemetry:
     device: str  # "cpu", "cuda:0", "mps"
     dynamic_scale: bool  # a loss scale that moves: its floor is a signal
     rules: DivergenceRules = field(default_factory=DivergenceRules)
+    warmup_steps: int = 0  # the measured window opens after these (the step statistics' own)
 
     def __post_init__(self) -> None:
         self.numerics = NumericsLog()
@@ -53,31 +61,89 @@ class CellTelemetry:
         self._energy: EnergyReading | None = None
         self._window: ContentionWindow | None = None
         self._contention: ContentionReading | None = None
-        self._samples = 0
+        self._samples = 0  # training samples the energy reading's window held
+        self._samples_per_step = 0.0
+        self._opened_after: int | None = None  # steps done when the measured window opened
 
     # --- the timed phase -----------------------------------------------------------------
 
     def start_timed(self) -> None:
         if os.environ.get("MPBENCH_TELEMETRY") != "0":  # 0: no sampler (slow-process experiment)
             self._sampler = TelemetrySampler(self.device, SAMPLE_INTERVAL_S).start()
-        self._meter = EnergyMeter.for_device(self.device).start()
+        self._meter = EnergyMeter.for_device(self.device)
+        if self.warmup_steps == 0:
+            self._open_window(0)
         self._window = ContentionWindow().start()  # last: the sampler's start is not timed
 
+    def _open_window(self, done: int) -> None:
+        """The measured steps begin: the energy meter and the sampler's means start here."""
+        self._opened_after = done
+        if self._sampler is not None:
+            self._sampler.open_window()
+        if self._meter is not None:
+            self._meter.start()
+
     def stop_timed(self, samples: int) -> None:
-        """`samples`: training samples the timed steps processed (for joules per sample)."""
+        """`samples`: training samples the timed steps processed, warm-up included (joules
+        per sample divides the window's share of them)."""
+        # The measured window closes first (the sampler's, then the energy counter's), so
+        # reading the contention counters is not in it.
+        if self._sampler is not None:
+            self._device = self._sampler.stop()
+            self._sampler = None
+        self._stop_energy(samples)
         if self._window is not None and self._window.long_enough():
             self._contention = self._window.stop()
             self._window = None
         # A window too short for the CPU counters' ticks stays open: contention() reads it at
         # the end of the cell, over the end-to-end window and the evaluation too.
-        if self._sampler is not None:
-            self._device = self._sampler.stop()
-            self._sampler = None
+
+    def _stop_energy(self, samples: int) -> None:
+        if self._meter is None or self._energy is not None:
+            return
+        steps = self.numerics.total_steps
+        self._samples_per_step = samples / steps if steps else 0.0
+        if self._opened_after is None:  # it ended (diverged) inside its warm-up
+            self._energy = EnergyReading(None, None, "the cell ended in its warm-up steps")
+            self._release_meter()
+            return
+        window_steps = steps - self._opened_after
+        self._samples = round(self._samples_per_step * window_steps) if steps else samples
+        power = self._device.power_samples() if self._device else None
+        self._energy = self._meter.stop(power, steps=window_steps, close=False)
+        if self.steady_seconds() is None:
+            self._release_meter()
+
+    # --- the steady window (energy of timed steps too short for the counter) --------------
+
+    def steady_seconds(self) -> float | None:
+        """How long a steady window must last for the energy counter, where the timed steps
+        were too short for it; None where they were not, or nothing counts energy."""
+        reading, meter = self._energy, self._meter
+        if reading is None or meter is None or meter.min_window_s is None:
+            return None
+        if reading.joules is not None or reading.window_s is None:
+            return None
+        return meter.min_window_s if reading.window_s < meter.min_window_s else None
+
+    def start_steady(self) -> None:
+        """The steady window begins: after the timed steps, the same step and nothing else."""
         if self._meter is not None:
-            power = self._device.power_samples() if self._device else None
-            self._energy = self._meter.stop(power)
+            self._meter.start()
+
+    def stop_steady(self, steps: int) -> None:
+        """The steady window ends, `steps` optimizer steps after start_steady(): its energy
+        replaces the timed steps' reason (the record names the window)."""
+        if self._meter is None:
+            return
+        self._energy = self._meter.stop(window=STEADY_WINDOW, steps=steps)
+        self._samples = round(self._samples_per_step * steps)
+        self._meter = None
+
+    def _release_meter(self) -> None:
+        if self._meter is not None:
+            self._meter.close()
             self._meter = None
-        self._samples = samples
 
     # --- every optimizer step ------------------------------------------------------------
 
@@ -98,6 +164,8 @@ class CellTelemetry:
         """Record one optimizer step; CellDiverged when a signal fires (the sampler and the
         meter are stopped first, so the diverged cell keeps what they read)."""
         self.numerics.record(step, loss, loss_scale, skipped, grad_norm, nonfinite_grads)
+        if step == self.warmup_steps and self._opened_after is None:
+            self._open_window(step)
         watched_scale = loss_scale if self.dynamic_scale else None
         fired = self.detector.observe(step, loss, watched_scale, skipped)
         if fired is not None:
@@ -110,8 +178,9 @@ class CellTelemetry:
 
     def close(self) -> None:
         """Stop whatever still runs (an exception left the timed phase open)."""
-        if self._sampler is not None or self._meter is not None or self._window is not None:
+        if self._sampler is not None or self._window is not None:
             self.stop_timed(self._samples)
+        self._release_meter()
 
     def contention(self) -> ContentionReading | None:
         """The window's CPU reading with the GPU's part from the sampler, judged. The window
@@ -153,7 +222,7 @@ class CellTelemetry:
         device = None
         if self._device is not None:
             summary.update(self._device.summary())
-            summary["unavailable"] = dict(self._device.unavailable)
+            summary["unavailable"] = dict(self._device.unavailable) | self._device.withheld()
             if self._device.error:
                 summary["unavailable"]["sampler"] = self._device.error
             device = {
@@ -161,6 +230,7 @@ class CellTelemetry:
                 "series": self._device.series,
                 "unavailable": self._device.unavailable,
             }
+        self._release_meter()  # a steady window the backend did not run
         energy = None
         if self._energy is not None:
             reading = self._energy
@@ -170,6 +240,9 @@ class CellTelemetry:
                 "source": reading.source,
                 "reason": reading.reason,
                 "window_s": reading.window_s,
+                "window": reading.window,
+                "steps": reading.steps,
+                "mean_power_w": reading.mean_power_w,
             }
         contention = self.contention()
         return {

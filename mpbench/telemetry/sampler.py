@@ -25,6 +25,16 @@ nvmlDeviceGetMemoryInfo_v2, and NVML's reference has described its `used` both w
 without the reserve across releases: v1 keeps one meaning on every driver.
 
 A MIG slice has no power column (energy.MIG_NO_ENERGY): NVML's power is the board's.
+
+The window: `open_window()` marks where the measured steps begin (after warm-up), `stop()`
+where they end. The record's means are over that window, and only where it holds enough:
+- NVML's utilisation and power are averages over NVML's own sample period, so a reading
+  taken within NVML_LOOKBACK_S of the window's start also averages time before it; a mean
+  needs MIN_READINGS readings that look back inside the window, else it is None with the
+  reason (the energy counter's ΔE/Δt is the power of such a window);
+- the CPU utilisation is the process's CPU-time counter (psutil cpu_times) over the window,
+  ΔCPU/Δt, not a mean of readings: over any window of at least contention.MIN_WINDOW_S (20
+  clock ticks) it is exact to a tick or two.
 """
 
 from __future__ import annotations
@@ -37,6 +47,7 @@ from typing import Any
 
 import psutil
 
+from mpbench.results.contention import MIN_WINDOW_S, MIN_WINDOW_TICKS
 from mpbench.telemetry.energy import MIG_NO_ENERGY
 from mpbench.telemetry.nvml import NvmlDevice, NvmlUnavailable, cuda_index, open_nvml_device
 
@@ -48,6 +59,19 @@ GPU_COLUMNS = (
     "sm_clock_mhz",
     "temperature_c",
 )
+
+# NVML's utilisation is "over the past sample period", which "may be between 1 second and 1/6
+# second, depending on the product being queried" (NVML API reference, nvmlUtilization_t), and
+# nvmlDeviceGetPowerUsage on Ampere (but GA100) and newer returns "power averaged over 1 sec
+# interval". So a reading taken sooner than this after the window opened averages time before
+# the window (idle, or warm-up), whatever the product.
+NVML_LOOKBACK_S = 1.0
+# A sampled mean needs at least this many readings that look back inside the window. The first
+# H200 run's means of 2 readings over 0.3 s windows read 2 % utilisation and near-idle power
+# for a busy GPU: they were the edges of the window, not its middle.
+MIN_READINGS = 5
+# Summary key -> the column whose readings are NVML's averages over its sample period.
+_SAMPLED_MEANS = {"mean_gpu_util_pct": "gpu_util_pct", "mean_power_w": "power_w"}
 
 # column -> (NVML function, how to read it off a pynvml module and a handle).
 _NVML_READS: dict[str, tuple[str, Callable[[Any, Any], float]]] = {
@@ -105,12 +129,12 @@ def _max(values: list[float]) -> float | None:
     return max(values) if values else None
 
 
-# summary key -> (column, statistic); present in summary() only where the column is.
+# summary key -> (column, statistic) over the whole series (instantaneous readings: peaks,
+# clocks); present in summary() only where the column is. The means NVML averages over its
+# sample period (_SAMPLED_MEANS) follow the window's rule instead.
 _GPU_SUMMARY: dict[str, tuple[str, Callable[[list[float]], float | int | None]]] = {
-    "mean_gpu_util_pct": ("gpu_util_pct", _mean),
     # NVML's device-wide `used` (module doc), under the record's v4 field name.
     "peak_nvml_device_used_bytes": ("nvml_device_used_bytes", _peak),
-    "mean_power_w": ("power_w", _mean),
     "max_temperature_c": ("temperature_c", _max),
     "mean_sm_clock_mhz": ("sm_clock_mhz", _mean),
 }
@@ -130,30 +154,89 @@ class DeviceTelemetry:
     # NVML cannot tell (then `unavailable` says why).
     clock_event_mask: int | None = None
     gpu_processes_max: int | None = None
+    # The measured window, seconds since start() (module doc): (0, end) when no window was
+    # opened; None where sampling never ran. `cpu_time_s`: the process's CPU seconds in it.
+    window: tuple[float, float] | None = None
+    cpu_time_s: float | None = None
 
     @property
     def samples(self) -> int:
         return len(self.series.get("t_s", []))
 
+    @property
+    def window_s(self) -> float | None:
+        return None if self.window is None else self.window[1] - self.window[0]
+
     def summary(self) -> dict[str, float | int | None]:
-        """cpu_util_pct is psutil's: 100 is one core busy, so it can exceed 100."""
+        """The record's figures; a mean the window cannot give is None, and `withheld()` says
+        why. CPU utilisation is psutil's: 100 is one core busy, so it can exceed 100."""
         series = self.series
         out: dict[str, float | int | None] = {
             "samples": self.samples,
             "interval_s": self.interval_s,
-            "mean_cpu_util_pct": _mean(series.get("cpu_util_pct", [])),
+            "window_s": self.window_s,
+            "mean_cpu_util_pct": self._cpu_util()[0],
             "peak_rss_bytes": _peak(series.get("rss_bytes", [])),
         }
+        for key, column in _SAMPLED_MEANS.items():
+            if column in series:
+                out[key] = self._sampled_mean(column)[0]
         for key, (column, statistic) in _GPU_SUMMARY.items():
             if column in series:
                 out[key] = statistic(series[column])
         return out
 
+    def withheld(self) -> dict[str, str]:
+        """summary key -> why the window gives no figure for it (a measured column only)."""
+        reasons = {"mean_cpu_util_pct": self._cpu_util()[1]}
+        for key, column in _SAMPLED_MEANS.items():
+            if column in self.series:
+                reasons[key] = self._sampled_mean(column)[1]
+        return {key: reason for key, reason in reasons.items() if reason is not None}
+
+    def _cpu_util(self) -> tuple[float | None, str | None]:
+        """ΔCPU/Δt of the process over the window, in percent of one core."""
+        seconds = self.window_s
+        if seconds is None or self.cpu_time_s is None:
+            return None, "no CPU-time reading of the window"
+        if seconds < MIN_WINDOW_S:
+            return None, (
+                f"a {seconds * 1000:.0f} ms window is under {MIN_WINDOW_TICKS} ticks of the CPU "
+                f"counters ({MIN_WINDOW_S * 1000:.0f} ms), where their rounding alone reads "
+                "tenths of a core"
+            )
+        return 100 * self.cpu_time_s / seconds, None
+
+    def _sampled_mean(self, column: str) -> tuple[float | None, str | None]:
+        """The mean of the readings whose NVML sample period lies inside the window, when
+        there are MIN_READINGS of them (NVML_LOOKBACK_S)."""
+        if self.window is None:
+            return None, "no readings"
+        start, end = self.window
+        times, values = self.series["t_s"], self.series[column]
+        inside = [t for t in times if start <= t <= end]
+        kept = [
+            v for t, v in zip(times, values, strict=True) if start + NVML_LOOKBACK_S <= t <= end
+        ]
+        if len(kept) >= MIN_READINGS:
+            return sum(kept) / len(kept), None
+        reason = (
+            f"{len(inside)} NVML readings in {end - start:.2f} s, {len(kept)} of them "
+            f"{NVML_LOOKBACK_S:g} s or more into it: too few for a mean (needs {MIN_READINGS}; "
+            f"NVML averages over its own sample period of up to {NVML_LOOKBACK_S:g} s)"
+        )
+        if column == "power_w":
+            reason += "; the energy counter's mean power is energy.mean_power_w"
+        return None, reason
+
     def power_samples(self) -> list[tuple[float, float]]:
-        """(t_s, watts) pairs for EnergyMeter.stop(); [] without a power column."""
-        if "power_w" not in self.series:
+        """(t_s, watts) pairs inside the window for EnergyMeter.stop(); [] without a power
+        column."""
+        if "power_w" not in self.series or self.window is None:
             return []
-        return list(zip(self.series["t_s"], self.series["power_w"], strict=True))
+        start, end = self.window
+        pairs = zip(self.series["t_s"], self.series["power_w"], strict=True)
+        return [(t, w) for t, w in pairs if start <= t <= end]
 
 
 class TelemetrySampler:
@@ -182,6 +265,8 @@ class TelemetrySampler:
         self._contention_reads: dict[str, Callable[[], int]] = {}
         self._clock_event_mask: int | None = None
         self._gpu_processes_max: int | None = None
+        self._window_start = 0.0  # seconds since start(); open_window() moves it
+        self._cpu_start: float | None = None
 
     def __enter__(self) -> TelemetrySampler:
         return self.start()
@@ -200,18 +285,31 @@ class TelemetrySampler:
         # so the first tick measures the first interval. No row is taken here for that reason.
         self._process.cpu_percent(None)
         self._t0 = time.monotonic()
+        self._cpu_start = self._cpu_seconds()
         self._thread = threading.Thread(target=self._loop, name="mpbench-telemetry", daemon=True)
         self._thread.start()
         return self
+
+    def open_window(self) -> None:
+        """The measured steps begin now (the warm-up is over): the record's means are over
+        what follows (module doc). Called from the training thread, between steps."""
+        if self._thread is not None and self.telemetry is None:
+            self._window_start = time.monotonic() - self._t0
+            self._cpu_start = self._cpu_seconds()
 
     def stop(self) -> DeviceTelemetry:
         if self.telemetry is not None:
             return self.telemetry
         self._stop.set()
+        window = cpu_time = None
         if self._thread is not None:
             self._thread.join()
             if self._error is None:
                 self._safe_tick()  # the end of the window counts too
+            cpu_end = self._cpu_seconds()
+            window = (self._window_start, time.monotonic() - self._t0)
+            if cpu_end is not None and self._cpu_start is not None:
+                cpu_time = cpu_end - self._cpu_start
         if self._nvml is not None:
             self._nvml.close()
         self.telemetry = DeviceTelemetry(
@@ -222,8 +320,18 @@ class TelemetrySampler:
             device=self.device,
             clock_event_mask=self._clock_event_mask,
             gpu_processes_max=self._gpu_processes_max,
+            window=window,
+            cpu_time_s=cpu_time,
         )
         return self.telemetry
+
+    def _cpu_seconds(self) -> float | None:
+        """The process's user + system CPU seconds (its threads, not its children)."""
+        try:
+            times = self._process.cpu_times()
+        except psutil.Error:
+            return None
+        return times.user + times.system
 
     def _open_gpu(self) -> None:
         opened = open_nvml_device(self.device, self._nvml_module)

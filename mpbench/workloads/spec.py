@@ -121,6 +121,39 @@ class Workload:
     def param_count(self, units: int | None = None) -> int:
         return self._walk(units)[0]
 
+    def activations(self, units: int | None = None) -> int:
+        """Elements each sample's layers write in a forward pass: every weighted layer's
+        output, its activation function's output beside it, and every pooling output (a
+        Flatten is a view and writes none)."""
+        shape, total = self.input_shape, 0
+        for layer in self.layers(units):
+            if isinstance(layer, Dense):
+                shape = (layer.units,)
+                total += layer.units * (2 if layer.activation else 1)
+            elif isinstance(layer, Conv):
+                height, width, _ = shape
+                shape = (height - layer.kernel + 1, width - layer.kernel + 1, layer.filters)
+                total += 2 * shape[0] * shape[1] * shape[2]
+            elif isinstance(layer, MaxPool):
+                height, width, channels = shape
+                shape = (height // layer.size, width // layer.size, channels)
+                total += shape[0] * shape[1] * shape[2]
+        return total
+
+    def bytes_per_step(self, batch_size: int, width: int, units: int | None = None) -> float:
+        """Bytes a training step moves at least, with activations and weights at `width`
+        bytes (the policy's compute dtype): see step_bytes."""
+        sample = 1
+        for dim in self.input_shape:
+            sample *= dim
+        return step_bytes(
+            self.param_count(units),
+            self.activations(units) * batch_size,
+            sample * batch_size,
+            width,
+            OPTIMIZER_STATES[self.optimizer.name],
+        )
+
     def forward_flops(self, batch_size: int, units: int | None = None) -> float:
         return self._walk(units)[1] * batch_size
 
@@ -132,6 +165,31 @@ class Workload:
         optimizer update are left out, as the counter leaves them out."""
         _, forward, first = self._walk(units)
         return (3.0 * forward - first) * batch_size
+
+
+# Float32 tensors the optimizer keeps per parameter: RMSprop's mean square, Adam's two moments.
+OPTIMIZER_STATES = {"rmsprop": 1, "adam": 2}
+
+
+def step_bytes(
+    params: int, activations: float, inputs: float, width: int, optimizer_states: int
+) -> float:
+    """The bytes a training step must move between memory and the compute units at least,
+    each tensor counted once per use and no cache reuse across uses (the roofline's lower
+    bound on traffic, so its FLOPs per byte are an upper bound):
+    - weights, read by the forward and the backward pass at the compute width: 2·w·P;
+    - gradients, written in float32 by the backward and read by the optimizer: 2·4·P;
+    - the optimizer: the float32 parameters and each state read and written: 2·4·P·(1+s);
+    - activations (`activations` elements for the whole batch), at the compute width:
+      written in the forward, read in the backward, their gradients written and read: 4·w·A;
+    - the input batch, float32 (token ids: 8 bytes, counted as 4·2), read by the forward and
+      by the first layer's weight gradient: 2·4·I.
+    Left out: autocast's casts of the float32 weights (w < 4: another 4·P + w·P), the loss,
+    and the optimizer's temporaries. An estimate from the spec, not a measurement."""
+    weights = 2.0 * width * params
+    gradients = 2.0 * 4 * params
+    optimizer = 2.0 * 4 * params * (1 + optimizer_states)
+    return weights + gradients + optimizer + 4.0 * width * activations + 2.0 * 4 * inputs
 
 
 MNIST_DENSE = Workload(
@@ -254,6 +312,28 @@ class LanguageModel:
         d, wide = s.d_model, self.mlp_ratio * s.d_model
         block = (4 * d * d + 4 * d) + (2 * d * wide + wide + d) + 4 * d
         return s.vocab * d + s.seq_len * d + s.layers * block + 2 * d
+
+    def bytes_per_step(
+        self, batch_size: int, width: int, units: int | None = None, **sizes: int | None
+    ) -> float:
+        """Bytes a training step moves at least (step_bytes), with per token the embedding
+        sum d; per block its LayerNorms 2·d, q, k, v 3·d, the attention scores and their
+        softmax 2·h·T, the attention output and its projection 2·d, the MLP's W1 and GELU
+        outputs 2·4·d and W2's d, the two residual sums 2·d; the final LayerNorm d and the
+        logits V."""
+        s = self.shape(units, **sizes)
+        d, t = s.d_model, s.seq_len
+        wide = self.mlp_ratio * d
+        block = 2 * d + 3 * d + 2 * s.heads * t + 2 * d + 2 * wide + d + 2 * d
+        per_token = d + s.layers * block + d + s.vocab
+        tokens = batch_size * t
+        return step_bytes(
+            self.param_count(units, **sizes),
+            per_token * tokens,
+            2 * tokens,  # int64 ids: 8 bytes, i.e. two float32s
+            width,
+            OPTIMIZER_STATES[self.optimizer.name],
+        )
 
     def forward_flops(
         self, batch_size: int, units: int | None = None, **sizes: int | None

@@ -39,6 +39,7 @@ EXAMPLES: dict[str, tuple[list[str], Any]] = {
         {"2": 0.8, "mixed_bfloat16@4": 0.7},
     ),
     "max_accuracy_delta_pp": (["--max-accuracy-delta", "1"], 1.0),
+    "accuracy_margin_pp": (["--accuracy-margin", "0.5"], 0.5),
     "allow_different_hardware": (["--allow-different-hardware"], True),
     "require_conclusive": (["--require-conclusive"], True),
     "format": (["--format", "json"], "json"),

@@ -39,3 +39,20 @@ def two_socket_machine(root: Path) -> Path:
     add_zone(root, "intel-rapl:1", "package-1", 2_000_000)
     add_zone(root, "intel-rapl-mmio:0", "package-0", 9_000_000)
     return root
+
+
+def live_counter(root: Path, watts: float):
+    """A stand-in for mpbench.telemetry.energy._read_int under which every package's
+    energy_uj runs on with the real clock, as a package drawing `watts` does (the files hold
+    the value at the moment this is called); other files are read as they are."""
+    import time
+
+    start = time.monotonic()
+
+    def read(path: Path) -> int:
+        value = int(path.read_text().strip())
+        if path.name == "energy_uj" and path.parent.parent == root:
+            value += round(watts * (time.monotonic() - start) * 1e6)
+        return value
+
+    return read

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from builders import cell_spec
 
-from mpbench.backends.base import CellSpec, Measurements
+from mpbench.backends.base import BusyEvidence, CellSpec, Measurements
 from mpbench.policies import DeviceTraits
 from mpbench.results.schema import (
     DataInfo,
@@ -181,6 +181,13 @@ def full_measurements() -> Measurements:
             "base_policy": "mixed_bfloat16",
             "layers_fp8": ["fc1"],
         },
+        busy=BusyEvidence(
+            source="process CPU time",
+            host_cpu_s=0.05,
+            host_wall_s=0.04,
+            threads=2,
+            unavailable={"device_busy_fraction": "a CPU"},
+        ),
     )
 
 
@@ -250,6 +257,9 @@ def test_the_answer_crosses_the_pipe_whole_and_typed():
     assert record.throughput_samples_per_s == pytest.approx(128 / 0.0105)
     assert record.compile.compile_s == 3.5 and record.fp8.mode == "emulated"
     assert record.distributed.per_device_samples_per_s == pytest.approx(128 / 0.0105 / 2)
+    # The busy figures reach the record's bottleneck; an emulated fp8 cell has no peak.
+    assert record.bottleneck.host_busy_fraction == pytest.approx(0.05 / 0.08)
+    assert record.bottleneck.kind == "unknown" and "emulated" in record.bottleneck.evidence
     assert record.config["momentum"] == 0.9
     # The record the runner writes reads back as valid.
     assert load_record(json.loads(json.dumps(record.to_dict()))) == record

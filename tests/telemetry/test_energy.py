@@ -1,8 +1,12 @@
 """Energy of a window: NVML through the pynvml fake, RAPL through a fake powercap tree, and
-this machine for real (it has neither)."""
+this machine for real (it has neither). The meter's clock is energy._now: most tests give it
+windows of WINDOW_S (long enough for every counter), the short-window tests the real clock or
+a short window."""
 
 from __future__ import annotations
 
+import itertools
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +24,21 @@ from mpbench.telemetry.energy import (
     integrate_power,
 )
 
+WINDOW_S = 2.0
+
+
+def windows_of(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """Every read of the meter's clock is `seconds` after the one before: a window from
+    start() to stop() lasts `seconds`."""
+    ticks = itertools.count()
+    monkeypatch.setattr(energy, "_now", lambda: next(ticks) * seconds)
+
+
+@pytest.fixture(autouse=True)
+def long_windows(monkeypatch):
+    windows_of(monkeypatch, WINDOW_S)
+
+
 # --- NVML ---
 
 
@@ -30,7 +49,8 @@ def test_the_nvml_counter_difference_is_the_energy_in_joules(fake_nvml):
     reading = meter.stop()
     assert reading.joules == pytest.approx(12.345)  # one step of the counter: 12 345 mJ
     assert (reading.source, reading.reason) == (NVML_COUNTER_SOURCE, None)
-    assert reading.window_s is not None and reading.window_s >= 0
+    assert reading.window_s == WINDOW_S and reading.window == "timed steps"
+    assert reading.mean_power_w == pytest.approx(12.345 / WINDOW_S)  # ΔE/Δt
     assert fake.calls().count("nvmlDeviceGetTotalEnergyConsumption") == 2
     assert fake.calls()[-1] == "nvmlShutdown"  # the meter released its NVML init
 
@@ -50,6 +70,39 @@ def test_a_counter_that_does_not_move_gives_a_reason_not_zero_joules(fake_nvml):
     assert reading.joules is None and reading.source is None
     assert reading.reason.startswith("energy counter did not advance over the window (")
     assert reading.reason.endswith(" s)")
+
+
+def test_a_window_too_short_for_the_nvml_counter_gives_a_reason_not_joules(fake_nvml, monkeypatch):
+    """The counter updates every 20-100 ms: over the first H200 run's 73 ms of bf16 steps one
+    update more or less is the whole figure. The real clock, a window of microseconds."""
+    fake = fake_nvml("A100")
+    fake.configure_telemetry(0, energy_step_mj=25_000)  # it did move: 25 J
+    monkeypatch.setattr(energy, "_now", time.monotonic)
+    meter = EnergyMeter.for_device("cuda:0")
+    assert meter.min_window_s == 1.0
+    reading = meter.start().stop(steps=35)
+    assert reading.joules is None and reading.mean_power_w is None
+    assert reading.window_s < 1.0 and (reading.window, reading.steps) == ("timed steps", 35)
+    assert reading.reason.endswith(
+        " s of timed steps: under the 1 s the NVML total energy counter needs (one update of "
+        "it is more than a tenth of a shorter window)"
+    )
+
+
+def test_a_kept_meter_measures_a_second_window(fake_nvml, monkeypatch):
+    """What the steady window does: the timed steps too short, the same meter again."""
+    fake = fake_nvml("H100")
+    fake.configure_telemetry(0, energy_step_mj=400)
+    windows_of(monkeypatch, 0.07)
+    meter = EnergyMeter.for_device("cuda:0")
+    short = meter.start().stop(steps=35, close=False)
+    assert short.joules is None and "nvmlShutdown" not in fake.calls()
+    fake.configure_telemetry(0, energy_step_mj=600_000)  # 600 J over the next window
+    windows_of(monkeypatch, 1.5)
+    steady = meter.start().stop(window="steady window", steps=700)
+    assert steady.joules == pytest.approx(600.0) and steady.mean_power_w == pytest.approx(400.0)
+    assert (steady.window, steady.steps, steady.window_s) == ("steady window", 700, 1.5)
+    assert fake.calls()[-1] == "nvmlShutdown"
 
 
 def test_without_the_counter_power_samples_are_integrated(fake_nvml):
@@ -117,6 +170,24 @@ def test_a_wrapped_rapl_counter_is_corrected_with_its_range(tmp_path):
     meter = EnergyMeter.for_device("cpu", powercap_root=tmp_path).start()
     rapl_fake.set_energy(tmp_path, "intel-rapl:0", 4_000_000)  # 1 J to the top, 4 J after
     assert meter.stop().joules == pytest.approx(5.0)
+
+
+def test_rapl_measures_a_tenth_of_a_second_but_not_less(tmp_path, monkeypatch):
+    """RAPL updates every ~1 ms: 0.1 s is a hundred updates; 50 ms is refused."""
+    for seconds, joules in ((0.1, 4.5), (0.05, None)):
+        root = rapl_fake.two_socket_machine(tmp_path / str(seconds))
+        windows_of(monkeypatch, seconds)
+        meter = EnergyMeter.for_device("cpu", powercap_root=root).start()
+        assert meter.min_window_s == 0.1
+        rapl_fake.set_energy(root, "intel-rapl:0", 1_000_000 + 3_000_000)  # +3 J
+        rapl_fake.set_energy(root, "intel-rapl:1", 2_000_000 + 1_500_000)  # +1.5 J
+        reading = meter.stop()
+        if joules is None:
+            assert reading.joules is None
+            assert "under the 0.1 s the RAPL package zones (powercap) needs" in reading.reason
+        else:
+            assert reading.joules == pytest.approx(joules)
+            assert reading.mean_power_w == pytest.approx(joules / seconds)
 
 
 def test_an_unreadable_energy_uj_gives_the_file_and_the_cve(tmp_path, monkeypatch):

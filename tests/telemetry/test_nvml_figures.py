@@ -13,6 +13,7 @@ import inspect
 
 import pytest
 
+from mpbench.telemetry import energy
 from mpbench.telemetry.energy import MIG_NO_ENERGY, EnergyMeter
 from mpbench.telemetry.sampler import GPU_COLUMNS, TelemetrySampler
 
@@ -55,8 +56,10 @@ def test_a_mig_slice_has_no_power_column(fake_nvml, monkeypatch):
     assert telemetry.series["nvml_device_used_bytes"] == [512 * MIB]
 
 
-def test_a_whole_gpu_still_gets_its_energy(fake_nvml):
+def test_a_whole_gpu_still_gets_its_energy(fake_nvml, monkeypatch):
     fake_nvml("A100")
+    ticks = iter((0.0, 2.0))  # a 2 s window: long enough for the counter
+    monkeypatch.setattr(energy, "_now", lambda: next(ticks))
     reading = EnergyMeter.for_device("cuda:0").start().stop()
     assert reading.joules == pytest.approx(2.5) and reading.reason is None
 

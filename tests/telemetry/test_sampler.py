@@ -6,15 +6,18 @@ import time
 
 import pytest
 
+from mpbench.results.contention import MIN_WINDOW_S
 from mpbench.telemetry.energy import EnergyMeter
 from mpbench.telemetry.sampler import (
     BASE_COLUMNS,
     GPU_COLUMNS,
+    MIN_READINGS,
+    NVML_LOOKBACK_S,
     DeviceTelemetry,
     TelemetrySampler,
 )
 
-CPU_SUMMARY_KEYS = {"samples", "interval_s", "mean_cpu_util_pct", "peak_rss_bytes"}
+CPU_SUMMARY_KEYS = {"samples", "interval_s", "window_s", "mean_cpu_util_pct", "peak_rss_bytes"}
 GPU_SUMMARY_KEYS = {
     "mean_gpu_util_pct",
     "peak_nvml_device_used_bytes",
@@ -91,8 +94,10 @@ def test_a_gpu_adds_its_columns(fake_nvml):
     assert telemetry.unavailable == {} and telemetry.error is None
     summary = telemetry.summary()
     assert set(summary) == CPU_SUMMARY_KEYS | GPU_SUMMARY_KEYS
-    assert summary["mean_power_w"] == pytest.approx(312.5)
-    assert summary["mean_gpu_util_pct"] == 93 and summary["mean_sm_clock_mhz"] == 1395
+    # A window of a few hundredths of a second: NVML's means are withheld (the short-window
+    # rule below), the instantaneous readings kept.
+    assert summary["mean_power_w"] is None and summary["mean_gpu_util_pct"] is None
+    assert summary["mean_sm_clock_mhz"] == 1395
     assert (
         summary["peak_nvml_device_used_bytes"] == 512 * 2**20 and summary["max_temperature_c"] == 61
     )
@@ -179,9 +184,102 @@ def test_an_empty_telemetry_summarises_to_none():
     assert telemetry.summary() == {
         "samples": 0,
         "interval_s": 0.25,
+        "window_s": None,
         "mean_cpu_util_pct": None,
         "peak_rss_bytes": None,
     }
+    assert telemetry.withheld() == {"mean_cpu_util_pct": "no CPU-time reading of the window"}
+
+
+# --- the short-window rule (docs/telemetry.md) ---
+
+
+def gpu_telemetry(times: list[float], window: tuple[float, float]) -> DeviceTelemetry:
+    """Readings at `times`: utilisation 10, 20, 30, ... and power 100 W more, in order."""
+    n = len(times)
+    series = {
+        "t_s": times,
+        "cpu_util_pct": [100.0] * n,
+        "rss_bytes": [1.0] * n,
+        "gpu_util_pct": [10.0 * (i + 1) for i in range(n)],
+        "power_w": [100.0 + 10.0 * (i + 1) for i in range(n)],
+    }
+    return DeviceTelemetry(0.25, series, device="cuda:0", window=window, cpu_time_s=0.0)
+
+
+def test_the_first_h200_windows_get_no_sampled_means_and_say_why():
+    """bf16 on the H200: 2 readings in a 0.3 s window read 2 % and idle power."""
+    telemetry = gpu_telemetry([0.25, 0.31], (0.0, 0.31))
+    summary, withheld = telemetry.summary(), telemetry.withheld()
+    assert summary["mean_gpu_util_pct"] is None and summary["mean_power_w"] is None
+    assert withheld["mean_gpu_util_pct"] == (
+        "2 NVML readings in 0.31 s, 0 of them 1 s or more into it: too few for a mean (needs 5; "
+        "NVML averages over its own sample period of up to 1 s)"
+    )
+    assert withheld["mean_power_w"].endswith(
+        "; the energy counter's mean power is energy.mean_power_w"
+    )
+
+
+def test_only_readings_whose_sample_period_lies_inside_the_window_count():
+    """Opened at 2 s (after warm-up): readings before 3 s look back before the window, and
+    a reading after its end is not the window's."""
+    times = [0.5 * i for i in range(1, 17)]  # 0.5 ... 8.0 s
+    telemetry = gpu_telemetry(times, (2.0, 7.5))
+    kept = [i for i, t in enumerate(times) if 2.0 + NVML_LOOKBACK_S <= t <= 7.5]
+    assert len(kept) == 10 >= MIN_READINGS
+    summary = telemetry.summary()
+    assert summary["mean_gpu_util_pct"] == pytest.approx(sum(10.0 * (i + 1) for i in kept) / 10)
+    assert summary["mean_power_w"] == pytest.approx(100 + sum(10.0 * (i + 1) for i in kept) / 10)
+    assert summary["window_s"] == 5.5 and "mean_power_w" not in telemetry.withheld()
+
+
+@pytest.mark.parametrize("readings", [MIN_READINGS - 1, MIN_READINGS])
+def test_a_mean_needs_min_readings(readings):
+    times = [NVML_LOOKBACK_S + 0.25 * i for i in range(readings)]
+    summary = gpu_telemetry(times, (0.0, times[-1])).summary()
+    assert (summary["mean_gpu_util_pct"] is None) == (readings < MIN_READINGS)
+
+
+def test_cpu_utilisation_is_the_cpu_time_counter_over_the_window():
+    series = {c: [] for c in BASE_COLUMNS}
+    long = DeviceTelemetry(0.25, series, window=(1.0, 3.0), cpu_time_s=3.0)
+    assert long.summary()["mean_cpu_util_pct"] == pytest.approx(150.0)  # 1.5 cores
+    short = DeviceTelemetry(0.25, series, window=(1.0, 1.0 + MIN_WINDOW_S / 2), cpu_time_s=0.1)
+    assert short.summary()["mean_cpu_util_pct"] is None
+    assert "under 20 ticks of the CPU counters" in short.withheld()["mean_cpu_util_pct"]
+
+
+def test_the_real_sampler_opens_its_window_after_warm_up():
+    """This CPU for real: busy in the "warm-up", then a window busy or asleep; the window is
+    what follows open_window(), and its CPU figure the process's CPU time over it."""
+    utilisation = {}
+    for work in (busy, time.sleep):
+        sampler = TelemetrySampler("cpu", interval_s=0.02).start()
+        busy(0.05)  # the warm-up: before the window, so not in its figure
+        sampler.open_window()
+        work(MIN_WINDOW_S + 0.05)
+        telemetry = sampler.stop()
+        start, end = telemetry.window
+        assert start >= 0.05 and end - start >= MIN_WINDOW_S + 0.05
+        assert telemetry.series["t_s"][0] < start  # the series keeps the warm-up's readings
+        assert "mean_cpu_util_pct" not in telemetry.withheld()
+        utilisation[work] = telemetry.summary()["mean_cpu_util_pct"]
+    # Asleep, the busy warm-up would show if it leaked into the window; a busy thread gets
+    # less than a core on a loaded machine, but more than a sleeping one.
+    assert utilisation[time.sleep] < 30
+    assert utilisation[busy] > utilisation[time.sleep] + 10
+
+
+def test_a_short_gpu_window_for_real_withholds_the_means(fake_nvml):
+    """The fake GPU, the real sampler and clock: a window of a few readings."""
+    fake_nvml("H100")
+    with TelemetrySampler("cuda:0", interval_s=0.01) as sampler:
+        wait_for_samples(sampler, 2)
+    telemetry = sampler.telemetry
+    assert telemetry.summary()["mean_gpu_util_pct"] is None
+    reason = telemetry.withheld()["mean_gpu_util_pct"]
+    assert reason.startswith(f"{telemetry.samples} NVML readings in ")
 
 
 def test_bad_arguments_are_refused():

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from mpbench.backends import base
-from mpbench.backends.base import CellSpec, Measurements, Progress
+from mpbench.backends.base import BusyEvidence, CellSpec, Measurements, Progress
+from mpbench.backends.busy import CPU_DEVICE_BUSY, HostBusyMeter, cpu_threads
 from mpbench.backends.tensorflow import distributed
 from mpbench.backends.tensorflow.device import Placement
 from mpbench.policies import POLICIES
@@ -97,6 +98,7 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
         divergence=divergence,
         distributed=cell.mirrored.stats(spec) if cell.mirrored else None,
         fp8=cell.fp8,
+        busy=timed.busy,
     )
 
 
@@ -275,6 +277,7 @@ class _Timed:
     memory: Any  # telemetry.memory.TrainingMemory
     device_peak: int | None  # the allocator's peak over training (None on a CPU)
     loss_scale: Any  # LossScaleStats, or None without loss scaling
+    busy: BusyEvidence  # the host's CPU time over the timed steps
 
 
 def _timed_steps(
@@ -295,8 +298,11 @@ def _timed_steps(
     meter = device.memory_meter(tf, placement, replica_devices)
     # A dynamic loss scale moves, so its floor is a divergence signal; a static one not.
     dynamic = state["loss_scaling"] and spec.loss_scale is None
-    telemetry = CellTelemetry(telemetry_device(placement), dynamic_scale=dynamic)
+    telemetry = CellTelemetry(
+        telemetry_device(placement), dynamic_scale=dynamic, warmup_steps=plan.warmup_steps
+    )
     telemetry.start_timed()
+    host = HostBusyMeter().start()
     try:
         if spec.loop == "fit":
             trained = loops.train_with_fit(
@@ -319,6 +325,7 @@ def _timed_steps(
     # Joules per sample: a GPU's energy over the samples that GPU trained (the sampler
     # reads replica 0's GPU); a CPU's package over every replica's samples.
     sampled = 1 if placement.is_gpu else cell.world
+    busy = _busy(cell, host)
     telemetry.stop_timed(plan.total_steps * spec.effective_batch * sampled)
     training_memory = meter.stop()
     device_peak = training_memory.peak_bytes if placement.is_gpu else None
@@ -333,7 +340,21 @@ def _timed_steps(
         if state["loss_scaling"]
         else None
     )
-    return _Timed(trained, telemetry, training_memory, device_peak, loss_scale)
+    return _Timed(trained, telemetry, training_memory, device_peak, loss_scale, busy)
+
+
+def _busy(cell: _Cell, host: HostBusyMeter) -> BusyEvidence:
+    """The host's CPU time over the timed steps; on a GPU nothing measures the device's
+    busy time in a TensorFlow cell (the bottleneck is then classified without it)."""
+    if not cell.placement.is_gpu:
+        busy = host.stop(cpu_threads(cell.threads.get("intra_op")))
+        busy.unavailable["device_busy_fraction"] = CPU_DEVICE_BUSY
+        return busy
+    busy = host.stop(1, source="none: TensorFlow cells do not profile their GPU kernels")
+    busy.unavailable["device_busy_fraction"] = (
+        "a TensorFlow cell: mpbench reads no kernel times from TensorFlow's profiler"
+    )
+    return busy
 
 
 def _end_to_end(

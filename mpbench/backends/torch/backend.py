@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import torch
 
 from mpbench.backends.base import (
+    BusyEvidence,
     CellSpec,
     Measurements,
     Progress,
@@ -25,12 +27,14 @@ from mpbench.backends.base import (
     plan_steps,
     thread_settings,
 )
+from mpbench.backends.busy import CPU_DEVICE_BUSY, HostBusyMeter
 from mpbench.backends.timing import StepTimer
 from mpbench.backends.torch.compiled import Compiler, undone
 from mpbench.backends.torch.distributed import DataParallel, job_step_times
 from mpbench.backends.torch.fp8 import apply_fp8
 from mpbench.backends.torch.models import build_model, build_optimizer
 from mpbench.backends.torch.precision import TorchPrecision, apply_policy, read_tf32
+from mpbench.backends.torch.profiled import PROFILED_STEPS, profile_steps
 from mpbench.backends.torch.steps import cross_entropy, train_step
 from mpbench.policies import resolve
 from mpbench.results.schema import DeviceInfo, EndToEndStats, LossScaleStats, MemoryStats
@@ -146,10 +150,12 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
     timed = _timed_steps(
         cell, forward, optimizer, precision, batches, plan, total, sync, state, progress
     )
+    _steady_window(cell, model, forward, optimizer, precision, tensors, timed, plan, sync)
     end_to_end = _train_end_to_end(
         forward, optimizer, precision, batches, window, sync, progress, plan.total_steps, total,
         cell.loss,
     )  # fmt: skip
+    busy = _device_busy(cell, model, forward, optimizer, precision, batches, sync, timed.busy)
     test_accuracy, test_loss, compile_stats = _evaluate_cell(
         cell, model, forward, compiler, precision, tensors, warn
     )
@@ -187,6 +193,7 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
         distributed=distributed,
         extra_config=extra,
         fp8=cell.fp8,
+        busy=busy,
     )
 
 
@@ -327,6 +334,7 @@ class _Timed:
     telemetry: CellTelemetry
     memory: TrainingMemory
     loss_scale: LossScaleStats | None
+    busy: BusyEvidence  # the host's CPU time over the timed steps
 
 
 def _timed_steps(
@@ -344,8 +352,11 @@ def _timed_steps(
     """The timed steps, with the memory meter and the telemetry around them."""
     meter = memory_meter(cell.device)
     dynamic = precision.scaler is not None and precision.static_scale is None
-    telemetry = CellTelemetry(str(cell.device), dynamic_scale=dynamic)
+    telemetry = CellTelemetry(
+        str(cell.device), dynamic_scale=dynamic, warmup_steps=plan.warmup_steps
+    )
     telemetry.start_timed()
+    host = HostBusyMeter().start()
     try:
         trained = _train_synced(
             forward,
@@ -363,6 +374,9 @@ def _timed_steps(
         )
     finally:
         telemetry.stop_timed(plan.total_steps * cell.global_batch)
+    # The CPU time is shared out among the intra-op threads on a CPU; on an accelerator one
+    # Python thread launches the work.
+    busy = host.stop(torch.get_num_threads() if cell.device.type == "cpu" else 1)
     training_memory = meter.stop()
     # The loss scale's figures are the timed steps' (those the side file numbers 1..N and
     # the whole-cell verdict judges): read before the end-to-end window trains on.
@@ -371,7 +385,77 @@ def _timed_steps(
         if precision.scaler
         else None
     )
-    return _Timed(trained, telemetry, training_memory, loss_scale)
+    return _Timed(trained, telemetry, training_memory, loss_scale, busy)
+
+
+def _device_busy(
+    cell: _Cell,
+    model: torch.nn.Module,
+    forward: Callable[[torch.Tensor], torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    precision: TorchPrecision,
+    batches: _Batches,
+    sync: Callable[[], None],
+    busy: BusyEvidence,
+) -> BusyEvidence:
+    """On CUDA, the GPU's busy time over a few more steps under torch.profiler, undone
+    afterwards (profiled.py); elsewhere the timed steps' host figures as they are."""
+    if cell.device.type == "cpu":
+        busy.unavailable["device_busy_fraction"] = CPU_DEVICE_BUSY
+        return busy
+    if cell.device.type != "cuda":
+        busy.source = f"none: no kernel timing on {cell.device.type}"
+        busy.unavailable["device_busy_fraction"] = (
+            f"torch.profiler times CUDA kernels only, not {cell.device.type}'s"
+        )
+        return busy
+    steps = min(PROFILED_STEPS, batches.steps_per_epoch)
+    micro_batches = batches.epoch(steps)
+
+    def step() -> None:
+        train_step(forward, optimizer, precision, next(micro_batches), loss_fn=cell.loss)
+
+    devices = [cell.device.index or 0]
+    with torch.random.fork_rng(devices=devices), undone(model, optimizer, precision.scaler):
+        return profile_steps(step, steps, sync, busy)
+
+
+def _steady_window(
+    cell: _Cell,
+    model: torch.nn.Module,
+    forward: Callable[[torch.Tensor], torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    precision: TorchPrecision,
+    tensors: _Tensors,
+    timed: _Timed,
+    plan: StepPlan,
+    sync: Callable[[], None],
+) -> None:
+    """Energy of timed steps too short for the energy counter (NVML's needs 1 s): the same
+    step, on the first batch, free-running for at least that long and measured alone, then
+    undone (weights, optimizer, scaler and RNG), so the cell trains exactly the steps it
+    would have. After the memory meter stopped; the state copies are on the host. Not on a
+    rank: every rank would have to run as many steps as the others (docs/telemetry.md)."""
+    telemetry = timed.telemetry
+    seconds = telemetry.steady_seconds()
+    if seconds is None or cell.parallel:
+        return
+    measured = timed.trained.step_times_s[plan.warmup_steps :]
+    step_s = statistics.median(measured) if measured else seconds
+    chunk = max(1, int(seconds / max(step_s, 1e-6) / 4))  # about four syncs in the window
+    rows = cell.spec.batch_size
+    batch = [(tensors.x_train[:rows], tensors.y_train[:rows])] * cell.spec.accumulate
+    cuda = [cell.device.index or 0] if cell.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda), undone(model, optimizer, precision.scaler):
+        sync()
+        telemetry.start_steady()
+        start, steps = time.monotonic(), 0
+        while time.monotonic() - start < seconds:
+            for _ in range(chunk):
+                train_step(forward, optimizer, precision, batch, loss_fn=cell.loss)
+            steps += chunk
+            sync()
+        telemetry.stop_steady(steps)
 
 
 def _evaluate_cell(

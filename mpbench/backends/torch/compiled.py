@@ -48,7 +48,9 @@ def undone(
     its training memory is measured from. The weights are copied back in place, so the
     compiled graphs keep the parameters they were traced with."""
     weights = {name: t.detach().to("cpu", copy=True) for name, t in model.state_dict().items()}
-    state = copy.deepcopy(optimizer.state_dict())
+    # On the host, so the copy adds nothing to the device's memory peak; load_state_dict
+    # moves each state tensor back to its parameter's device.
+    state = _on_host(optimizer.state_dict())
     scaling = copy.deepcopy(scaler.state_dict()) if scaler is not None else None
     yield
     with torch.no_grad():
@@ -57,6 +59,17 @@ def undone(
     optimizer.zero_grad(set_to_none=True)
     if scaler is not None:
         scaler.load_state_dict(scaling)
+
+
+def _on_host(value: Any) -> Any:
+    """A deep copy with every tensor copied to the CPU."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, dict):
+        return {key: _on_host(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_on_host(item) for item in value)
+    return copy.deepcopy(value)
 
 
 class Compiler:

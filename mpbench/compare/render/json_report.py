@@ -4,6 +4,7 @@ same cell and scaling objects."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from typing import Any
@@ -80,6 +81,8 @@ def cell_json(report: Report, group: PolicyGroup, policy: str, cell: CellSummary
         "memory_vs_float32": estimate_json(comparison.memory_ratio),
         "test_accuracy": estimate_json(cell.accuracy),
         "accuracy_delta_pp_vs_float32": estimate_json(comparison.accuracy_delta_pp),
+        # The difference judged by its interval at the report's margin (docs/compare.md).
+        "accuracy_vs_float32": _accuracy_json(comparison),
         "test_loss": cell.test_loss,
         "fp8": _fp8_json(group, policy),
         "loss_scale": cell.loss_scale,
@@ -89,6 +92,7 @@ def cell_json(report: Report, group: PolicyGroup, policy: str, cell: CellSummary
         "mfu_measured": cell.mfu_measured,
         "measured_peak_tflops": cell.measured_peak_tflops,
         **_telemetry_json(cell),
+        "bottleneck": _bottleneck_json(cell),
         "verdict": _verdict_json(comparison),
         # Repeats that ran beside other work (docs/measurement.md, "Contention"), and
         # figures no device can produce
@@ -105,6 +109,26 @@ def cell_json(report: Report, group: PolicyGroup, policy: str, cell: CellSummary
             }
             for d in cell.drift
         ],
+    }
+
+
+def _bottleneck_json(cell: CellSummary) -> dict[str, Any] | None:
+    """What limited the step (the record's diagnosis), and how many repeats agree."""
+    if cell.bottleneck is None:
+        return None
+    agree, diagnosed = cell.bottleneck_agree
+    return {**dataclasses.asdict(cell.bottleneck), "repeats_agreeing": agree, "of": diagnosed}
+
+
+def _accuracy_json(comparison: Comparison) -> dict[str, Any] | None:
+    judged = comparison.accuracy
+    if judged is None:
+        return None
+    return {
+        "outcome": judged.outcome,
+        "margin_pp": judged.margin_pp,
+        "repeats_needed": judged.repeats_needed,
+        "text": judged.text(),
     }
 
 
@@ -135,9 +159,12 @@ def _telemetry_json(cell: CellSummary) -> dict[str, Any]:
         "mean_cpu_util_pct": cell.cpu_util_pct,
         "mean_gpu_util_pct": cell.gpu_util_pct,
         "mean_power_w": cell.power_w,
+        "power_source": cell.power_source,
         "energy_per_sample_mj": energy * 1000 if energy is not None else None,
         "energy_source": cell.energy_source,
         "energy_reason": cell.energy_reason if energy is None else None,
+        "energy_window": "; ".join(cell.energy_windows) or None,
+        "telemetry_unavailable": dict(cell.telemetry_missing),
     }
 
 
@@ -145,9 +172,11 @@ TELEMETRY_COLUMNS = [
     "mean_cpu_util_pct",
     "mean_gpu_util_pct",
     "mean_power_w",
+    "power_source",
     "energy_per_sample_mj",
     "energy_source",
     "energy_reason",
+    "energy_window",
 ]
 
 
@@ -223,6 +252,7 @@ def render_json(report: Report) -> str:
             "min_speedup": options.min_speedup,
             "min_scaling_efficiency": options.min_scaling_efficiency,
             "max_accuracy_delta_pp": options.max_accuracy_delta_pp,
+            "accuracy_margin_pp": report.accuracy_margin_pp,
             "require_conclusive": options.require_conclusive,
         },
         "cells": [cell_json(report, g, p, c) for g, p, c in report.policy_cells()],

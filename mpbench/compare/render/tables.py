@@ -118,6 +118,16 @@ def _speedup_cell(group: PolicyGroup, policy: str, value: Estimate | None, notes
     return _ratio_or_ref(policy, value)
 
 
+def _bound_cell(cell: CellSummary) -> str:
+    """`launch` (the diagnosis's kind without "-bound"), `launch 2/3` where repeats differ."""
+    found = cell.bottleneck
+    if found is None:
+        return fmt.DASH
+    text = found.kind.removesuffix("-bound")
+    agree, diagnosed = cell.bottleneck_agree
+    return f"{text} {agree}/{diagnosed}" if agree < diagnosed else text
+
+
 def _delta_or_ref(policy: str, value: Estimate | None) -> str:
     if policy == BASELINE and value is not None:
         return REF
@@ -176,7 +186,7 @@ def drift_footnotes(section: Section, labeler: Labeler) -> list[str]:
 CELL, STEP, STEP_CI, SPEEDUP, E2E = "cell", "step ms", "step ms 95 %", "speed-up", "e2e speed-up"
 SAMPLES, MEMORY, MEMORY_RATIO, ACCURACY = "samples/s", "train mem", "mem ratio", "accuracy"
 ACCURACY_DELTA, LOSS_SCALE, MFU, MFU_MEASURED = "Δ acc", "loss scale", "MFU", "MFU meas."
-STATUS, SPREAD = "status", "p10–p90"
+STATUS, SPREAD, BOUND = "status", "p10–p90", "bound"
 CPU_UTIL, GPU_UTIL, POWER, ENERGY = "CPU util", "GPU util", "power W", "mJ/sample"
 _PRIORITY = {
     CELL: 0,
@@ -188,6 +198,7 @@ _PRIORITY = {
     ACCURACY: 4,
     MEMORY: 5,
     E2E: 6,
+    BOUND: 6,
     SAMPLES: 7,
     LOSS_SCALE: 8,
     SPREAD: 9,
@@ -206,6 +217,14 @@ _TELEMETRY = {
     GPU_UTIL: lambda c: c.gpu_util_pct,
     POWER: lambda c: c.power_w,
     ENERGY: lambda c: c.energy_per_sample_j,
+}
+
+
+# The sampled telemetry a record may leave out with a reason (TelemetryStats field -> column).
+_SAMPLED_COLUMNS = {
+    "mean_cpu_util_pct": CPU_UTIL,
+    "mean_gpu_util_pct": GPU_UTIL,
+    "mean_power_w": POWER,
 }
 
 
@@ -242,6 +261,7 @@ def section_table(section: Section, labeler: Labeler) -> TextTable:
     columns += [MFU] if any(c.mfu is not None for c in cells) else []
     columns += [MFU_MEASURED] if any(c.mfu_measured is not None for c in cells) else []
     columns += [n for n, value in _TELEMETRY.items() if any(value(c) is not None for c in cells)]
+    columns += [BOUND] if any(c.bottleneck is not None for c in cells) else []
     columns += [STATUS]
     title = f"{section.workload} on {section.device} [{short_fingerprint(section.fingerprint)}]"
     table = TextTable(title, list(columns), priorities=[_PRIORITY[c] for c in columns])
@@ -266,7 +286,7 @@ def section_table(section: Section, labeler: Labeler) -> TextTable:
             if len(kinds) > 1 and cell.memory_kind:
                 memory += " " + notes.mark(f"memory: {cell.memory_kind}")
             label = f"{names[group.key]} {short(policy)}"
-            if group.batch_scaled and " @" not in policy:
+            if group.batch_scaled and not policy.batch_scaled:
                 # float32 (and 16-bit rows at 1x) at the configured batch, beside `bf16 @512`
                 label += f" @{dict(group.key.config).get('batch_size', '?')}"
             values = {
@@ -288,6 +308,7 @@ def section_table(section: Section, labeler: Labeler) -> TextTable:
                 GPU_UTIL: fmt.util_percent(cell.gpu_util_pct),
                 POWER: fmt.watts(cell.power_w),
                 ENERGY: fmt.millijoules(cell.energy_per_sample_j),
+                BOUND: _bound_cell(cell),
                 STATUS: _status_cell(cell, notes),
             }
             table.rows.append([values[c] for c in columns])
@@ -505,10 +526,25 @@ def _telemetry_notes(cells: list[CellSummary], columns: list[str]) -> list[str]:
             ", ".join(shown) + ": means over the timed steps (median over repeats); CPU util: "
             "100 % is one core busy"
         )
+    if POWER in columns and any(c.power_source == "energy counter" for c in cells):
+        lines.append(
+            "power W: the energy counter's energy over the window / its length where there "
+            "is one, else the sampled mean"
+        )
+    for metric, column in _SAMPLED_COLUMNS.items():
+        missing = sorted(
+            {c.telemetry_missing[metric] for c in cells if metric in c.telemetry_missing}
+        )
+        if missing:
+            where = "— where not measured" if column in columns else "not measured"
+            lines.append(f"{column}: {where}: {'; '.join(missing)}")
     reasons = sorted({c.energy_reason for c in cells if c.energy_reason})
     if ENERGY in columns:
         sources = sorted({c.energy_source for c in cells if c.energy_source})
+        steady = any("steady window" in c.energy_windows for c in cells)
         text = "mJ/sample: energy over the timed steps per training sample"
+        if steady:
+            text += " (over a steady window of the same step where the timed steps were too short)"
         text += f", measured by {'; '.join(sources)}" if sources else ""
         if reasons:
             text += f"; — where not measured: {'; '.join(reasons)}"

@@ -52,10 +52,13 @@ def print_report(report: Report, console: Console) -> None:
         _print_notes(report, console)
 
 
-def print_run_summary(records: list[CellRecord], console: Console) -> None:
-    """The end of `mpbench run`: the comparison tables of the cells it just ran, no gates."""
+def print_run_summary(
+    records: list[CellRecord], console: Console, accuracy_margin_pp: float | None = None
+) -> None:
+    """The end of `mpbench run`: the comparison tables of the cells it just ran, no gates;
+    accuracy judged at the run's margin."""
     if records:
-        report = build_report(records, CompareOptions())
+        report = build_report(records, CompareOptions(accuracy_margin_pp=accuracy_margin_pp))
         with safe_console(console):
             _print_tables(section_tables(report), console)
 

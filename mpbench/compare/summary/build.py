@@ -14,6 +14,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import TypeVar
 
+from mpbench.compare.summary.accuracy import DEFAULT_MARGIN_PP
+from mpbench.compare.summary.accuracy import judge as judge_accuracy
 from mpbench.compare.summary.cells import (
     CellKey,
     CellSummary,
@@ -33,6 +35,7 @@ from mpbench.compare.summary.estimate import (
 from mpbench.compare.summary.scaling import scaling_rows
 from mpbench.compare.summary.verdict import policy_verdict
 from mpbench.policies import BASELINE, POLICIES
+from mpbench.results.identity import Row
 
 V = TypeVar("V")
 
@@ -44,39 +47,44 @@ ANY_DEVICE_RATIO = 30.0
 ANY_DEVICE_SPEEDUP = SPEEDUP_ROOM * ANY_DEVICE_RATIO
 
 
-def build_sections(cells: dict[CellKey, CellSummary]) -> list[Section]:
-    """The report's sections, every group with its comparisons."""
+def build_sections(
+    cells: dict[CellKey, CellSummary], accuracy_margin_pp: float = DEFAULT_MARGIN_PP
+) -> list[Section]:
+    """The report's sections, every group with its comparisons; accuracy judged against
+    float32 at `accuracy_margin_pp` (summary/accuracy.py)."""
     sections = group_sections(cells)
     for group in (g for s in sections for g in s.groups):
-        compare_group(group)
+        compare_group(group, accuracy_margin_pp)
     for section in sections:
         section.scaling = scaling_rows(section)
     return sections
 
 
-def compare_group(group: PolicyGroup) -> None:
+def compare_group(group: PolicyGroup, accuracy_margin_pp: float = DEFAULT_MARGIN_PP) -> None:
     """Every row's estimates first, then the verdicts: a fallback's verdict reads the speed-up
     of the row it fell back to."""
-    group.comparisons = {row: _compare(group, row) for row in group.cells}
+    group.comparisons = {row: _compare(group, row, accuracy_margin_pp) for row in group.cells}
     for row in group.cells:
         if row != BASELINE:
             verdict = policy_verdict(group, row)
             group.comparisons[row] = dataclasses.replace(group.comparisons[row], verdict=verdict)
 
 
-def _compare(group: PolicyGroup, row: str) -> Comparison:
+def _compare(group: PolicyGroup, row: Row, accuracy_margin_pp: float) -> Comparison:
     known = POLICIES.get(row.policy)
     base = known.base if known is not None else None
     speedup = _speedup(group, row)
+    accuracy = _accuracy_delta_pp(group, row)
     return Comparison(
         row=row,
         speedup=speedup,
         emulation_cost=_emulation_cost(group, row),
         end_to_end_speedup=_end_to_end_speedup(group, row),
         memory_ratio=_memory_ratio(group, row),
-        accuracy_delta_pp=_accuracy_delta_pp(group, row),
+        accuracy_delta_pp=accuracy,
         accuracy_delta_pp_vs_base=_accuracy_delta_pp(group, row, base) if base else None,
         distrust=_distrust(group, row, speedup),
+        accuracy=judge_accuracy(accuracy, accuracy_margin_pp) if row != BASELINE else None,
     )
 
 
@@ -122,24 +130,50 @@ def _emulation_cost(group: PolicyGroup, policy: str) -> Estimate | None:
     return step_ratio([(b, a) for a, b in pairs]) if pairs else None
 
 
-def _speedup_ceiling(group: PolicyGroup, policy: str) -> tuple[float, str]:
-    """The largest speed-up over float32 the device could deliver, and where it comes
-    from: the ratio of the policy's peak to float32's (datasheet, else measured), with
-    room for what a policy saves besides arithmetic; else a bound for any device."""
+def _speedup_ceiling(group: PolicyGroup, policy: Row) -> tuple[float, str]:
+    """The largest speed-up over float32 the device could deliver, and where it comes from.
+
+    Amdahl's law over float32's step: the share of it that is matmul at float32's peak (its
+    MFU) can speed up by the ratio of the policy's peak to float32's (datasheet, else
+    measured); the rest by at most the ratio of the element widths (a 16-bit tensor moves
+    half the bytes). Without an MFU the whole step may be either, so the larger ratio bounds
+    it. SPEEDUP_ROOM is room for what a policy saves besides these. With no peaks: a bound
+    for any device."""
     ref, cell = group.reference, group.cells.get(policy)
-    for name, source in (("peak_tflops", "datasheet"), ("measured_peak_tflops", "measured")):
-        low, high = (getattr(c, name) if c else None for c in (ref, cell))
-        if low and high:
-            ratio = high / low
-            return SPEEDUP_ROOM * ratio, f"{ratio:.3g}× the float32 peak ({source})"
+    known = POLICIES.get(policy.policy)
+    narrower = _WIDTH_RATIO.get(known.compute_dtype, 1.0) if known is not None else 1.0
+    for peak, mfu, source in (
+        ("peak_tflops", "mfu", "datasheet"),
+        ("measured_peak_tflops", "mfu_measured", "measured"),
+    ):
+        low, high = (getattr(c, peak) if c else None for c in (ref, cell))
+        if not (low and high):
+            continue
+        ratio = high / low
+        share = getattr(ref, mfu) if ref is not None else None
+        if share is None or not 0 < share <= 1:
+            bound = max(ratio, narrower)
+            why = f"{ratio:.3g}× the float32 peak ({source}), {narrower:g}× fewer bytes"
+            return SPEEDUP_ROOM * bound, why
+        bound = 1 / ((1 - share) / narrower + share / ratio)
+        why = (
+            f"{share:.1%} of float32's step is matmul at its peak, {ratio:.3g}× faster at the "
+            f"policy's peak ({source}), the rest at most {narrower:g}× (fewer bytes)"
+        )
+        return SPEEDUP_ROOM * bound, why
     return ANY_DEVICE_SPEEDUP, (
         f"no part in the peak table has a 16-bit peak above {ANY_DEVICE_RATIO:g}× its float32 peak"
     )
 
 
-def _implausible_speedup(group: PolicyGroup, policy: str, speedup: Estimate | None) -> str | None:
-    """Why the speed-up cannot be real, or None."""
-    if speedup is None:
+# float32's element width over the compute dtype's: how much less a tensor of it moves.
+_WIDTH_RATIO = {"float32": 1.0, "float16": 2.0, "bfloat16": 2.0}
+
+
+def _implausible_speedup(group: PolicyGroup, policy: Row, speedup: Estimate | None) -> str | None:
+    """Why the speed-up cannot be real, or None. A policy slower than float32 never is: a
+    ceiling bounds gains, and a slow cell says nothing about one."""
+    if speedup is None or speedup.value <= 1:
         return None
     ceiling, why = _speedup_ceiling(group, policy)
     if speedup.value <= ceiling:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from mpbench.compare.summary.comparison import Comparison
@@ -22,11 +22,13 @@ from mpbench.errors import InvalidInput
 from mpbench.policies import BASELINE, POLICIES
 from mpbench.results import CellRecord, Status, StepTimeStats
 from mpbench.results.identity import CellKey, GroupKey, Row, cell_key, timed_step_samples
+from mpbench.results.schema import BottleneckStats
 from mpbench.results.step_stats import StepStats, median_of_present
 from mpbench.results.variant import GROUP_RECIPE
 from mpbench.results.variant import Layout as Layout  # a group's layout (GroupKey.layout)
 
 FRAMEWORK_ORDER = ("torch", "tensorflow")
+UNKNOWN_BOTTLENECK = "unknown"  # results.schema.BOTTLENECK_KINDS: no class, evidence missing
 WORKLOAD_ORDER = ("mnist_dense", "cifar10_cnn", "transformer_lm")  # as the docs introduce them
 _FAILED = (Status.DIVERGED, Status.OOM, Status.TIMEOUT, Status.ERROR)
 
@@ -174,10 +176,17 @@ class CellSummary:
     # Telemetry (v4 records), medians over the finished repeats; None where not measured.
     cpu_util_pct: float | None = None  # mean CPU utilisation (100 = one core busy)
     gpu_util_pct: float | None = None
-    power_w: float | None = None  # mean power over the timed steps
+    # Mean power over the window: the energy counter's (v11, ΔE/Δt) where the repeats have
+    # it, else the sampled mean; power_source says which ("energy counter", "sampled").
+    power_w: float | None = None
+    power_source: str | None = None
     energy_per_sample_j: float | None = None
     energy_source: str | None = None  # what measured it ("NVML total energy counter", ...)
     energy_reason: str | None = None  # why there is no energy, where the records say
+    energy_windows: list[str] = field(default_factory=list)  # "timed steps", "steady window"
+    # A sampled figure the records left out, and why (v11: a window too short for a mean):
+    # metric (TelemetryStats field) -> the first repeat's reason.
+    telemetry_missing: dict[str, str] = field(default_factory=dict)
     # What else ran (v6, docs/measurement.md): the finished repeats marked contended, and the
     # distinct reasons; step-time figures no device can produce (the verdict distrusts
     # them); figures the run voided (a measured peak that was too low), with why.
@@ -186,6 +195,11 @@ class CellSummary:
     implausible: list[str] = field(default_factory=list)
     voided: list[str] = field(default_factory=list)
     fp8: Fp8Summary | None = None  # float8 cells (v9)
+    # What limited the step (v11, docs/measurement.md): the kind most finished repeats agree
+    # on, with the evidence of the first of them; bottleneck_agree: (those repeats, the
+    # repeats diagnosed).
+    bottleneck: BottleneckStats | None = None
+    bottleneck_agree: tuple[int, int] = (0, 0)
 
     @property
     def row(self) -> Row:
@@ -319,6 +333,7 @@ def summarize(key: CellKey, records: list[CellRecord]) -> CellSummary:
     _summarize_telemetry(cell, ok)
     _summarize_trust(cell, ok)
     cell.fp8 = _summarize_fp8(ok)
+    cell.bottleneck, cell.bottleneck_agree = _bottleneck(ok)
     cell.drift = [
         Drift(r.run_id, r.repeat, r.step_time.first_half_median_s, r.step_time.second_half_median_s)
         for r in timed
@@ -334,8 +349,18 @@ def _summarize_telemetry(cell: CellSummary, ok: list[CellRecord]) -> None:
     telemetry = [r.telemetry for r in ok if r.telemetry is not None]
     cell.cpu_util_pct = median_of_present(t.mean_cpu_util_pct for t in telemetry)
     cell.gpu_util_pct = median_of_present(t.mean_gpu_util_pct for t in telemetry)
-    cell.power_w = median_of_present(t.mean_power_w for t in telemetry)
     energy = [r.energy for r in ok if r.energy is not None]
+    counted = median_of_present(e.mean_power_w for e in energy)
+    sampled = median_of_present(t.mean_power_w for t in telemetry)
+    cell.power_w = counted if counted is not None else sampled
+    if cell.power_w is not None:
+        cell.power_source = "energy counter" if counted is not None else "sampled"
+    cell.energy_windows = list(dict.fromkeys(e.window for e in energy if e.window))
+    for metric, value in _SAMPLED.items():
+        if value(cell) is None:
+            why = next((t.unavailable[metric] for t in telemetry if metric in t.unavailable), None)
+            if why:
+                cell.telemetry_missing[metric] = why
     measured = [e for e in energy if e.joules_per_sample is not None]
     cell.energy_per_sample_j = median_of_present(e.joules_per_sample for e in measured)
     if measured:
@@ -346,6 +371,15 @@ def _summarize_telemetry(cell: CellSummary, ok: list[CellRecord]) -> None:
         tried = energy or [r.energy for r in cell.records if r.energy is not None]
         reasons = dict.fromkeys(e.reason for e in tried if e.reason)
         cell.energy_reason = "; ".join(reasons) if reasons else None
+
+
+# The sampled telemetry figures a record may leave out with a reason (TelemetryStats field ->
+# the cell's figure): power only where no energy counter gave it either.
+_SAMPLED = {
+    "mean_cpu_util_pct": lambda c: c.cpu_util_pct,
+    "mean_gpu_util_pct": lambda c: c.gpu_util_pct,
+    "mean_power_w": lambda c: c.power_w,
+}
 
 
 def _summarize_fp8(ok: list[CellRecord]) -> Fp8Summary | None:
@@ -496,6 +530,17 @@ def display_order(key: CellKey) -> tuple:
         group.config,
         policy_rank(key.row),
     )
+
+
+def _bottleneck(ok: list[CellRecord]) -> tuple[BottleneckStats | None, tuple[int, int]]:
+    """The diagnosis most repeats agree on (an "unknown" only where no repeat has a kind)."""
+    found = [r.bottleneck for r in ok if r.bottleneck is not None]
+    known = [b for b in found if b.kind != UNKNOWN_BOTTLENECK]
+    if not known:
+        return (found[0] if found else None), (0, len(found))
+    kinds = Counter(b.kind for b in known)
+    kind, count = kinds.most_common(1)[0]
+    return next(b for b in known if b.kind == kind), (count, len(known))
 
 
 def summarize_all(records: list[CellRecord]) -> dict[CellKey, CellSummary]:

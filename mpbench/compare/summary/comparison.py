@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mpbench.compare.summary.accuracy import AccuracyVerdict
 from mpbench.compare.summary.estimate import Estimate
 from mpbench.policies import POLICIES
 from mpbench.results.identity import Row
@@ -52,4 +53,7 @@ class Comparison:
     accuracy_delta_pp_vs_base: Estimate | None
     # Why the evidence against float32 cannot be trusted (busy machine, impossible figure).
     distrust: str | None
+    # The accuracy difference judged by its interval at the margin (summary/accuracy.py);
+    # None for float32 itself and where there is no difference to judge.
+    accuracy: AccuracyVerdict | None = None
     verdict: PolicyVerdict | None = None  # None for float32, the reference itself

@@ -8,14 +8,11 @@ from the device's rating of the policy (mpbench.policies), so that "0.18×" come
 from __future__ import annotations
 
 from mpbench.compare.summary import fmt
+from mpbench.compare.summary.accuracy import INCONCLUSIVE, WORSE, AccuracyVerdict
 from mpbench.compare.summary.cells import CellSummary, PolicyGroup, is_training_memory
 from mpbench.compare.summary.comparison import PolicyVerdict, short
 from mpbench.compare.summary.estimate import WITHIN_RUN, Estimate
 from mpbench.policies import BASELINE, DeviceTraits, Rating, rate, resolve
-
-# An accuracy drop beyond this many points (point estimate) turns "recommended" into "use with
-# care": the speed is real, the model is worse.
-ACCURACY_COST_PP = 1.0
 
 RECOMMENDED = "recommended here"
 AVOID = "avoid"
@@ -79,20 +76,29 @@ def policy_verdict(group: PolicyGroup, policy: str) -> PolicyVerdict:
     parts = [_speed(speedup)]
     if cell.fp8 is not None:
         parts.append(f"fp8 in {cell.fp8.coverage()}")
-    accuracy = comparison.accuracy_delta_pp
+    accuracy, judged = comparison.accuracy_delta_pp, comparison.accuracy
     if accuracy is not None:
-        parts.append(f"{fmt.points(accuracy.value)} accuracy")
+        # The outcome beside the point, in every verdict (a re-measure one too): the point
+        # alone decides nothing (summary/accuracy.py).
+        said = f" ({judged.word})" if judged is not None else ""
+        parts.append(f"{fmt.points(accuracy.value)} accuracy{said}")
     memory = comparison.memory_ratio
     if memory is not None and is_training_memory(cell.memory_kind):
         parts.append(f"{fmt.percent_change(memory.value - 1)} training memory")
-    advice = _advice(speedup, accuracy)
+    advice = _advice(speedup, judged)
     why = None
+    limit = _limit(cell, group.reference)
     if advice == AVOID and rating is not None and rating.rating is not Rating.FAST:
-        why = rating.reason
+        why = rating.reason  # the device lacks the arithmetic: that says it all
+    elif advice == AVOID and limit is not None:
+        why = f"no gain: {limit}"
+    elif advice == UNDECIDED and _faster(speedup) and judged is not None:
+        why = f"faster, but {judged.text()}"  # the speed is settled; accuracy is not
     elif advice == UNDECIDED:
         why = "the 95 % interval includes 1×: more repeats would decide"
-    elif advice == CAREFUL:
-        why = f"accuracy drops more than {ACCURACY_COST_PP:g} pp"
+        why += f"; {limit}" if limit is not None else ""
+    elif advice in (CAREFUL, RECOMMENDED) and judged is not None:
+        why = f"accuracy {judged.text()}"
     distrust = comparison.distrust
     if distrust is not None:
         # A busy machine or an impossible figure: neither a recommendation nor a warning.
@@ -172,12 +178,50 @@ def _speed(speedup: Estimate) -> str:
     return text
 
 
-def _advice(speedup: Estimate, accuracy: Estimate | None) -> str:
-    low, high = (speedup.low, speedup.high) if speedup.has_interval else (speedup.value,) * 2
+# What a cell's diagnosis says when a policy gains nothing: a step not limited by arithmetic
+# cannot be sped up much by cheaper arithmetic (docs/measurement.md, "What limits a step").
+_NOT_ARITHMETIC = ("launch-bound", "input-bound", "memory-bound")
+
+
+def _limit(cell: CellSummary, reference: CellSummary | None) -> str | None:
+    """`launch-bound (device busy 14 % of the step ...); would help: a larger batch, ...`;
+    for a compute-bound cell, only where the policy's peak is below float32's on this device
+    (then its arithmetic is the slower one); None where undiagnosed or unknown."""
+    found = cell.bottleneck
+    if found is None:
+        return None
+    if found.kind in _NOT_ARITHMETIC:
+        text = f"{found.kind} ({found.evidence})"
+        return f"{text}; would help: {found.remedy}" if found.remedy else text
+    base = reference.bottleneck if reference is not None else None
+    peak, base_peak = found.peak_tflops, base.peak_tflops if base is not None else None
+    if found.kind == "compute-bound" and peak and base_peak and peak < base_peak:
+        return (
+            f"compute-bound ({found.evidence}), and this device's peak for the policy is "
+            f"{fmt.ratio(peak / base_peak)} float32's"
+        )
+    return None
+
+
+def _bounds(speedup: Estimate) -> tuple[float, float]:
+    return (speedup.low, speedup.high) if speedup.has_interval else (speedup.value,) * 2
+
+
+def _faster(speedup: Estimate) -> bool:
+    return _bounds(speedup)[0] > 1
+
+
+def _advice(speedup: Estimate, accuracy: AccuracyVerdict | None) -> str:
+    """Speed first (its interval against 1×), then accuracy by its interval at the margin
+    (summary/accuracy.py): a faster policy is recommended only where its accuracy is shown no
+    worse, never on a point estimate. Without an accuracy figure the speed decides."""
+    low, high = _bounds(speedup)
     if high < 1:
         return AVOID
     if low <= 1:
         return UNDECIDED
-    if accuracy is not None and accuracy.value < -ACCURACY_COST_PP:
+    if accuracy is not None and accuracy.outcome == WORSE:
         return CAREFUL
+    if accuracy is not None and accuracy.outcome == INCONCLUSIVE:
+        return UNDECIDED
     return RECOMMENDED

@@ -1,0 +1,82 @@
+"""The GPU's busy time over a few training steps, from torch.profiler (docs/measurement.md,
+"What limits a step").
+
+After the end-to-end window, PROFILED_STEPS more steps run under
+`torch.profiler.profile(activities=[ProfilerActivity.CUDA])`, each timed as the timed steps
+are (StepTimer: synchronise, read the clock), and are then undone (compiled.undone), so the
+cell trains exactly the steps it trained before (docs/measurement.md, "Steps trained"). CUDA
+activity only: CUPTI records the device's kernels, copies and memsets without the per-op CPU
+events, whose recording would lengthen the host's side of the step being measured.
+
+The API, as torch 2.4 to 2.13 have it: `profile.events()` parses the trace into an
+`EventList` of `torch.autograd.profiler_util.FunctionEvent`s; an event the device ran has
+`device_type == torch.autograd.DeviceType.CUDA` (ROCm's HIP kernels report CUDA too) and its
+device timestamps in `time_range.start` / `.end`, microseconds
+(torch/autograd/profiler.py, `_parse_kineto_results`). The busy time is the union of those
+intervals, so kernels overlapping on several streams count once; their plain sum (what
+`key_averages()`'s `self_device_time_total` gives) would count them twice.
+
+A trace with no device event at all means CUPTI recorded nothing (no permission to profile,
+a driver without CUPTI): the fraction is then unavailable with that reason, never 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from mpbench.backends.base import BusyEvidence
+from mpbench.backends.timing import StepTimer
+
+# Enough steps to average a step's kernels over, few enough that the profiler's trace stays
+# small and the cell barely longer.
+PROFILED_STEPS = 5
+
+
+def source(steps: int) -> str:
+    return f"torch.profiler CUDA kernel time over {steps} steps"
+
+
+def busy_us(events: Iterable[Any]) -> float | None:
+    """The union of the device events' intervals, microseconds; None when there are none."""
+    from torch.autograd import DeviceType
+
+    intervals = sorted(
+        (e.time_range.start, e.time_range.end) for e in events if e.device_type == DeviceType.CUDA
+    )
+    if not intervals:
+        return None
+    total, (start, end) = 0.0, intervals[0]
+    for begin, finish in intervals[1:]:
+        if begin > end:
+            total += end - start
+            start, end = begin, finish
+        else:
+            end = max(end, finish)
+    return total + end - start
+
+
+def profile_steps(
+    step: Callable[[], None], steps: int, sync: Callable[[], None], host: BusyEvidence
+) -> BusyEvidence:
+    """`host` (the timed steps' CPU figures) with the device's busy time and the wall time
+    per step of `steps` calls of `step` under the profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    timer = StepTimer(sync)
+    with profile(activities=[ProfilerActivity.CUDA]) as profiler:
+        for _ in range(steps):
+            timer.start()
+            step()
+            timer.stop()
+    busy = busy_us(profiler.events())
+    host.source = source(steps)
+    host.busy_steps = steps
+    host.busy_step_s = sum(timer.times_s) / steps
+    if busy is None:
+        host.unavailable["device_busy_fraction"] = (
+            "torch.profiler recorded no CUDA activity (CUPTI unavailable or not permitted)"
+        )
+    else:
+        host.device_busy_s = busy / 1e6 / steps
+    return host
