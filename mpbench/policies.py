@@ -342,6 +342,28 @@ def auto_policies(device: DeviceTraits) -> list[Policy]:
     return [FLOAT32, *(p for p in fast if p is not FLOAT32)]
 
 
+def rate_convolutions(policy: Policy, device: DeviceTraits) -> PolicyRating | None:
+    """A slower rating than `rate` gives, for a workload with convolutions, or None.
+
+    fp16 on a CPU with AVX-512 FP16 but no AMX-FP16: its matmuls are native (measured as fast
+    as float32's), but torch 2.13's CPU fp16 convolution *backward* is not. On a 2-core Xeon
+    with avx512_fp16 and no AMX, Conv2d(32, 64, 3) on 64×32×32×32 took 0.055 s backward in
+    float32 and 4.21 s in fp16 (forward alike): a CIFAR-10 CNN cell would not finish within
+    its timeout. AMX-FP16 (Granite Rapids) computes the convolutions in tiles; AVX2-only CPUs
+    rate fp16 slow for every workload already."""
+    flags = device.cpu_flags
+    if device.kind != "cpu" or policy is not MIXED_FLOAT16 or flags is None:
+        return None
+    if "avx512_fp16" in flags and "amx_fp16" not in flags:
+        return PolicyRating(
+            policy.name,
+            Rating.SLOW,
+            "avx512_fp16 without amx_fp16: fp16 matmuls are native, but fp16 convolutions' "
+            "backward is emulated, far slower than float32 (77× measured on a Xeon)",
+        )
+    return None
+
+
 def left_out_by_auto(device: DeviceTraits) -> list[PolicyRating]:
     """What `auto` leaves out on the device, each with its rating (slow, emulated,
     unsupported; float8 also where it is fast, being opt-in)."""

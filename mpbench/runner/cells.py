@@ -28,6 +28,7 @@ from mpbench.policies import (
     auto_policies,
     left_out_by_auto,
     rate,
+    rate_convolutions,
     resolve,
 )
 from mpbench.runner.config import RunConfig
@@ -253,6 +254,11 @@ def expand(config: RunConfig, report, run_id: str) -> tuple[str, DeviceTraits, C
     names = resolve_workloads(config.workload_names, traits.kind)
     workloads = [describe_workload(name) for name in names]
     policies = resolve_policies(config.policies, traits)
+    # The policies asked for other than by `auto` (by name, or `all`): they run even where a
+    # workload makes them slow; `auto` leaves such a cell out, saying why.
+    named = set(
+        resolve_policies([n for n in config.policies if n.strip().lower() != "auto"], traits)
+    )
     cells: list[Cell] = []
     threads = config.threads or available_cores()
     from_run = {name: getattr(config, name) for name in PASSED_FROM_RUN}
@@ -304,6 +310,8 @@ def expand(config: RunConfig, report, run_id: str) -> tuple[str, DeviceTraits, C
                         )
                         skip = _skip_reason(policy, traits, framework, missing, config.fp8_mode)
                         skip = skip or _unsupported_by(workload, framework)
+                        if policy not in named:
+                            skip = skip or _auto_leaves_out(policy, traits, workload)
                         reference = None
                         if spec.world_size > 1 and config.nnodes == 1 and 1 in config.nproc:
                             single = dataclasses.replace(recipe, nproc=1, grad_comm="fp32")
@@ -389,6 +397,21 @@ def _skip_reason(
         # Asked for fp8 GEMMs in hardware: never a silent emulation instead.
         return f"--fp8-mode hardware: {traits.name} has no fp8 GEMMs ({rating.reason})"
     return None
+
+
+def _auto_leaves_out(policy: Policy, traits: DeviceTraits, workload) -> str | None:
+    """`--policy auto` on a workload whose layers make the policy slow here (fp16
+    convolutions on a CPU without AMX-FP16, policies.rate_convolutions): a skipped cell that
+    says why and how to run it anyway."""
+    if not workload.convolutional:
+        return None
+    rating = rate_convolutions(policy, traits)
+    if rating is None or rating.rating is Rating.FAST:
+        return None
+    return (
+        f"--policy auto leaves {policy.short} out of {workload.name} on {traits.name}: "
+        f"{rating.reason}; name it (-p {policy.short}) to run it anyway"
+    )
 
 
 def _unsupported_by(workload, framework: str) -> str | None:

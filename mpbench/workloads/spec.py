@@ -73,6 +73,11 @@ class Workload:
         """The sizes beyond `units` a cell resolves (none for a classifier)."""
         return {}
 
+    @property
+    def convolutional(self) -> bool:
+        """Whether the model has convolutions (policies.rate_convolutions rates them)."""
+        return any(isinstance(layer, Conv) for layer in self.layers())
+
     def layers(self, units: int | None = None) -> list[Layer]:
         if self.name == "mnist_dense":
             width = units or self.units_accelerator
@@ -267,6 +272,7 @@ class LanguageModel:
     layer_norm_epsilon: float = 1e-5
     init_std: float = 0.02
     kind = "language_model"
+    convolutional = False  # attention and dense layers only
 
     @property
     def units_cpu(self) -> int:

@@ -83,6 +83,7 @@ class UserWorkloadInfo:
     description: str = ""
     source: dict[str, Any] = field(default_factory=dict)
     kind = "user"
+    convolutional = False  # unknown: a rule for convolutions never guesses them
 
     def default_units(self, device_kind: str) -> None:
         return None

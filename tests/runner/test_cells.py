@@ -217,3 +217,38 @@ def test_each_cell_process_gets_the_pinned_threads_and_nvml_gpu_order():
     # What the user set is theirs to keep (and is recorded as the cell saw it).
     mine = {"OMP_NUM_THREADS": "1", "CUDA_DEVICE_ORDER": "FASTEST_FIRST"}
     assert cell_environment(cell.spec, base=mine) == mine
+
+
+# A Xeon with AVX-512 FP16 but no AMX-FP16: fp16 matmuls native, fp16 convolutions' backward
+# emulated (policies.rate_convolutions).
+FP16_XEON = DeviceTraits(
+    "cpu", "Intel Xeon", cpu_flags=frozenset({"avx512_fp16", "avx512_bf16", "avx512f"})
+)
+
+
+def _fp16_cells(policies: list[str]) -> dict[str, str | None]:
+    _, cells = cells_for(
+        Report(FP16_XEON), policies=policies, workloads=["mnist_dense", "cifar10_cnn"]
+    )
+    return {c.spec.cell_id: c.skip_reason for c in cells if c.spec.policy == "mixed_float16"}
+
+
+def test_auto_leaves_fp16_out_of_a_cnn_where_its_convolutions_are_emulated():
+    found = _fp16_cells(["auto"])
+    assert found["torch/mnist_dense/mixed_float16/r0"] is None  # dense layers: native fp16
+    reason = found["torch/cifar10_cnn/mixed_float16/r0"]
+    assert reason.startswith("--policy auto leaves fp16 out of cifar10_cnn on Intel Xeon")
+    assert "avx512_fp16 without amx_fp16" in reason and reason.endswith(
+        "(-p fp16) to run it anyway"
+    )
+
+
+@pytest.mark.parametrize("asked", [["auto", "fp16"], ["all"], ["fp32", "fp16"]])
+def test_fp16_named_or_all_runs_on_a_cnn_anyway(asked: list[str]):
+    assert all(reason is None for reason in _fp16_cells(asked).values())
+
+
+def test_amx_fp16_computes_fp16_convolutions_natively():
+    granite = DeviceTraits("cpu", "Xeon 6", cpu_flags=frozenset({"avx512_fp16", "amx_fp16"}))
+    _, cells = cells_for(Report(granite), policies=["auto"], workloads=["cifar10_cnn"])
+    assert all(c.skip_reason is None for c in cells)
