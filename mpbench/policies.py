@@ -40,6 +40,15 @@ class Policy:
     # an opt-in policy (an optional extra for torch): `--policy auto` never picks it.
     fp8: bool = False
 
+    @property
+    def compute_bytes(self) -> int:
+        """Bytes per element of its compute dtype: what a step's tensors move under it (the
+        bottleneck's byte count, the speed-up ceiling's bound on non-matmul work)."""
+        return DTYPE_BYTES[self.compute_dtype]
+
+
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
 
 FLOAT32 = Policy(
     name="float32",
@@ -347,10 +356,11 @@ def rate_convolutions(policy: Policy, device: DeviceTraits) -> PolicyRating | No
 
     fp16 on a CPU with AVX-512 FP16 but no AMX-FP16: its matmuls are native (measured as fast
     as float32's), but torch 2.13's CPU fp16 convolution *backward* is not. On a 2-core Xeon
-    with avx512_fp16 and no AMX, Conv2d(32, 64, 3) on 64×32×32×32 took 0.055 s backward in
-    float32 and 4.21 s in fp16 (forward alike): a CIFAR-10 CNN cell would not finish within
-    its timeout. AMX-FP16 (Granite Rapids) computes the convolutions in tiles; AVX2-only CPUs
-    rate fp16 slow for every workload already."""
+    with avx512_fp16 and no AMX, Conv2d(32, 64, 3) on 64×32×32×32 took 0.030 s backward in
+    float32 and 4.08 s in fp16 (medians of 3, load average 1.2; forward alike): a CIFAR-10
+    CNN cell would not finish within its timeout. AMX-FP16 (Granite Rapids) computes the
+    convolutions in tiles; AVX2-only CPUs rate fp16 slow for every workload already. Measured
+    on that one CPU only: Sapphire Rapids (avx512_fp16, no AMX-FP16) is rated alike, unmeasured."""
     flags = device.cpu_flags
     if device.kind != "cpu" or policy is not MIXED_FLOAT16 or flags is None:
         return None
@@ -359,7 +369,7 @@ def rate_convolutions(policy: Policy, device: DeviceTraits) -> PolicyRating | No
             policy.name,
             Rating.SLOW,
             "avx512_fp16 without amx_fp16: fp16 matmuls are native, but fp16 convolutions' "
-            "backward is emulated, far slower than float32 (77× measured on a Xeon)",
+            "backward is emulated, far slower than float32 (~140× measured on a Xeon)",
         )
     return None
 

@@ -82,20 +82,21 @@ def compare(options: CompareOptions, stdout: TextIO | None = None) -> int:
         )
     records = load(paths)
     baseline = load([options.baseline]) if options.baseline is not None else None
+    run_jsons = [_run_json(path) for path in paths]  # read once: the margin, --repeat auto
     if options.accuracy_margin_pp is None:
-        options.accuracy_margin_pp = runs_margin(paths)
+        options.accuracy_margin_pp = runs_margin(run_jsons)
     report = build_report(records, options, baseline, run_dirs=_run_dirs(paths, options))
-    adaptive_repeats(report, paths)
+    adaptive_repeats(report, run_jsons)
     write_outputs(report, options, safe_stream(stdout or sys.stdout), inputs)
     return report.exit_code
 
 
-def runs_margin(paths: list[Path]) -> float | None:
+def runs_margin(run_jsons: list[dict]) -> float | None:
     """The accuracy margin the runs were made with (run.json's config.accuracy_margin), where
     every run that says one says the same; None otherwise (the default applies)."""
     margins = set()
-    for path in paths:
-        config = _run_json(path).get("config")
+    for raw in run_jsons:
+        config = raw.get("config")
         margin = config.get("accuracy_margin") if isinstance(config, dict) else None
         if isinstance(margin, (int, float)) and not isinstance(margin, bool) and margin >= 0:
             margins.add(float(margin))
@@ -111,12 +112,11 @@ def _run_json(path: Path) -> dict:
     return raw if isinstance(raw, dict) else {}
 
 
-def adaptive_repeats(report: Report, paths: list[Path]) -> None:
+def adaptive_repeats(report: Report, run_jsons: list[dict]) -> None:
     """Runs of `mpbench run --repeat auto`: why each stopped (the `adaptive` entry the run
     wrote into its run.json), as a note and in the report's data. A path without a readable
     run.json (a bare results.jsonl, an older run) adds nothing."""
-    for path in paths:
-        raw = _run_json(path)
+    for raw in run_jsons:
         run_id = raw.get("run_id")
         block = AdaptiveBlock.from_dict(raw.get("adaptive"))
         known = isinstance(run_id, str) and run_id in report.runs

@@ -111,11 +111,6 @@ def build_record(
     return record
 
 
-# Bytes per element of the dtype a policy computes in (Policy.compute_dtype): the width the
-# bytes of a step's weights and activations are counted at (workloads.spec.step_bytes).
-_WIDTH = {"float32": 4, "float16": 2, "bfloat16": 2}
-
-
 def bottleneck_evidence(
     record: CellRecord, spec: CellSpec, workload: Any, busy: BusyEvidence | None
 ) -> Evidence:
@@ -142,7 +137,8 @@ def bottleneck_evidence(
     if workload.kind == "user":
         unavailable["bytes_per_step"] = "a user workload: its layers are not in a spec"
     else:
-        width = _WIDTH[policy.compute_dtype]
+        # The width a step's weights and activations are counted at (workloads.spec.step_bytes).
+        width = policy.compute_bytes
         per_micro = workload.bytes_per_step(spec.batch_size, width, spec.units, **spec.sizes)
         evidence.bytes_per_step = per_micro * spec.accumulate
     measured = record.measured_peak_tflops

@@ -34,7 +34,7 @@ from mpbench.compare.summary.estimate import (
 )
 from mpbench.compare.summary.scaling import scaling_rows
 from mpbench.compare.summary.verdict import policy_verdict
-from mpbench.policies import BASELINE, POLICIES
+from mpbench.policies import BASELINE, FLOAT32, POLICIES
 from mpbench.results.identity import Row
 
 V = TypeVar("V")
@@ -141,7 +141,7 @@ def _speedup_ceiling(group: PolicyGroup, policy: Row) -> tuple[float, str]:
     for any device."""
     ref, cell = group.reference, group.cells.get(policy)
     known = POLICIES.get(policy.policy)
-    narrower = _WIDTH_RATIO.get(known.compute_dtype, 1.0) if known is not None else 1.0
+    narrower = FLOAT32.compute_bytes / known.compute_bytes if known is not None else 1.0
     for peak, mfu, source in (
         ("peak_tflops", "mfu", "datasheet"),
         ("measured_peak_tflops", "mfu_measured", "measured"),
@@ -164,10 +164,6 @@ def _speedup_ceiling(group: PolicyGroup, policy: Row) -> tuple[float, str]:
     return ANY_DEVICE_SPEEDUP, (
         f"no part in the peak table has a 16-bit peak above {ANY_DEVICE_RATIO:g}× its float32 peak"
     )
-
-
-# float32's element width over the compute dtype's: how much less a tensor of it moves.
-_WIDTH_RATIO = {"float32": 1.0, "float16": 2.0, "bfloat16": 2.0}
 
 
 def _implausible_speedup(group: PolicyGroup, policy: Row, speedup: Estimate | None) -> str | None:
