@@ -56,6 +56,10 @@ GPU_SLOWDOWN_REASONS = {
     0x40: "HwThermalSlowdown",
     0x80: "HwPowerBrakeSlowdown",
 }
+# Recorded, but no contention: the board holding its power limit, which any sustained full
+# load reaches (an H200 did on every cell of transformer_lm_large, bf16 and fp8 alike). It is
+# the GPU's sustained speed, the same for every cell of the run, not something else slowing it.
+AT_POWER_LIMIT = ("SwPowerCap",)
 
 PSI_CPU = Path("/proc/pressure/cpu")
 CPUFREQ = Path("/sys/devices/system/cpu/cpu0/cpufreq/scaling_cur_freq")
@@ -77,8 +81,9 @@ def reasons(reading: ContentionReading) -> list[str]:
         out.append(f"the cgroup's CPU quota throttled it for {r.throttled_s:.2f} s")
     if r.gpu_other_processes:
         out.append(f"{r.gpu_other_processes} other compute process(es) on the GPU")
-    if r.gpu_clock_event_reasons:
-        out.append("GPU clocks slowed: " + ", ".join(r.gpu_clock_event_reasons))
+    slowed = [x for x in r.gpu_clock_event_reasons or [] if x not in AT_POWER_LIMIT]
+    if slowed:
+        out.append("GPU clocks slowed: " + ", ".join(slowed))
     return out
 
 
