@@ -12,7 +12,9 @@
 #   GPU_CHECK_OUT if set, else $OUT/gpu-check if OUT is set, else results/gpu-check-<time>
 # Settings (environment): DRY, BUDGET_S, PYTHON (default python3), WORKERS (pytest-xdist
 # workers; default min(cores, 8)), WHEELS (a folder of wheels to install for this check
-# only, into the output folder: for a machine without network, e.g. torchao for fp8).
+# only, into the output folder: for a machine without network, e.g. torchao for fp8), SKIP
+# (step names to leave out, e.g. SKIP="run-default tests"), TESTS (the test paths the tests
+# step runs; default the whole suite).
 # Exit status: the number of steps that failed (a step stopped at its time box has not
 # failed: it was cut short, and the summary says so).
 set -uo pipefail
@@ -42,6 +44,10 @@ say() { echo "$*" | tee -a "$summary"; }
 step() {
     local name=$1 box=$2 left t rc began ended verdict
     shift 2
+    if [[ " ${SKIP:-} " == *" $name "* ]]; then
+        say "$(printf '%-16s %-34s' "$name" 'skipped: in SKIP')"
+        return
+    fi
     left=$((deadline - $(date +%s)))
     if [ "$left" -lt 5 ]; then
         say "$(printf '%-16s %-34s' "$name" 'skipped: the global deadline passed')"
@@ -90,19 +96,27 @@ if [ "$DRY" = 1 ]; then
     tiny=(--data synthetic --device cpu --repeat 1 --max-steps 6 --warmup-steps 2 --units 32
         --batch-size 64 --threads 1)
     default_run=(-f torch -w mnist_dense -p fp32 -p bf16 "${tiny[@]}")
-    fp8_run=(-f torch -w mnist_dense -p bf16 -p fp8 "${tiny[@]}")
+    # fp8 against bf16, each eager and compiled (the fp8 cells' default is compiled; with
+    # --compile --also-eager --fp8-eager every policy runs both ways, each its own cell).
+    fp8_run=(-f torch -w mnist_dense -p bf16 -p fp8 --compile --also-eager --fp8-eager "${tiny[@]}")
+    fp8_large_run=()  # 43 TFLOP a step: not on a CPU
     tests=(tests/test_policies.py)
     rounds=1
 else
     device=cuda
     default_run=(--data synthetic)
-    fp8_run=(-f torch -w mnist_dense -w transformer_lm -p bf16 -p fp8 --data synthetic --repeat 2)
+    both_ways=(-f torch -p bf16 -p fp8 --compile --also-eager --fp8-eager --data synthetic --repeat 1
+        --timeout 180)
+    fp8_run=(-w mnist_dense -w transformer_lm "${both_ways[@]}")
+    fp8_large_run=(-w transformer_lm_large "${both_ways[@]}" --max-steps 25 --warmup-steps 5)
     cores=$(nproc)
     workers="${WORKERS:-$((cores < 8 ? cores : 8))}"
     tests=(-n "$workers" --dist loadfile)
     "$PY" -c "import xdist" 2>/dev/null || tests=()
     rounds=2
 fi
+# shellcheck disable=SC2206  # TESTS is a list of paths, split on spaces
+[ -n "${TESTS:-}" ] && tests+=($TESTS)
 
 say "mpbench GPU check ($( [ "$DRY" = 1 ] && echo 'DRY: tiny steps on the CPU' || echo "device $device")), $(date -u +%FT%TZ), budget ${budget} s, output $dir"
 say "mpbench from $(cd / && "$PY" -c 'import mpbench; print(mpbench.__file__)' 2>&1 | tail -1), command: $(command -v mpbench || echo 'none (tests that call it fail)')"
@@ -125,9 +139,14 @@ step detect-measure 120 "$PY" -m mpbench detect --measure --device "$device"
 step cell-startup 90 "$PY" benchmarks/cell_startup.py --framework torch --device "$device" \
     --rounds "$rounds" --max-steps 10
 step run-default 200 "$PY" -m mpbench run "${default_run[@]}" --out "$dir/run-default"
-step run-fp8 100 "$PY" -m mpbench run "${fp8_run[@]}" --out "$dir/run-fp8"
-step compare 60 bash -c "
-    for run in run-default run-fp8; do
+if [ ${#fp8_large_run[@]} -gt 0 ]; then
+    step run-fp8-large 200 "$PY" -m mpbench run "${fp8_large_run[@]}" --out "$dir/run-fp8-large"
+else
+    say "$(printf '%-16s %-34s' run-fp8-large 'skipped: DRY (43 TFLOP a step)')"
+fi
+step run-fp8 170 "$PY" -m mpbench run "${fp8_run[@]}" --out "$dir/run-fp8"
+step compare 40 bash -c "
+    for run in run-default run-fp8 run-fp8-large; do
         [ -s '$dir'/\$run/results.jsonl ] || { echo \"\$run: no results\"; continue; }
         mp compare '$dir'/\$run --format markdown -o '$dir'/compare-\$run.md \
             --plot '$dir'/compare-\$run.png || exit 1
@@ -140,7 +159,35 @@ step tests 600 "$PY" -m pytest -v -p no:cacheprovider "${tests[@]}"
 import json, statistics, sys
 from pathlib import Path
 
-for run in ("run-default", "run-fp8"):
+def fp8_lines(records):
+    """fp8 against bf16 of the same compile state: measured and predicted, per cell."""
+    done = [r for r in records if r["status"] == "ok"]
+    for r in (r for r in done if r.get("fp8")):
+        fp8 = r["fp8"]
+        compiled = r.get("compile") is not None
+        partner = [
+            b for b in done
+            if b["policy"] == "mixed_bfloat16" and b["workload"] == r["workload"]
+            and (b.get("compile") is not None) == compiled
+        ]
+        step = r["step_time"]["median_s"]
+        measured = partner[0]["step_time"]["median_s"] / step if partner else None
+        prediction = fp8.get("prediction") or {}
+        predicted = prediction.get("predicted_gain")
+        if fp8["mode"] == "emulated":
+            versus = "emulated, numerics only"
+        else:
+            versus = f"vs bf16 {measured:.2f}x measured" if measured else "no bf16 partner"
+        print(
+            f"  fp8 {r['workload']} {'compiled' if compiled else 'eager'} ({fp8['mode']}): "
+            f"{step * 1e3:.2f} ms a step; {versus}"
+            + (f", {predicted:.2f}x predicted" if predicted else "")
+            + f" ({prediction.get('note') or prediction.get('method', 'no prediction')})"
+            + (f"; compile {r['compile']['compile_s']:.1f} s" if compiled else "")
+        )
+
+
+for run in ("run-default", "run-fp8", "run-fp8-large"):
     path = Path(sys.argv[1]) / run / "results.jsonl"
     if not path.exists():
         print(f"{run}: no results")
@@ -155,6 +202,7 @@ for run in ("run-default", "run-fp8"):
     for r in records:
         statuses[r["status"]] = statuses.get(r["status"], 0) + 1
     print(f"{run}: {len(records)} cells {statuses}")
+    fp8_lines(records)
     for (framework, launcher), seconds in sorted(by.items()):
         print(
             f"  start-up {framework} ({launcher}): median {statistics.median(seconds):.2f} s, "

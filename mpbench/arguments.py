@@ -90,6 +90,14 @@ def _gate_key(policy: str | None, world: int | None) -> tuple[str, str]:
     return f"{policy}@{world}", f"{policy} at world size {world}"
 
 
+def split_reference(policy_key: str) -> tuple[str, str]:
+    """A gate key's policy part as (policy, the policy it is measured against), as
+    parse_min_speedup wrote it: `float8:mixed_bfloat16` -> ("float8", "mixed_bfloat16"),
+    `mixed_bfloat16` -> ("mixed_bfloat16", "float32")."""
+    policy, _, reference = policy_key.partition(":")
+    return policy, reference or BASELINE
+
+
 def split_world(key: str) -> tuple[str | None, int | None]:
     """A gate key as (policy, world size), as _gate_key wrote it: `mixed_bfloat16@2` ->
     ("mixed_bfloat16", 2), `mixed_bfloat16` -> ("mixed_bfloat16", None), `2` -> (None, 2)."""
@@ -112,19 +120,25 @@ def _once(
 
 
 def parse_min_speedup(specs: list[str] | None) -> dict[str, float]:
-    """`["bf16=1.5", "mixed_float16@2=1.0x"]` ->
-    `{"mixed_bfloat16": 1.5, "mixed_float16@2": 1.0}`: `@N` gates world size N only."""
+    """`["bf16=1.5", "mixed_float16@2=1.0x", "fp8:bf16=1.1"]` ->
+    `{"mixed_bfloat16": 1.5, "mixed_float16@2": 1.0, "float8:mixed_bfloat16": 1.1}`: `@N`
+    gates world size N only; `:REFERENCE` measures against the policy's base (float8's:
+    bf16) instead of float32."""
     out: dict[str, float] = {}
     given: dict[str, str] = {}
     for spec in specs or []:
         name, sep, value = spec.partition("=")
         if not sep or not name.strip() or not value.strip():
             raise InvalidInput(
-                f"--min-speedup {spec!r}: expected POLICY=RATIO or POLICY@WORLD_SIZE=RATIO, "
-                "e.g. mixed_bfloat16=1.5 or bf16@2=1.5"
+                f"--min-speedup {spec!r}: expected POLICY=RATIO, POLICY@WORLD_SIZE=RATIO or "
+                "POLICY:REFERENCE=RATIO, e.g. mixed_bfloat16=1.5, bf16@2=1.5 or fp8:bf16=1.1"
             )
         policy_name, at, world_text = name.partition("@")
+        policy_name, colon, reference_name = policy_name.partition(":")
         policy = _speedup_policy(spec, policy_name)
+        reference = _reference(spec, policy, reference_name) if colon else BASELINE
+        if reference != BASELINE:  # `fp8:fp32` is plain `fp8`: one key per gate
+            policy += ":" + reference
         world = _world_size("--min-speedup", spec, world_text, 1) if at else None
         key, what = _gate_key(policy, world)
         text = value.strip().rstrip("x×").strip()
@@ -221,6 +235,22 @@ def _speedup_policy(spec: str, name: str, option: str = "--min-speedup", gated: 
             f"{option} {spec!r}: unknown policy {name.strip()!r}; valid choices: {', '.join(names)}"
         )
     return resolve(key).name
+
+
+def _reference(spec: str, policy: str, name: str) -> str:
+    """The policy a --min-speedup's speed-up is taken against: float32, or the policy it
+    builds on (float8's bf16), the two compare measures every cell against."""
+    base = POLICIES[policy].base
+    choices = [BASELINE, *([base] if base else [])]
+    key = name.strip().lower()
+    known = resolve(key).name if key in valid_names() and key not in SELECTORS else None
+    if known not in choices:
+        said = " or ".join(POLICIES[c].short for c in choices)
+        raise InvalidInput(
+            f"--min-speedup {spec!r}: {POLICIES[policy].short}'s speed-up is measured against "
+            f"{said}, not {name.strip()!r}"
+        )
+    return known
 
 
 def _number(option: str, text: str, expected: str) -> float:
@@ -331,7 +361,8 @@ COMPARE_OPTIONS: tuple[CompareOption, ...] = (
         "min_speedup",
         ("--min-speedup",),
         "POLICY=X: speed-up vs float32 of the same run, e.g. bf16=1.5; one policy per "
-        "option (repeatable); POLICY@N=X gates world size N only, e.g. bf16@2=1.2.",
+        "option (repeatable); POLICY@N=X gates world size N only, e.g. bf16@2=1.2; "
+        "fp8:bf16=X gates fp8 against bf16 of the same run.",
         kind=list[str],
         parse=lambda option, specs: parse_min_speedup(specs),
     ),

@@ -170,6 +170,8 @@ def record(
     recipe: str,
     scaling: str,
     formats: dict[str, str],
+    compiled: bool | None = None,
+    prediction: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The record's `fp8` (results.schema.Fp8Stats' fields), from what ran: the FLOP share is
     of the planned layers that are fp8 after conversion (`layers_fp8`), not of the plan."""
@@ -189,4 +191,6 @@ def record(
         "skipped_layers": dict(plan.skipped),
         "flop_share_fp8": share,
         "flop_share_note": flop_note,  # why there is no share, or where the FLOPs came from
+        "compiled": compiled,  # torch: under torch.compile; None where the backend has no such
+        "prediction": prediction,  # torch: each fp8 GEMM's shape and predicted gain over bf16
     }

@@ -614,6 +614,19 @@ SETTINGS: tuple[Setting, ...] = (
         noun="recipe",
         example="rowwise",
     ),
+    Setting(
+        "fp8_eager",
+        bool,
+        False,
+        ("--fp8-eager/--fp8-compile",),
+        "torch float8 cells: run the converted model eager, or torch.compile it, as torchao's "
+        "float8 training is meant to run (the default; compile time recorded, kept out of the "
+        "step times). --compile compiles every cell, the float32 and bf16 ones too.",
+        cli=bool,
+        cell=True,
+        toml=("torch",),
+        example="true",
+    ),
     # Data-parallel cells (docs/distributed.md). nproc is a matrix axis (`--nproc 1,2`: the
     # same cell at each world size); the rest say where the job's other nodes are.
     Setting(

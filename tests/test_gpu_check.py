@@ -23,6 +23,7 @@ STEPS = [
     "detect-measure",
     "cell-startup",
     "run-default",
+    "run-fp8-large",
     "run-fp8",
     "compare",
     "tests",
@@ -50,6 +51,7 @@ def test_the_dry_check_runs_every_step_and_keeps_what_each_made(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     steps = summary_lines(out)
     assert list(steps) == STEPS
+    assert "skipped: DRY" in steps.pop("run-fp8-large")  # 43 TFLOP a step: GPU only
     assert all(" ok " in line for line in steps.values()), steps
     summary = (out / "summary.txt").read_text()
     assert "DRY: tiny steps on the CPU" in summary
@@ -62,14 +64,22 @@ def test_the_dry_check_runs_every_step_and_keeps_what_each_made(tmp_path):
     assert phases["device"] == "cpu" and len(phases["forks"]) == 3
     assert all(fork["bad fork"] is False for fork in phases["forks"])
     assert json.loads((out / "detect.json").read_text())["devices"]
-    runs = {"run-default": {"float32", "mixed_bfloat16"}, "run-fp8": {"mixed_bfloat16", "float8"}}
-    for run, policies in runs.items():
+    # run-fp8: bf16 and fp8, each eager and compiled
+    runs = {
+        "run-default": ({"float32", "mixed_bfloat16"}, 2),
+        "run-fp8": ({"mixed_bfloat16", "float8"}, 4),
+    }
+    for run, (policies, cells) in runs.items():
         records = [json.loads(line) for line in (out / run / "results.jsonl").open()]
-        assert [r["status"] for r in records] == ["ok", "ok"], run
+        assert [r["status"] for r in records] == ["ok"] * cells, run
         assert {r["policy"] for r in records} == policies
         assert (out / f"compare-{run}.md").read_text().startswith("## mpbench compare")
         assert (out / f"compare-{run}.png").stat().st_size > 0
-    assert "start-up torch (fork server): median" in (out / "summary.txt").read_text()
+    summary = (out / "summary.txt").read_text()
+    assert "start-up torch (fork server): median" in summary
+    for how in ("eager", "compiled"):  # fp8 beside bf16 of the same compile state
+        line = next(x for x in summary.splitlines() if f"fp8 mnist_dense {how} (" in x)
+        assert "(emulated): " in line and "emulated, numerics only (no fp8 hardware: " in line
     tests = (out / "tests.log").read_text()
     assert re.search(r"\b\d+ passed in ", tests) and " failed" not in tests
     with tarfile.open(f"{out}.tar.gz") as bundle:

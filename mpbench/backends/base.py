@@ -80,6 +80,7 @@ class CellSpec:
     # are not in config(): the record's `fp8` says what ran.
     fp8_mode: str = "auto"
     fp8_recipe: str = "tensorwise"
+    fp8_eager: bool = False  # torch float8 cells: no torch.compile of the converted model
     verbose: bool = False
     # Thread pools, pinned by the runner and identical for every policy of a run.
     intra_op_threads: int | None = None

@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mpbench.arguments import split_world
+from mpbench.arguments import split_reference, split_world
 from mpbench.compare.options import CompareOptions
 from mpbench.compare.summary import fmt
 from mpbench.compare.summary.accuracy import INCONCLUSIVE, NO_WORSE, WORSE
@@ -319,13 +319,15 @@ def _status_gate(match: BaselineMatch) -> GateResult | None:
 def check_ratios(
     sections: list[Section], options: CompareOptions, labeler: Labeler
 ) -> tuple[list[GateResult], list[str]]:
-    """--min-speedup and --max-accuracy-delta, each cell against float32 of its own group."""
+    """--min-speedup and --max-accuracy-delta, each cell against float32 of its own group
+    (a --min-speedup `fp8:bf16` against bf16 of its group)."""
     results: list[GateResult] = []
     notes: list[str] = []
     groups = [g for s in sections for g in s.groups]
     for key, minimum in options.min_speedup.items():
-        policy, world = split_world(key)
-        assert policy is not None
+        named, world = split_world(key)
+        assert named is not None
+        policy, reference = split_reference(named)
         checked = 0
         for group in groups:
             if world is not None and group.key.layout().world_size != world:
@@ -334,7 +336,7 @@ def check_ratios(
             # where the group has none, so the note says what is missing.
             rows = [row for row in group.cells if row.policy == policy] or [Row(policy)]
             for row in rows:
-                result = _min_speedup_gate(group, row, minimum, labeler, notes, options)
+                result = _min_speedup_gate(group, row, minimum, labeler, notes, options, reference)
                 if result is not None:
                     checked += 1
                     results.append(result)
@@ -349,9 +351,9 @@ def check_ratios(
             where = f" at world size {world}" if world is not None else ""
             raise InvalidInput(
                 f"--min-speedup {key}={minimum:g}: nothing comparable: no framework and "
-                f"workload has both a float32 and a {policy} cell{where} (--policy auto runs "
-                f"only the policies rated fast on the device: name {policy} with -p, or in "
-                "[run] policies, to run it there)"
+                f"workload has both a {reference} and a {policy} cell{where} (--policy auto "
+                f"runs only the policies rated fast on the device: name {policy} with -p, or "
+                "in [run] policies, to run it there)"
             )
     if options.min_scaling_efficiency:
         found, found_notes = check_scaling(sections, options, labeler)
@@ -376,15 +378,17 @@ def check_ratios(
     return results, notes
 
 
-def _reference_problem(group: PolicyGroup, policy: str) -> tuple[str, bool] | None:
+def _reference_problem(
+    group: PolicyGroup, policy: str, reference: str = BASELINE
+) -> tuple[str, bool] | None:
     """Why the ratio cannot be taken: (message, is_failure), or None when it can."""
-    ref, cell = group.cells.get(BASELINE), group.cells.get(policy)
+    ref, cell = group.cells.get(reference), group.cells.get(policy)
     if ref is None or cell is None:
-        return f"this run has no {BASELINE if ref is None else policy} cell there", False
+        return f"this run has no {reference if ref is None else policy} cell there", False
     if not ref.ok and not ref.failed and not cell.ok and not cell.failed:
-        return f"both float32 and {policy} were skipped ({_status(cell)})", False
+        return f"both {reference} and {policy} were skipped ({_status(cell)})", False
     if not ref.all_ok:
-        return f"the float32 reference did not finish: {_status(ref)}", True
+        return f"the {reference} reference did not finish: {_status(ref)}", True
     return None
 
 
@@ -395,9 +399,10 @@ def _min_speedup_gate(
     labeler: Labeler,
     notes: list[str],
     options: CompareOptions,
+    reference: str = BASELINE,
 ) -> GateResult | None:
     label = labeler.cell(CellKey(group.key, policy))
-    problem = _reference_problem(group, policy)
+    problem = _reference_problem(group, policy, reference)
     if problem is not None:
         message, failure = problem
         if failure:
@@ -416,11 +421,14 @@ def _min_speedup_gate(
         )
         return None
     comparison = group.comparisons[policy]
-    speedup = comparison.speedup
+    # Against float32, or against the policy's base (fp8:bf16), as summary/build.py took it.
+    against = comparison if reference == BASELINE else comparison.vs_base
+    speedup = against.speedup if against is not None else None
     if speedup is None:
         notes.append(f"--min-speedup not checked for {label}: no step times")
         return None
-    numbers = f"speed-up vs float32 {fmt.ratio(speedup.value)} (minimum {minimum:g}×)"
+    said = BASELINE if reference == BASELINE else POLICIES[reference].short
+    numbers = f"speed-up vs {said} {fmt.ratio(speedup.value)} (minimum {minimum:g}×)"
     return _result(
         "min-speedup",
         label,
@@ -428,7 +436,7 @@ def _min_speedup_gate(
         numbers,
         options,
         minimum=minimum,
-        distrust=comparison.distrust,
+        distrust=against.distrust,
     )
 
 

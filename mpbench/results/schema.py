@@ -16,7 +16,7 @@ from typing import Any
 from mpbench.errors import InvalidInput
 from mpbench.results.step_stats import StepStats
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 
 class Status(str, Enum):
@@ -291,6 +291,39 @@ class StartupStats:
 
 
 @dataclass
+class Fp8GemmRow:
+    """v12: one GEMM of an fp8 layer's training step, (m×k)·(k×n), timed on the device before
+    training in bf16 and fp8 at exactly this shape; the cast is dynamic scaling's traffic at
+    the measured bandwidth. None where not timed (no fp8 hardware, a refused shape)."""
+
+    layer: str  # the nn.Linear's qualified name
+    role: str  # "forward" | "grad_input" | "grad_weight"
+    m: int
+    k: int
+    n: int
+    bf16_ms: float | None = None
+    fp8_ms: float | None = None
+    cast_ms: float | None = None
+    predicted_gain: float | None = None  # bf16 / (fp8 + cast): above 1, fp8 should win
+    fp8: bool = True  # False: a GEMM the recipe keeps in bf16 (rowwise_with_gw_hp's grad_weight)
+    error: str | None = None  # why it has no times
+
+
+@dataclass
+class Fp8Prediction:
+    """v12: what fp8 should gain over bf16 on a cell's fp8 layers, from their GEMMs' timings
+    (mpbench.fp8_gemms); `note` says why there is no gain where there is none."""
+
+    rows: list[Fp8GemmRow]
+    predicted_gain: float | None  # sum of bf16 times / sum of fp8 + cast, over every row
+    bandwidth_gb_s: float | None  # what the cast overhead was priced at
+    method: str  # how the timings were taken, in words
+    note: str | None = None  # "no fp8 hardware: ...", or why some shape was not timed
+    gemm_gain: float | None = None  # the same without the casts: the GEMMs alone
+    hardware: bool = True  # False where no fp8 GEMM could run (emulated): no times
+
+
+@dataclass
 class Fp8Stats:
     """v9: a float8 cell's fp8, as it ran (docs/policies.md, "fp8"; the rules: mpbench.fp8).
     `mode` is what executed, never what was asked: `emulated` step times are the cost of
@@ -311,6 +344,12 @@ class Fp8Stats:
     # where the model's FLOPs are unknown (flop_share_note says why).
     flop_share_fp8: float | None = None
     flop_share_note: str | None = None
+    # v12: torch, whether the converted model ran under torch.compile (the default for a
+    # float8 cell; --fp8-eager: False); None for Keras, whose XLA is config's `jit`.
+    compiled: bool | None = None
+    # v12: torch, each fp8 GEMM's shape and its gain over bf16 predicted from timings taken on
+    # the device before training (mpbench.fp8_gemms); None where none was made.
+    prediction: Fp8Prediction | None = None
 
 
 # What can limit a step (mpbench.results.bottleneck decides which): compare reads `kind`.

@@ -18,7 +18,7 @@ from mpbench.results.validate import build, check_record, held, shown
 
 # Versions this reader understands. A reader of version 4 refuses version 5 records by their
 # version, not by a field.
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)
 # The fields each version added, as dotted paths (an object a version added is one path). An
 # older record lacks them, and they read as None (or empty); one that holds a value in them
 # is not what its version says, and is refused (load_record).
@@ -68,6 +68,8 @@ FIELDS_SINCE: dict[int, tuple[str, ...]] = {
         "energy.steps",
         "energy.mean_power_w",
     ),
+    # fp8: compiled or eager, and each fp8 GEMM's predicted gain over bf16
+    12: ("fp8.compiled", "fp8.prediction"),
 }
 # Fields a version renamed: {version: {old dotted path: new name}}. Read older records by
 # moving the value to its new name before the checks (upgrade()).

@@ -66,6 +66,9 @@ def _check(config: RunConfig, cells: list[Cell], warn: Callable[[str], None]) ->
         settings = config.workloads[name]
         if workload.kind == "user":
             continue  # its data is made in the cell, by the workload's own code
+        slow = _too_big_for_a_cpu(name, workload, cells)
+        if slow:
+            warn(slow)
         # A text dataset is cut into windows of the cells' sequence length (one per workload).
         seq_len = next((cell.spec.seq_len for cell in cells if cell.spec.workload == name), None)
         data = check_data(
@@ -112,6 +115,25 @@ def _check(config: RunConfig, cells: list[Cell], warn: Callable[[str], None]) ->
         busy = busy_warning(busy_at_start())
         if busy:
             warn(busy)
+
+
+# A CPU's matmul peak is well under a TFLOP/s (detect --measure): a workload above this many
+# FLOPs a step takes minutes a step there, and is named as such before it starts.
+CPU_STEP_FLOPS_WARNING = 1e13
+
+
+def _too_big_for_a_cpu(name: str, workload, cells: list[Cell]) -> str | None:
+    """What to say when a built-in sized for a GPU (transformer_lm_large) runs on a CPU."""
+    spec = next((c.spec for c in cells if c.spec.workload == name and c.skip_reason is None), None)
+    if spec is None or spec.device != "cpu":
+        return None
+    flops = workload.flops_per_step(spec.batch_size, spec.units, **spec.sizes)
+    if flops < CPU_STEP_FLOPS_WARNING:
+        return None
+    return (
+        f"{name} on a CPU: {flops / 1e12:,.0f} TFLOP a training step, minutes a step at a "
+        "CPU's matmul speed; it is sized for fp8 on a GPU (fp8 on a CPU is emulated anyway)"
+    )
 
 
 def _recipe_hint(batch: int, configured: int) -> str:
@@ -211,6 +233,11 @@ def unused_settings(config: RunConfig, cells: list[Cell]) -> list[str]:
             "add -p fp8 to measure it"
         )
     torch_fp8 = any(spec.framework == "torch" for spec in planned_fp8)
+    if config.fp8_eager and not torch_fp8:
+        found.append(
+            "--fp8-eager: applies to torch float8 cells only, and none runs here; Keras' "
+            "float8 cells compile with --jit on"
+        )
     if config.fp8_recipe != "tensorwise" and not torch_fp8:
         found.append(
             f"--fp8-recipe {config.fp8_recipe}: applies to torch float8 cells only, and none "

@@ -25,6 +25,7 @@ from mpbench.results import (
 )
 from mpbench.results.bottleneck import Evidence, classify
 from mpbench.results.scaling import straggler_ratio
+from mpbench.results.validate import build
 from mpbench.runner.launchers.process import Outcome
 from mpbench.workloads import describe_workload
 
@@ -216,7 +217,7 @@ def _fill_measurements(
     record.end_to_end = measured.end_to_end
     record.threads = measured.threads
     record.compile = CompileStats(**measured.compile) if measured.compile else None
-    record.fp8 = Fp8Stats(**measured.fp8) if measured.fp8 else None
+    record.fp8 = build(Fp8Stats, measured.fp8) if measured.fp8 else None  # its prediction too
     # An emulated fp8 cell runs no fp8 GEMM: no peak bounds it, so it gets no MFU.
     emulated = record.fp8 is not None and record.fp8.mode == "emulated"
     if stats.median_s:

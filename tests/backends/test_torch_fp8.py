@@ -4,6 +4,7 @@ under faked devices, and real torchao float8 training on CPU (emulated) at tiny 
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 from types import SimpleNamespace
 
@@ -24,7 +25,11 @@ CPU = torch.device("cpu")
 
 
 def _cell(workload: str, units: int | None, **spec: object) -> SimpleNamespace:
-    values = dict(fp8_mode="auto", fp8_recipe="tensorwise", units=units, sizes={}, **spec)
+    values = dict(
+        fp8_mode="auto", fp8_recipe="tensorwise", units=units, sizes={}, batch_size=32,
+        compile=False, fp8_eager=False,
+    )  # fmt: skip
+    values.update(spec)
     return SimpleNamespace(
         spec=SimpleNamespace(**values), workload=get_workload(workload), device=CPU
     )
@@ -254,7 +259,15 @@ def test_a_user_optimizer_must_still_hold_the_converted_parameters():
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Linear(32, 16))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     cell = SimpleNamespace(
-        spec=SimpleNamespace(fp8_mode="auto", fp8_recipe="tensorwise", units=None, sizes={}),
+        spec=SimpleNamespace(
+            fp8_mode="auto",
+            fp8_recipe="tensorwise",
+            units=None,
+            sizes={},
+            batch_size=8,
+            compile=False,
+            fp8_eager=True,
+        ),
         workload=SimpleNamespace(kind="user"),
         device=CPU,
     )
@@ -263,3 +276,42 @@ def test_a_user_optimizer_must_still_hold_the_converted_parameters():
     assert "user workload" in fp8["flop_share_note"]
     with pytest.raises(RuntimeError, match="no longer holds"):
         tfp8.check_optimizer(model, torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1))
+
+
+def test_bf16_and_fp8_through_the_cli_compile_fp8_predict_it_and_compare_it_with_bf16(tmp_path):
+    """Issue 36's CPU acceptance: `-p bf16 -p fp8` compiles the fp8 cell by default (its compile
+    time recorded, not timed), lists its GEMMs with "no fp8 hardware" for a prediction, and
+    compare shows fp8 against bf16; --fp8-eager runs it eager."""
+    from builders import run_options
+    from cli import run_mpbench
+
+    out = tmp_path / "run"
+    done = run_mpbench(
+        "run", "-f", "torch", "-p", "bf16", "-p", "fp8", "--out", out,
+        *run_options(workload="mnist_dense"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    records = {r["policy"]: r for r in map(json.loads, (out / "results.jsonl").open())}
+    fp8, bf16 = records["float8"], records["mixed_bfloat16"]
+    assert fp8["fp8"]["compiled"] is True and fp8["compile"]["compile_s"] > 0
+    assert bf16["compile"] is None  # only the fp8 cell compiles by default
+    prediction = fp8["fp8"]["prediction"]
+    assert prediction["note"] == "no fp8 hardware: no CPU has fp8 matrix units"
+    assert prediction["predicted_gain"] is None and prediction["hardware"] is False
+    shapes = {(r["m"], r["k"], r["n"]) for r in prediction["rows"]}
+    units, batch = 32, 64  # builders.TINY_WORKLOADS' mnist_dense
+    assert (batch, 784, units) in shapes and (units, batch, 784) in shapes  # forward, dW
+    shown = run_mpbench("compare", out, "--format", "markdown")
+    assert shown.returncode == 0, shown.stderr
+    assert "### fp8 against bf16: mnist_dense" in shown.stdout
+    assert "### fp8 GEMMs: mnist_dense" in shown.stdout
+    assert "| torch fp8 | emulated | yes / no" in shown.stdout
+
+    eager = tmp_path / "eager"
+    done = run_mpbench(
+        "run", "-f", "torch", "-p", "fp8", "--fp8-eager", "--out", eager,
+        *run_options(workload="mnist_dense"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    (record,) = map(json.loads, (eager / "results.jsonl").open())
+    assert record["fp8"]["compiled"] is False and record["compile"] is None

@@ -114,7 +114,7 @@ def test_json_and_csv_carry_the_mode_the_cost_and_the_bf16_delta():
     assert fp8["fp8"]["mode"] == "emulated" and fp8["fp8"]["flop_share"] == 0.985
     assert fp8["fp8"]["gemm"] == TORCH_GEMM
     assert 2.9 < fp8["fp8"]["emulation_cost_vs_float32"]["value"] < 3.1
-    assert round(fp8["fp8"]["accuracy_delta_pp_vs_bfloat16"]["value"], 2) == -0.2
+    assert round(fp8["fp8"]["vs_bfloat16"]["accuracy_delta_pp"]["value"], 2) == -0.2
     assert fp8["test_loss"] is not None
     rows = list(csv.DictReader(io.StringIO(render_csv(report))))
     row = next(r for r in rows if r["policy"] == "float8")

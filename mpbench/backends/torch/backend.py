@@ -31,7 +31,7 @@ from mpbench.backends.busy import CPU_DEVICE_BUSY, HostBusyMeter
 from mpbench.backends.timing import StepTimer
 from mpbench.backends.torch.compiled import Compiler, undone
 from mpbench.backends.torch.distributed import DataParallel, job_step_times
-from mpbench.backends.torch.fp8 import apply_fp8
+from mpbench.backends.torch.fp8 import apply_fp8, fp8_compiled
 from mpbench.backends.torch.models import build_model, build_optimizer
 from mpbench.backends.torch.precision import TorchPrecision, apply_policy, read_tf32
 from mpbench.backends.torch.profiled import PROFILED_STEPS, profile_steps
@@ -305,12 +305,13 @@ def _trained_forward(
     tensors: _Tensors,
     sync: Callable[[], None],
 ) -> tuple[Callable[[torch.Tensor], torch.Tensor], Compiler | None]:
-    """What the steps call: the model, wrapped for DDP on a rank, compiled with --compile
-    (its compiling step undone, so the cell trains the eager cell's steps)."""
+    """What the steps call: the model, wrapped for DDP on a rank, compiled with --compile or
+    as a float8 cell (torchao's float8 training is meant to run compiled: fp8_compiled), its
+    compiling step undone, so the cell trains the eager cell's steps."""
     spec = cell.spec
     model.train()
     trained_module = cell.parallel.wrap(model, cell.device) if cell.parallel else model
-    if not spec.compile:
+    if not (spec.compile or (cell.policy.fp8 and fp8_compiled(spec))):
         return trained_module, None
     compiler = Compiler(trained_module)
     forward = compiler.module

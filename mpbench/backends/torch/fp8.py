@@ -19,6 +19,7 @@ from torch.utils._pytree import tree_leaves
 
 from mpbench import fp8 as rules
 from mpbench.backends.base import Unsupported
+from mpbench.backends.torch.fp8_gemm_timing import measure
 from mpbench.backends.torch.precision import TorchPrecision
 from mpbench.fp8 import (
     HARDWARE,
@@ -30,6 +31,7 @@ from mpbench.fp8 import (
     execution,
     plan_layers,
 )
+from mpbench.fp8_gemms import Fp8Prediction, no_hardware, training_gemms, untimed
 from mpbench.policies import FLOAT8
 
 INSTALL_HINT = "float8 in torch needs torchao: pip install 'mpbench[fp8]'"
@@ -66,6 +68,7 @@ class Fp8Setup:
     flop_note: str | None = None
     torchao: Any = None
     gemm: TracedGemm | None = None  # an emulated cell's GEMM, as the probe saw it run
+    prediction: Fp8Prediction | None = None  # its GEMMs' shapes and predicted gain over bf16
 
 
 def import_torchao() -> Any:
@@ -124,8 +127,10 @@ def probe_scaled_mm(device: torch.device, recipe: str) -> str | None:
     mat2 must be column-major; K and N multiples of 16 on CUDA."""
     m, k, n = 32, 128, 32
     try:
-        a = torch.randn(m, k, device=device).to(torch.float8_e4m3fn)
-        b = torch.randn(n, k, device=device).to(torch.float8_e4m3fn).t()  # column-major
+        # No random numbers: the cell's seeded generator is left where it was.
+        a = torch.linspace(-1, 1, m * k, device=device).reshape(m, k).to(torch.float8_e4m3fn)
+        b = torch.linspace(-1, 1, n * k, device=device).reshape(n, k).to(torch.float8_e4m3fn)
+        b = b.t()  # column-major
         if recipe == "tensorwise":
             sa = torch.tensor(1.0, device=device)
             sb = torch.tensor(1.0, device=device)
@@ -226,7 +231,21 @@ def prepare(cell: Any, model: torch.nn.Module) -> Fp8Setup:
     config = float8.Float8LinearConfig.from_recipe_name(spec.fp8_recipe)
     config = dataclasses.replace(config, emulate=run.mode != HARDWARE)
     gemm = traced_gemm(config, cell.device, _autocast_dtype(cell)) if config.emulate else None
-    return Fp8Setup(plan, run, config, flops, note, torchao, gemm)
+    prediction = predict_gain(cell, plan, run)
+    return Fp8Setup(plan, run, config, flops, note, torchao, gemm, prediction)
+
+
+def predict_gain(cell: Any, plan: LayerPlan, run: Execution) -> Fp8Prediction:
+    """Each fp8 layer's three training GEMMs at the cell's micro-batch, timed in bf16 and fp8
+    on the device before training (fp8_gemm_timing.measure: a few seconds at most, its
+    tensors freed before the memory meter starts); shapes only where fp8 is emulated."""
+    spec = cell.spec
+    gemms = training_gemms(plan.fp8, spec.batch_size, spec.fp8_recipe)
+    if not run.emulated:
+        return measure(gemms, cell.device, spec.fp8_recipe, compiled=fp8_compiled(spec))
+    if spec.fp8_mode == "emulated":  # the device may have fp8 GEMMs: none was asked for
+        return untimed(gemms, run.why, hardware=False)
+    return no_hardware(gemms, run.why)
 
 
 def convert(setup: Fp8Setup, model: torch.nn.Module) -> list[str]:
@@ -275,7 +294,16 @@ def _formats(config: Any) -> dict[str, str]:
     }
 
 
-def record(setup: Fp8Setup, requested: str, recipe: str, layers_fp8: list[str]) -> dict:
+def fp8_compiled(spec: Any) -> bool:
+    """Whether a float8 cell's model runs under torch.compile: by default (torchao fuses the
+    scaling and casting kernels only there; eager fp8 is its slow path), or with --compile;
+    --fp8-eager alone runs it eager."""
+    return bool(spec.compile or not spec.fp8_eager)
+
+
+def record(
+    setup: Fp8Setup, requested: str, recipe: str, layers_fp8: list[str], compiled: bool
+) -> dict:
     """The record's `fp8` (results.Fp8Stats' fields), from what ran."""
     if setup.execution.mode == HARDWARE:
         kind = "cuBLASLt tensorwise" if recipe == "tensorwise" else "CUTLASS/cuBLAS rowwise"
@@ -285,6 +313,7 @@ def record(setup: Fp8Setup, requested: str, recipe: str, layers_fp8: list[str]) 
         gemm = rules.emulated_gemm("torchao emulate=True", traced.operands, traced.output)
         if traced.error:
             gemm += f" (the probe failed: {traced.error})"
+    prediction = setup.prediction
     return rules.record(
         setup.execution,
         requested,
@@ -297,6 +326,8 @@ def record(setup: Fp8Setup, requested: str, recipe: str, layers_fp8: list[str]) 
         recipe=recipe,
         scaling=_scaling(setup.config),
         formats=_formats(setup.config),
+        compiled=compiled,
+        prediction=dataclasses.asdict(prediction) if prediction is not None else None,
     )
 
 
@@ -309,4 +340,5 @@ def apply_fp8(
     names = convert(setup, model)
     if optimizer is not None:
         check_optimizer(model, optimizer)
-    return record(setup, cell.spec.fp8_mode, cell.spec.fp8_recipe, names)
+    spec = cell.spec
+    return record(setup, spec.fp8_mode, spec.fp8_recipe, names, fp8_compiled(spec))

@@ -78,6 +78,9 @@ _CSV_COLUMNS = [
     "fp8_mode",
     "fp8_flop_share",
     *_flat_columns("fp8_emulation_cost_vs_float32"),
+    "fp8_compiled",
+    *_flat_columns("fp8_speedup_vs_bfloat16"),
+    "fp8_predicted_gain_vs_bfloat16",
     "drifting",
     "failed_gates",
     "inconclusive_gates",
@@ -165,6 +168,12 @@ def render_csv(report: Report) -> str:
             **_flat(
                 "fp8_emulation_cost_vs_float32", fp8["emulation_cost_vs_float32"] if fp8 else None
             ),
+            "fp8_compiled": fp8["compiled"] if fp8 else None,
+            **_flat(
+                "fp8_speedup_vs_bfloat16",
+                (fp8["vs_bfloat16"] or {}).get("speedup") if fp8 else None,
+            ),
+            "fp8_predicted_gain_vs_bfloat16": fp8["predicted_gain_vs_bfloat16"] if fp8 else None,
             "drifting": data["drifting"],
             "failed_gates": ";".join(failed.get(data["cell"], [])),
             "inconclusive_gates": ";".join(unsure.get(data["cell"], [])),

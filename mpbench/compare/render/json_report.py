@@ -16,7 +16,7 @@ from mpbench.compare.summary.cells import (
     PolicyGroup,
     is_training_memory,
 )
-from mpbench.compare.summary.comparison import Comparison
+from mpbench.compare.summary.comparison import AgainstBase, Comparison
 from mpbench.compare.summary.estimate import Estimate
 from mpbench.compare.summary.scaling import ScalingRow, all_scaling_rows
 
@@ -133,21 +133,41 @@ def _accuracy_json(comparison: Comparison) -> dict[str, Any] | None:
 
 
 def _fp8_json(group: PolicyGroup, policy: str) -> dict[str, Any] | None:
-    """A float8 cell's fp8 as it ran; an emulated cell's step time as the cost of emulation
-    (its speedup_vs_float32 is null) and its accuracy against bf16, its base policy."""
-    fp8, comparison = group.cells[policy].fp8, group.comparisons[policy]
+    """A float8 cell's fp8 as it ran: compiled or not, an emulated cell's step time as the
+    cost of emulation (its speedup_vs_float32 is null), the cell against bf16, its base
+    policy, and the gain its GEMMs' timings predicted over bf16."""
+    cell, comparison = group.cells[policy], group.comparisons[policy]
+    fp8 = cell.fp8
     if fp8 is None:
         return None
+    prediction = fp8.prediction
     return {
         "mode": fp8.mode,
         "why": fp8.why,
         "gemm": fp8.gemm,
+        "compiled": cell.compiled,
         "layers_fp8": fp8.layers_fp8,
         "layers_total": fp8.layers_total,
         "flop_share": fp8.flop_share,
         "emulation_cost_vs_float32": estimate_json(comparison.emulation_cost),
         # bf16 is float8's base policy, the only fp8 policy (mpbench.policies)
-        "accuracy_delta_pp_vs_bfloat16": estimate_json(comparison.accuracy_delta_pp_vs_base),
+        "vs_bfloat16": _against_base_json(comparison.vs_base),
+        "predicted_gain_vs_bfloat16": fp8.predicted_gain,
+        "prediction": dataclasses.asdict(prediction) if prediction is not None else None,
+    }
+
+
+def _against_base_json(against: AgainstBase | None) -> dict[str, Any] | None:
+    if against is None:
+        return None
+    judged = against.accuracy
+    return {
+        "speedup": estimate_json(against.speedup),
+        "memory_ratio": estimate_json(against.memory_ratio),
+        "accuracy_delta_pp": estimate_json(against.accuracy_delta_pp),
+        "accuracy": judged.outcome if judged is not None else None,
+        "compiled": against.compiled,
+        "distrust": against.distrust,
     }
 
 

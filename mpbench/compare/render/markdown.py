@@ -3,12 +3,12 @@ step summary)."""
 
 from __future__ import annotations
 
+from mpbench.compare.render.report_tables import report_tables
 from mpbench.compare.render.tables import (
     INCONCLUSIVE,
     TEXT_COLUMNS,
     TextTable,
     report_header,
-    report_tables,
 )
 from mpbench.compare.report import Report
 

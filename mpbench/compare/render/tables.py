@@ -738,26 +738,6 @@ TEXT_COLUMNS = {
 }
 
 
-def section_tables(report: Report) -> list[TextTable]:
-    """Per workload and machine: its table, then its scaling table (data-parallel cells)."""
-    tables = []
-    for section in report.sections:
-        tables.append(section_table(section, report.labeler))
-        scaling = scaling_table(section, report.labeler)
-        if scaling is not None:
-            tables.append(scaling)
-    return tables
-
-
-def report_tables(report: Report) -> list[TextTable]:
-    tables = section_tables(report)
-    if report.matches:
-        tables.append(baseline_table(report))
-    if report.results:
-        tables.append(gates_table(report))
-    return tables
-
-
 def report_header(report: Report) -> str:
     text = "runs: " + ", ".join(report.runs)
     if report.baseline_runs:

@@ -8,13 +8,12 @@ from typing import TYPE_CHECKING
 
 from mpbench.compare.options import CompareOptions
 from mpbench.compare.render.encoding import safe_console, spell_for
+from mpbench.compare.render.report_tables import report_tables, section_tables
 from mpbench.compare.render.tables import (
     INCONCLUSIVE,
     TEXT_COLUMNS,
     TextTable,
     report_header,
-    report_tables,
-    section_tables,
 )
 from mpbench.compare.report import Report, build_report
 from mpbench.compare.summary import fmt

@@ -25,7 +25,7 @@ from mpbench.compare.summary.cells import (
     group_sections,
     per_sample,
 )
-from mpbench.compare.summary.comparison import Comparison
+from mpbench.compare.summary.comparison import AgainstBase, Comparison, short
 from mpbench.compare.summary.estimate import (
     Estimate,
     paired_difference,
@@ -82,10 +82,41 @@ def _compare(group: PolicyGroup, row: Row, accuracy_margin_pp: float) -> Compari
         end_to_end_speedup=_end_to_end_speedup(group, row),
         memory_ratio=_memory_ratio(group, row),
         accuracy_delta_pp=accuracy,
-        accuracy_delta_pp_vs_base=_accuracy_delta_pp(group, row, base) if base else None,
         distrust=_distrust(group, row, speedup),
         accuracy=judge_accuracy(accuracy, accuracy_margin_pp) if row != BASELINE else None,
+        vs_base=_against_base(group, row, base, accuracy_margin_pp) if base else None,
+        compiled=_compiled(group, row, BASELINE),
     )
+
+
+def _against_base(
+    group: PolicyGroup, row: Row, base: str, accuracy_margin_pp: float
+) -> AgainstBase | None:
+    """The row against the policy it builds on (float8 against bf16), where the group has a
+    cell of it: fp8's reference is bf16, whether or not float32 ran beside them."""
+    if base not in group.cells:
+        return None
+    accuracy = _accuracy_delta_pp(group, row, base)
+    speedup = _speedup(group, row, base)
+    return AgainstBase(
+        base=base,
+        speedup=speedup,
+        memory_ratio=_memory_ratio(group, row, base),
+        accuracy_delta_pp=accuracy,
+        accuracy=judge_accuracy(accuracy, accuracy_margin_pp),
+        compiled=_compiled(group, row, base),
+        distrust=_distrust(group, row, speedup, base),
+    )
+
+
+def _compiled(group: PolicyGroup, row: Row, against: str) -> str | None:
+    """`fp8 compiled, bf16 eager` where one of the two ran under torch.compile and the other
+    did not (a float8 cell compiles by default), so their ratio holds compile's gain too."""
+    ref, cell = group.cells.get(against), group.cells.get(row)
+    if ref is None or cell is None or not ref.ok or not cell.ok or ref.compiled == cell.compiled:
+        return None
+    said = {True: "compiled", False: "eager"}
+    return f"{short(row)} {said[cell.compiled]}, {short(against)} {said[ref.compiled]}"
 
 
 def _pairs(
@@ -104,14 +135,16 @@ def _pairs(
     return [(a[k], b[k]) for k in sorted(a.keys() & b.keys())]
 
 
-def _speedup(group: PolicyGroup, policy: str) -> Estimate | None:
-    """float32 step time / this policy's (above 1: faster than float32). Where the 16-bit
+def _speedup(group: PolicyGroup, policy: str, against: str = BASELINE) -> Estimate | None:
+    """float32 step time (or `against`'s) / this policy's (above 1: faster). Where the 16-bit
     cells run a larger batch (--batch-scale-16bit) the times are per sample, so this is
     the throughput ratio (samples/s) of the policy at its batch to float32 at its own.
     None for an emulated fp8 cell: _emulation_cost says what its step time is."""
     if group.emulated(policy):
         return None
-    pairs = _pairs(group, policy, CellSummary.step_times)
+    pairs = _pairs(group, policy, CellSummary.step_times, against)
+    if pairs and group.batch_scaled and against != BASELINE:
+        return None  # both 16-bit: the batch scaling is said against float32 only
     if pairs and group.batch_scaled:
         ref, cell = group.reference, group.cells[policy]
         ref_batch, batch = ref.batch() if ref else None, cell.batch()
@@ -169,33 +202,38 @@ def _implausible_speedup(group: PolicyGroup, policy: Row, speedup: Estimate | No
     )
 
 
-def _distrust(group: PolicyGroup, policy: str, speedup: Estimate | None) -> str | None:
-    """Why the evidence for `policy` against float32 cannot be trusted, or None: a repeat
-    of either cell ran on a busy machine, or a figure is beyond what the device can do.
-    Then no verdict recommends or warns, and a timing gate is inconclusive."""
+def _distrust(
+    group: PolicyGroup, policy: str, speedup: Estimate | None, against: str = BASELINE
+) -> str | None:
+    """Why the evidence for `policy` against float32 (or `against`) cannot be trusted, or
+    None: a repeat of either cell ran on a busy machine, or a figure is beyond what the
+    device can do. Then no verdict recommends or warns, and a timing gate is inconclusive."""
     reasons = []
-    for cell in (group.cells.get(BASELINE), group.cells.get(policy)):
+    for cell in (group.cells.get(against), group.cells.get(policy)):
         if cell is None:
             continue
         busy = cell.busy_text()
         if busy:
             reasons.append(f"{cell.row}: {busy}")
         reasons += [f"{cell.row}: {note}" for note in cell.implausible]
-    impossible = _implausible_speedup(group, policy, speedup)
+    # the ceiling bounds a gain over float32 only
+    impossible = _implausible_speedup(group, policy, speedup) if against == BASELINE else None
     if impossible:
         reasons.append(impossible)
     return "; ".join(dict.fromkeys(reasons)) if reasons else None
 
 
-def _memory_ratio(group: PolicyGroup, policy: str) -> Estimate | None:
-    """This policy's memory / float32's, only between the same kind of memory (none for
-    an emulated fp8 cell, whose memory holds the emulation's float32 copies)."""
-    ref, cell = group.reference, group.cells.get(policy)
+def _memory_ratio(group: PolicyGroup, policy: str, against: str = BASELINE) -> Estimate | None:
+    """This policy's memory / float32's (or `against`'s), only between the same kind of
+    memory (none for an emulated fp8 cell, whose memory holds the emulation's float32
+    copies)."""
+    ref, cell = group.cells.get(against), group.cells.get(policy)
     if group.emulated(policy):
         return None
     if ref is None or cell is None or ref.memory_kind != cell.memory_kind:
         return None
-    pairs = [(m, r) for r, m in _pairs(group, policy, CellSummary.memory_values) if r > 0]
+    values = CellSummary.memory_values
+    pairs = [(m, r) for r, m in _pairs(group, policy, values, against) if r > 0]
     return paired_ratio(pairs) if pairs else None
 
 

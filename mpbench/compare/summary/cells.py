@@ -22,14 +22,19 @@ from mpbench.errors import InvalidInput
 from mpbench.policies import BASELINE, POLICIES
 from mpbench.results import CellRecord, Status, StepTimeStats
 from mpbench.results.identity import CellKey, GroupKey, Row, cell_key, timed_step_samples
-from mpbench.results.schema import BottleneckStats
+from mpbench.results.schema import BottleneckStats, Fp8Prediction
 from mpbench.results.step_stats import StepStats, median_of_present
 from mpbench.results.variant import GROUP_RECIPE
 from mpbench.results.variant import Layout as Layout  # a group's layout (GroupKey.layout)
 
 FRAMEWORK_ORDER = ("torch", "tensorflow")
 UNKNOWN_BOTTLENECK = "unknown"  # results.schema.BOTTLENECK_KINDS: no class, evidence missing
-WORKLOAD_ORDER = ("mnist_dense", "cifar10_cnn", "transformer_lm")  # as the docs introduce them
+WORKLOAD_ORDER = (
+    "mnist_dense",
+    "cifar10_cnn",
+    "transformer_lm",
+    "transformer_lm_large",
+)  # as the docs introduce them
 _FAILED = (Status.DIVERGED, Status.OOM, Status.TIMEOUT, Status.ERROR)
 
 
@@ -135,6 +140,10 @@ class Fp8Summary:
     layers_fp8: int
     layers_total: int  # fp8 and kept in the base precision
     flop_share: float | None  # the fp8 GEMMs' share of the FLOPs
+    # v12 (torch): its GEMMs' shapes and timings as the first repeat measured them, and the
+    # gain over bf16 they predict, the median over the repeats (None: no prediction).
+    prediction: Fp8Prediction | None = None
+    predicted_gain: float | None = None
 
     @property
     def emulated(self) -> bool:
@@ -217,6 +226,12 @@ class CellSummary:
     @property
     def all_ok(self) -> bool:
         return all(r.status is Status.OK for r in self.records)
+
+    @property
+    def compiled(self) -> bool:
+        """Its finished repeats ran under torch.compile (--compile, or a float8 cell's
+        default): the record of a compiled cell holds its compile time."""
+        return bool(self.ok_records) and all(r.compile is not None for r in self.ok_records)
 
     @property
     def failed(self) -> bool:
@@ -397,6 +412,8 @@ def _summarize_fp8(ok: list[CellRecord]) -> Fp8Summary | None:
         layers_fp8=len(first.layers_fp8),
         layers_total=len(first.layers_fp8) + len(first.skipped_layers),
         flop_share=median_of_present(f.flop_share_fp8 for f in ran),
+        prediction=next((f.prediction for f in ran if f.prediction is not None), None),
+        predicted_gain=median_of_present(f.prediction.predicted_gain for f in ran if f.prediction),
     )
 
 

@@ -39,6 +39,21 @@ class PolicyVerdict:
 
 
 @dataclass(frozen=True)
+class AgainstBase:
+    """A row against the policy it builds on, in its group: float8's is bf16 (every op that
+    is not an fp8 GEMM runs in it), so bf16 is what fp8 must beat. None wherever the estimate
+    cannot be taken; an emulated fp8 row has its accuracy only."""
+
+    base: str  # the base policy: "mixed_bfloat16"
+    speedup: Estimate | None  # the base's step time / the row's
+    memory_ratio: Estimate | None  # the row's memory / the base's, same kind of memory only
+    accuracy_delta_pp: Estimate | None  # test accuracy minus the base's, in points
+    accuracy: AccuracyVerdict | None  # that difference judged at the margin
+    compiled: str | None = None  # "fp8 compiled, bf16 eager" where the two differ
+    distrust: str | None = None  # why the timing cannot be trusted (a busy machine)
+
+
+@dataclass(frozen=True)
 class Comparison:
     """A row of a group against float32 (float32's own row included: its ratios to itself are
     the `ref` of the tables). None wherever the estimate cannot be taken."""
@@ -49,11 +64,12 @@ class Comparison:
     end_to_end_speedup: Estimate | None
     memory_ratio: Estimate | None  # the row's memory / float32's, same kind of memory only
     accuracy_delta_pp: Estimate | None  # test accuracy minus float32's, in points
-    # Against the policy the row builds on (float8's: bf16), where it has one.
-    accuracy_delta_pp_vs_base: Estimate | None
     # Why the evidence against float32 cannot be trusted (busy machine, impossible figure).
     distrust: str | None
     # The accuracy difference judged by its interval at the margin (summary/accuracy.py);
     # None for float32 itself and where there is no difference to judge.
     accuracy: AccuracyVerdict | None = None
     verdict: PolicyVerdict | None = None  # None for float32, the reference itself
+    # Against the policy the row builds on (float8's: bf16) where the group has a cell of it.
+    vs_base: AgainstBase | None = None
+    compiled: str | None = None  # "fp8 compiled, float32 eager" where the two differ

@@ -12,7 +12,8 @@ from mpbench.compare.summary.accuracy import INCONCLUSIVE, WORSE, AccuracyVerdic
 from mpbench.compare.summary.cells import CellSummary, PolicyGroup, is_training_memory
 from mpbench.compare.summary.comparison import PolicyVerdict, short
 from mpbench.compare.summary.estimate import WITHIN_RUN, Estimate
-from mpbench.policies import BASELINE, DeviceTraits, Rating, rate, resolve
+from mpbench.fp8_gemms import explain
+from mpbench.policies import BASELINE, DeviceTraits, Rating, rate
 
 RECOMMENDED = "recommended here"
 AVOID = "avoid"
@@ -67,6 +68,9 @@ def policy_verdict(group: PolicyGroup, policy: str) -> PolicyVerdict:
         return PolicyVerdict(policy, f"{cell.status}, no numbers", NOT_MEASURED, why)
     if group.emulated(policy):
         return emulated_verdict(group, policy)
+    against = comparison.vs_base
+    if cell.fp8 is not None and against is not None and against.speedup is not None:
+        return fp8_verdict(group, policy)
     if group.reference is None:
         return PolicyVerdict(policy, _measured(cell, "no float32 cell to compare with"), NO_RATIO)
     speedup = comparison.speedup
@@ -118,10 +122,11 @@ def emulated_verdict(group: PolicyGroup, policy: str) -> PolicyVerdict:
     assert cell.fp8 is not None
     parts = [f"emulated, fp8 in {cell.fp8.coverage()}"]
     # float32, then the policy it builds on (float8's: bf16), its nearest accuracy reference.
-    base = resolve(cell.row.policy).base
-    deltas = {BASELINE: comparison.accuracy_delta_pp, base: comparison.accuracy_delta_pp_vs_base}
-    for against in [BASELINE] if base is None else [BASELINE, base]:
-        delta = deltas[against] if against in group.cells else None
+    vs_base = comparison.vs_base
+    deltas = [(BASELINE, comparison.accuracy_delta_pp)]
+    if vs_base is not None:
+        deltas.append((vs_base.base, vs_base.accuracy_delta_pp))
+    for against, delta in deltas:
         if delta is not None:
             parts.append(f"{fmt.points_interval(delta)} accuracy vs {short(against)}")
     cost = comparison.emulation_cost
@@ -131,6 +136,42 @@ def emulated_verdict(group: PolicyGroup, policy: str) -> PolicyVerdict:
     # never assumed here: torchao and Keras emulate in different dtypes).
     why = "; ".join(x for x in (cell.fp8.why, cell.fp8.gemm) if x)
     return PolicyVerdict(policy, "; ".join(parts), NUMERICS_ONLY, why)
+
+
+def fp8_verdict(group: PolicyGroup, policy: str) -> PolicyVerdict:
+    """A float8 cell that ran fp8 GEMMs, judged against bf16, the policy it builds on: every
+    op but its GEMMs runs in bf16, so fp8 is worth having only where it beats bf16 (`0.35×
+    bf16's speed ..., fp8 loses here: its GEMMs are too small (predicted 0.80× on its
+    layers, measured 0.35×)`). Its speed-up over float32, where float32 ran, is said too."""
+    cell, comparison = group.cells[policy], group.comparisons[policy]
+    against = comparison.vs_base
+    assert cell.fp8 is not None and against is not None and against.speedup is not None
+    base = short(against.base)
+    parts = [_speed(against.speedup, f"than {base}")]
+    if comparison.speedup is not None:
+        parts.append(f"{fmt.ratio(comparison.speedup.value)} float32's speed")
+    parts.append(f"fp8 in {cell.fp8.coverage()}")
+    judged = against.accuracy
+    if against.accuracy_delta_pp is not None:
+        said = f" ({judged.word})" if judged is not None else ""
+        parts.append(f"{fmt.points(against.accuracy_delta_pp.value)} accuracy vs {base}{said}")
+    memory = against.memory_ratio
+    if memory is not None and is_training_memory(cell.memory_kind):
+        parts.append(f"{fmt.percent_change(memory.value - 1)} training memory vs {base}")
+    advice = _advice(against.speedup, judged)
+    reasons = [explain(cell.fp8.prediction, against.speedup.value)]
+    found = cell.bottleneck
+    if found is not None and found.kind in _NOT_ARITHMETIC:
+        # the GEMMs' prediction says nothing of a step they do not set the pace of
+        reasons.append(f"the step is {_limit(cell, group.cells.get(against.base))}")
+    if against.compiled:
+        reasons.append(f"{against.compiled}: add --compile to compile {base} too")
+    if advice == CAREFUL and judged is not None:
+        reasons.append(f"accuracy {judged.text()}")
+    why = "; ".join(r for r in reasons if r) or None
+    if against.distrust is not None:
+        return PolicyVerdict(policy, ", ".join(parts), REMEASURE, against.distrust)
+    return PolicyVerdict(policy, ", ".join(parts), advice, why)
 
 
 def _measured(cell: CellSummary, why: str) -> str:
@@ -164,12 +205,14 @@ def fallback_story(group: PolicyGroup, policy: str) -> str | None:
     return None
 
 
-def _speed(speedup: Estimate) -> str:
+def _speed(speedup: Estimate, than: str = "") -> str:
+    """`2.45× faster, 95 % 2.41–2.49×`; `than`: what it is faster than (`than bf16`)."""
     value = speedup.value
+    than = f" {than}" if than else ""
     if value >= 1:
-        text = f"{fmt.ratio(value)} faster"
+        text = f"{fmt.ratio(value)} faster{than}"
     else:  # 1 / 0.0031 = 323× slower (0.0031×), never (0.00×)
-        text = f"{fmt.significant(1 / value, decimals=1)}× slower ({fmt.ratio(value)})"
+        text = f"{fmt.significant(1 / value, decimals=1)}× slower{than} ({fmt.ratio(value)})"
     if speedup.has_interval:
         mark = fmt.WITHIN_RUN_MARK if speedup.kind == WITHIN_RUN else ""
         text += f", 95 % {fmt.ratio_range(speedup.low, speedup.high)}{mark}"
