@@ -308,6 +308,22 @@ def _paths(option: str, paths: list[Path] | None) -> list[Path]:
     return list(paths or [])
 
 
+def _names(option: str, names: list[str] | None) -> tuple[str, ...]:
+    return tuple(n.strip() for n in names or [] if n.strip())
+
+
+def _policy_names(option: str, names: list[str] | None) -> tuple[str, ...]:
+    """Canonical policy names (`bf16` -> `mixed_bfloat16`), an unknown one refused."""
+    out = []
+    for name in _names(option, names):
+        if name.lower() not in valid_names() or name.lower() in SELECTORS:
+            raise InvalidInput(
+                f"{option} {name!r}: unknown policy; valid choices: {', '.join(valid_names())}"
+            )
+        out.append(resolve(name.lower()).name)
+    return tuple(out)
+
+
 # In `mpbench compare --help`'s order. A new option: one entry here and its CompareOptions
 # field (tests/compare/test_compare_options_table.py checks they match, and that each reaches
 # CompareOptions from the command line); a new baseline gate also needs its row in
@@ -316,7 +332,8 @@ COMPARE_OPTIONS: tuple[CompareOption, ...] = (
     CompareOption(
         "paths",
         (),
-        "Result files or run directories (default: the latest run in --results-dir).",
+        "Result files, run directories or stores (mpbench store add; default: the latest "
+        "run in --results-dir).",
         kind=list[Path],
         parse=_paths,
     ),
@@ -327,6 +344,37 @@ COMPARE_OPTIONS: tuple[CompareOption, ...] = (
         kind=Path,
         default=Path("results"),
     ),
+    # Which records to compare, from every source; --commits, --since and --until choose
+    # among the runs of a store (mpbench store add: docs/history.md).
+    CompareOption(
+        "devices",
+        ("--device",),
+        "Only records of devices whose name holds this (h200, xeon) or of this hardware "
+        "fingerprint (repeatable).",
+        kind=list[str],
+        parse=_names,
+    ),
+    CompareOption(
+        "workloads",
+        ("--workload", "-w"),
+        "Only this workload's records (repeatable).",
+        kind=list[str],
+        parse=_names,
+    ),
+    CompareOption(
+        "policies",
+        ("--policy", "-p"),
+        "Only these policies' records (repeatable; add fp32 for speed-ups).",
+        kind=list[str],
+        parse=_policy_names,
+    ),
+    CompareOption(
+        "commits",
+        ("--commits",),
+        "A store's runs from commit A to B, both included: A..B, A.. or ..B.",
+    ),
+    CompareOption("since", ("--since",), "A store's runs from this date or time on (ISO 8601)."),
+    CompareOption("until", ("--until",), "A store's runs up to this date or time (included)."),
     CompareOption(
         "baseline",
         ("--baseline", "-b"),

@@ -178,6 +178,13 @@ def _never_fail_on_encoding() -> None:
             reconfigure(errors="replace")
 
 
+# --- store and history: owned by the history/ package (docs/history.md). ---
+from mpbench.history.cli import history, store_app  # noqa: E402
+
+app.add_typer(store_app, name="store")
+app.command()(history)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: bad input becomes one line on stderr and exit code 2, never a traceback."""
     _never_fail_on_encoding()

@@ -12,6 +12,7 @@ from typing import Any
 from mpbench.arguments import COMPARE_OPTIONS
 from mpbench.errors import unknown_choice
 from mpbench.formats import FORMATS  # the table of formats, for the check here
+from mpbench.results.store import StoreFilter
 
 
 @dataclass
@@ -21,6 +22,13 @@ class CompareOptions:
 
     paths: list[Path] = field(default_factory=list)  # none: the latest run under results_dir
     results_dir: Path = Path("results")
+    # Which records (results.store.StoreFilter's fields); empty: every one.
+    devices: tuple[str, ...] = ()
+    workloads: tuple[str, ...] = ()
+    policies: tuple[str, ...] = ()  # canonical names
+    commits: str | None = None  # a store's runs only, as the three below
+    since: str | None = None
+    until: str | None = None
     baseline: Path | None = None
     max_slowdown: float | None = None  # fraction: 0.10 = 10 % slower step time allowed
     max_memory_increase: float | None = None  # fraction
@@ -38,6 +46,18 @@ class CompareOptions:
     format: str = "table"
     output: Path | None = None
     plot: Path | None = None
+
+    def record_filter(self) -> StoreFilter | None:
+        """The filters as the store reads them; None where none was given."""
+        found = StoreFilter(
+            devices=self.devices,
+            workloads=self.workloads,
+            policies=self.policies,
+            commits=self.commits,
+            since=self.since,
+            until=self.until,
+        )
+        return found.check() if found != StoreFilter() else None
 
     @property
     def has_baseline_gates(self) -> bool:

@@ -26,6 +26,7 @@ from mpbench.formats import BY_NAME
 from mpbench.results import CellRecord
 from mpbench.results.io import RESULTS_FILE, read_runs, results_file
 from mpbench.results.run_json import AdaptiveBlock
+from mpbench.results.store import StoreFilter, is_store, store_records, stored_runs
 
 
 def latest_run(results_dir: Path) -> Path:
@@ -44,9 +45,35 @@ def latest_run(results_dir: Path) -> Path:
     return max(runs, key=lambda d: ((d / RESULTS_FILE).stat().st_mtime, d.name))
 
 
-def load(paths: list[Path]) -> list[CellRecord]:
-    """The records of every path, merged (conflicting duplicates refused: read_runs)."""
-    return read_runs(paths)
+def load(paths: list[Path], filters: StoreFilter | None = None) -> list[CellRecord]:
+    """The records of every path, merged (conflicting duplicates refused: read_runs); a store
+    (mpbench store add) gives those of its runs the filters keep, run directories and files
+    those that pass the record filters (device, workload, policy)."""
+    stores = [p for p in paths if is_store(p)]
+    if filters is not None and not stores and filters.selects_runs:
+        raise InvalidInput(
+            "--commits, --since and --until choose among the runs of a store "
+            "(mpbench store add; docs/history.md): pass one"
+        )
+    files = [p for p in paths if p not in stores]
+    records = read_runs(files) if files else []
+    if filters is not None:
+        records = [r for r in records if filters.keeps(r)]
+    found = {(r.run_id, r.cell_id, r.repeat): r for r in records}
+    for store in stores:
+        for record in store_records(store, filters):
+            identity = (record.run_id, record.cell_id, record.repeat)
+            if identity in found and found[identity] != record:
+                raise InvalidInput(
+                    f"{store}: record {record.cell_id} of run {record.run_id} differs from "
+                    "the copy in the other sources: pass one of them"
+                )
+            if identity not in found:
+                found[identity] = record
+                records.append(record)
+    if filters is not None and not records:
+        raise InvalidInput("no record passes --device, --workload, --policy and the run filters")
+    return records
 
 
 def _run_dirs(paths: list[Path], options: CompareOptions) -> dict[str, list[Path]] | None:
@@ -55,7 +82,7 @@ def _run_dirs(paths: list[Path], options: CompareOptions) -> dict[str, list[Path
         return None
     from mpbench.compare.summary.side_files import run_dirs
 
-    return run_dirs(paths)
+    return run_dirs([p for p in paths if not is_store(p)])  # a store keeps no side files
 
 
 def run_compare(paths: list[Path] | None = None, **options: object) -> int:
@@ -80,9 +107,10 @@ def compare(options: CompareOptions, stdout: TextIO | None = None) -> int:
             "--max-slowdown, --max-memory-increase and --max-accuracy-drop need --baseline "
             "(within one run, use --min-speedup and --max-accuracy-delta)"
         )
-    records = load(paths)
+    filters = options.record_filter()
+    records = load(paths, filters)
     baseline = load([options.baseline]) if options.baseline is not None else None
-    run_jsons = [_run_json(path) for path in paths]  # read once: the margin, --repeat auto
+    run_jsons = _run_jsons(paths, filters)  # read once: the margin, --repeat auto
     if options.accuracy_margin_pp is None:
         options.accuracy_margin_pp = runs_margin(run_jsons)
     report = build_report(records, options, baseline, run_dirs=_run_dirs(paths, options))
@@ -101,6 +129,17 @@ def runs_margin(run_jsons: list[dict]) -> float | None:
         if isinstance(margin, (int, float)) and not isinstance(margin, bool) and margin >= 0:
             margins.add(float(margin))
     return margins.pop() if len(margins) == 1 else None
+
+
+def _run_jsons(paths: list[Path], filters: StoreFilter | None) -> list[dict]:
+    """Each run's run.json: a run directory's file, a store's copies of its runs'."""
+    found = []
+    for path in paths:
+        if is_store(path):
+            found += [run.run_json or {} for run in stored_runs(path, filters)]
+        else:
+            found.append(_run_json(path))
+    return found
 
 
 def _run_json(path: Path) -> dict:

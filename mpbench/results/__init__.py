@@ -24,6 +24,7 @@ from mpbench.results.schema import (
     StepTimeStats,
     TelemetryStats,
 )
+from mpbench.results.store import load_store
 from mpbench.results.versions import load_record
 from mpbench.results.writer import append_record, write_csv, write_environment
 
@@ -51,6 +52,7 @@ __all__ = [
     "append_record",
     "load",
     "load_record",
+    "load_store",
     "read_records",
     "write_csv",
     "write_environment",

@@ -6,7 +6,6 @@ import importlib.metadata
 import json
 import platform
 import secrets
-import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from rich.text import Text
 from mpbench import __version__
 from mpbench.backends.base import CellSpec
 from mpbench.errors import InvalidInput
+from mpbench.git import git
 from mpbench.results import CellRecord, Status, append_record, write_csv, write_environment
 from mpbench.results.io import RESULTS_FILE, read_records
 from mpbench.results.scaling import weak_scaling_efficiency
@@ -63,19 +63,18 @@ def package_version(name: str) -> str | None:
         return None
 
 
-def git_commit() -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+def git_commit() -> tuple[str | None, str | None]:
+    """The commit of the directory mpbench runs in and its committer time (ISO 8601), which
+    `mpbench store add` orders history by (docs/history.md); None where there is none."""
+    commit = git(Path.cwd(), "rev-parse", "HEAD")
+    when = git(Path.cwd(), "show", "-s", "--format=%cI", commit) if commit else None
+    return commit, when
 
 
 def environment(options: RunOptions, config: RunConfig, report: Any, device: str) -> dict:
     from mpbench.detect.system import read_tuning
 
+    commit, commit_time = git_commit()
     return {
         "mpbench_version": __version__,
         "started_at": now_iso(),
@@ -88,7 +87,8 @@ def environment(options: RunOptions, config: RunConfig, report: Any, device: str
             name: package_version(name)
             for name in ("torch", "tensorflow", "keras", "numpy", "pandas", "nvidia-ml-py")
         },
-        "git_commit": git_commit(),
+        "git_commit": commit,
+        "git_commit_time": commit_time,
         "detect": report.to_dict(),
         # pyperf's `system show` checks and the load before the first cell (detect.system)
         "tuning": read_tuning().to_dict(),

@@ -26,6 +26,12 @@ DECLARED = [option.field for option in COMPARE_OPTIONS]
 EXAMPLES: dict[str, tuple[list[str], Any]] = {
     "paths": (["a", "b/c"], [Path("a"), Path("b/c")]),
     "results_dir": (["--results-dir", "elsewhere"], Path("elsewhere")),
+    "devices": (["--device", "h200", "--device", "xeon"], ("h200", "xeon")),
+    "workloads": (["-w", "mnist_dense"], ("mnist_dense",)),
+    "policies": (["-p", "fp32", "-p", "bf16"], ("float32", "mixed_bfloat16")),
+    "commits": (["--commits", "abc123.."], "abc123.."),
+    "since": (["--since", "2026-11-01"], "2026-11-01"),
+    "until": (["--until", "2026-11-26"], "2026-11-26"),
     "baseline": (["-b", "base"], Path("base")),
     "max_slowdown": (["--max-slowdown", "10%"], 0.1),
     "max_memory_increase": (["--max-memory-increase", "0.2"], 0.2),

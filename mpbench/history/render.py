@@ -1,0 +1,375 @@
+"""`mpbench history`'s outputs: terminal tables (rich), markdown, JSON; the fleet's as well.
+
+Both commands' tables are built once as plain text (Table) and then drawn by rich or written
+as markdown, so the two never disagree; JSON keeps full floats. Numbers are spelled by
+compare's own formatting (compare/summary/fmt.py), so a speed-up reads the same in both.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from mpbench.compare.summary import fmt
+from mpbench.compare.summary.estimate import Estimate
+from mpbench.history.ci import FAIL, INCONCLUSIVE, NewestVerdict
+from mpbench.history.fleet import FleetCell, FleetTable
+from mpbench.history.report import BY_DATE, HistoryReport
+from mpbench.history.series import STEP_TIME, Point, Series
+from mpbench.results.store import StoredRun
+
+JSON_VERSION = 1
+
+
+@dataclass
+class Table:
+    title: str
+    headers: list[str]
+    rows: list[list[str]] = field(default_factory=list)
+    styles: list[str | None] = field(default_factory=list)  # per row: None, "red", "yellow"
+
+
+# --- words and numbers ----------------------------------------------------------------------
+
+
+def run_name(run: StoredRun, by: str = "commit") -> str:
+    """A point's name on the x axis: its commit, or its start when ordered by date or when
+    the commit is unknown."""
+    if by != BY_DATE and run.short_commit:
+        return run.short_commit
+    return (run.started_at or run.run_id)[:16].replace("T", " ")
+
+
+def value_text(series: Series, estimate: Estimate | None) -> str:
+    if series.metric == STEP_TIME:
+        if estimate is None:
+            return fmt.DASH
+        text = f"{fmt.ms(estimate.value)} ms"
+        if estimate.has_interval:
+            text += f" ({fmt.ms_range(estimate.low, estimate.high)})"
+            text += fmt.WITHIN_RUN_MARK if estimate.kind == "within-run only" else ""
+        return text
+    return fmt.ratio_interval(estimate)
+
+
+def change_text(series: Series, by: str) -> str:
+    """`+23.1 % (+15.2 to +31.6) at 5e6f7a8b`, one line per change point."""
+    lines = []
+    for change, _, after in series.changes():
+        text = f"{change.change * 100:+.1f} % ({change.low * 100:+.1f} to "
+        text += f"{change.high * 100:+.1f}) at {run_name(after.run, by)}"
+        if change.first != change.index or change.last != change.index:
+            first = series.trusted_point(change.first).run
+            last = series.trusted_point(change.last).run
+            text += f" (95 %: {run_name(first, by)} … {run_name(last, by)})"
+        lines.append(text)
+    return "\n".join(lines) or "none"
+
+
+def verdict_text(verdict: NewestVerdict) -> str:
+    return (
+        verdict.outcome if verdict.outcome == verdict.text else f"{verdict.outcome}: {verdict.text}"
+    )
+
+
+def section_title(series: Series) -> tuple[str, str, str]:
+    group = series.group
+    return (group.device, group.fingerprint, group.workload)
+
+
+# --- history tables -------------------------------------------------------------------------
+
+
+def history_tables(report: HistoryReport, points: bool = False) -> list[Table]:
+    tables: list[Table] = []
+    current: tuple[str, str, str] | None = None
+    table: Table | None = None
+    for series, verdict in zip(report.series, report.verdicts, strict=True):
+        where = section_title(series)
+        if where != current:
+            current = where
+            device, fingerprint, workload = where
+            runs = {
+                p.run.run_id for s in report.series if section_title(s) == where for p in s.points
+            }
+            table = Table(
+                f"{workload} on {device} ({fingerprint[:12]}), {len(runs)} runs",
+                [
+                    "series",
+                    "points",
+                    "first",
+                    "newest (95 %)",
+                    "change points (95 %)",
+                    "newest run",
+                ],
+            )
+            tables.append(table)
+        assert table is not None
+        first, newest = series.points[0], series.points[-1]
+        detection = series.detection
+        noise = f", noise ±{detection.sigma * 100:.1f} %" if detection else ""
+        table.rows.append(
+            [
+                f"{series.label} {series.metric}",
+                f"{len(series.points)}{noise}",
+                value_text(series, first.estimate),
+                value_text(series, newest.estimate),
+                change_text(series, report.by),
+                verdict_text(verdict),
+            ]
+        )
+        table.styles.append(
+            "red"
+            if verdict.outcome == FAIL
+            else "yellow"
+            if verdict.outcome == INCONCLUSIVE
+            else None
+        )
+        if points:
+            tables.append(points_table(series, report.by))
+    return tables
+
+
+def points_table(series: Series, by: str) -> Table:
+    starts = {after.run.run_id: change for change, _, after in series.changes()}
+    table = Table(
+        f"{series.label} {series.metric} on {series.group.device}: every point",
+        ["#", "commit" if by != BY_DATE else "started", "run", "value (95 %)", "note"],
+    )
+    for i, point in enumerate(series.points, start=1):
+        change = starts.get(point.run.run_id)
+        note = f"new level {change.change * 100:+.1f} %" if change is not None else ""
+        if point.distrust:
+            note = f"not used: {point.distrust}"
+        table.rows.append(
+            [
+                str(i),
+                run_name(point.run, by),
+                point.run.run_id,
+                value_text(series, point.estimate),
+                note,
+            ]
+        )
+        table.styles.append("yellow" if change is not None else "dim" if point.distrust else None)
+    return table
+
+
+# --- fleet tables ---------------------------------------------------------------------------
+
+
+def fleet_text_tables(tables: list[FleetTable]) -> list[Table]:
+    out = []
+    for fleet in tables:
+        headers = ["policy", *(m.label for m in fleet.machines)]
+        table = Table(f"{fleet.workload}: each machine's newest run", headers)
+        for row in fleet.rows:
+            cells = [_fleet_cell(row.cells.get(m.fingerprint)) for m in fleet.machines]
+            table.rows.append([row.name, *cells])
+            table.styles.append(None)
+        table.rows.append(
+            ["config", *(fleet.configs.get(m.fingerprint, "") for m in fleet.machines)]
+        )
+        table.rows.append(["run", *(_run_label(m.run) for m in fleet.machines)])
+        table.styles += ["dim", "dim"]
+        out.append(table)
+    return out
+
+
+def _run_label(run: StoredRun) -> str:
+    return run.run_id + (f" at {run.short_commit}" if run.short_commit else "")
+
+
+def _fleet_cell(cell: FleetCell | None) -> str:
+    if cell is None:
+        return fmt.DASH
+    if cell.status is not None:
+        return f"{cell.status}" + (f": {cell.why}" if cell.why else "")
+    if cell.step_time_s is not None:
+        return f"{fmt.ms(cell.step_time_s.value)} ms a step (reference)"
+    lines = [f"{fmt.ratio_interval(cell.speedup)} speed-up"]
+    extra = []
+    if cell.memory_ratio is not None:
+        extra.append(f"memory {fmt.ratio(cell.memory_ratio.value)}")
+    if cell.accuracy_delta_pp is not None:
+        extra.append(f"Δacc {fmt.points_interval(cell.accuracy_delta_pp)}")
+    if extra:
+        lines.append(", ".join(extra))
+    if cell.verdict:
+        lines.append(f"→ {cell.verdict}")
+    return "\n".join(lines)
+
+
+# --- drawing --------------------------------------------------------------------------------
+
+
+def terminal_text(title: str, tables: list[Table], notes: list[str], width: int = 200) -> str:
+    """The tables as rich draws them, plain text (for --output and pipes)."""
+    from rich.console import Console
+
+    buffer = io.StringIO()
+    print_terminal(title, tables, notes, Console(file=buffer, width=width, no_color=True))
+    return buffer.getvalue()
+
+
+def print_terminal(title: str, tables: list[Table], notes: list[str], console: Any) -> None:
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table as RichTable
+
+    from mpbench.compare.render.encoding import safe_console
+
+    with safe_console(console):
+        console.print(f"[bold]{escape(title)}[/bold]")
+        for table in tables:
+            rich = RichTable(title=escape(table.title), box=box.SIMPLE_HEAD, title_justify="left")
+            for header in table.headers:
+                rich.add_column(escape(header), overflow="fold")
+            for row, style in zip(table.rows, table.styles, strict=True):
+                rich.add_row(*(escape(c) for c in row), style=style)
+            console.print(rich)
+        for note in notes:
+            console.print(escape(note))
+
+
+def markdown_text(title: str, tables: list[Table], notes: list[str]) -> str:
+    lines = [f"## {title}", ""]
+    for table in tables:
+        lines += [f"**{_md(table.title)}**", ""]
+        lines.append("| " + " | ".join(_md(h) for h in table.headers) + " |")
+        lines.append("|" + "|".join("---" for _ in table.headers) + "|")
+        for row in table.rows:
+            lines.append("| " + " | ".join(_md(c) for c in row) + " |")
+        lines.append("")
+    lines += [f"- {_md(n)}" for n in notes]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", "<br>")
+
+
+# --- JSON -----------------------------------------------------------------------------------
+
+
+def _estimate(estimate: Estimate | None) -> dict[str, Any] | None:
+    if estimate is None:
+        return None
+    return {
+        "value": estimate.value,
+        "low": estimate.low,
+        "high": estimate.high,
+        "interval": estimate.kind,  # "repeats", "within-run only", or null: none
+        "n": estimate.n,
+    }
+
+
+def _run(run: StoredRun) -> dict[str, Any]:
+    return {
+        "run_id": run.run_id,
+        "commit": run.git_commit,
+        "commit_time": run.commit_time,
+        "started_at": run.started_at,
+    }
+
+
+def history_json(report: HistoryReport) -> str:
+    out = {
+        "mpbench_history": JSON_VERSION,
+        "sources": report.sources,
+        "order": report.by,
+        "threshold": report.threshold,
+        "runs": [_run(r) for r in report.runs],
+        "series": [_series(s, v) for s, v in zip(report.series, report.verdicts, strict=True)],
+        "failed": [f"{s.label} {s.metric} on {s.group.device}" for s, _ in report.failed],
+    }
+    return json.dumps(out, indent=2) + "\n"
+
+
+def _series(series: Series, verdict: NewestVerdict) -> dict[str, Any]:
+    group = series.group
+    detection = series.detection
+    return {
+        "metric": series.metric,
+        "unit": "s" if series.metric == STEP_TIME else "x",
+        "label": series.label,
+        "device": group.device,
+        "fingerprint": group.fingerprint,
+        "workload": group.workload,
+        "framework": group.framework,
+        "policy": series.row.policy,
+        "variant": series.row.variant,
+        "config": group.config_dict(),
+        "points": [_point(p) for p in series.points],
+        "noise": detection.sigma if detection else None,
+        "change_points": [
+            {
+                **_run(after.run),
+                "previous": _run(before.run),
+                "before": change.before,
+                "after": change.after,
+                "change": change.change,
+                "low": change.low,
+                "high": change.high,
+                "between": [
+                    series.trusted_point(change.first).run.run_id,
+                    series.trusted_point(change.last).run.run_id,
+                ],
+            }
+            for change, before, after in series.changes()
+        ],
+        "newest": {"outcome": verdict.outcome, "text": verdict.text},
+    }
+
+
+def _point(point: Point) -> dict[str, Any]:
+    return {**_run(point.run), **(_estimate(point.estimate) or {}), "distrust": point.distrust}
+
+
+def fleet_json(tables: list[FleetTable]) -> str:
+    out = {
+        "mpbench_fleet": JSON_VERSION,
+        "workloads": [
+            {
+                "workload": t.workload,
+                "machines": [
+                    {
+                        "label": m.label,
+                        "device": m.device,
+                        "fingerprint": m.fingerprint,
+                        **_run(m.run),
+                    }
+                    for m in t.machines
+                ],
+                "rows": [
+                    {
+                        "row": r.name,
+                        "policy": r.row.policy,
+                        "variant": r.row.variant,
+                        "cells": {
+                            m.fingerprint: _fleet_json_cell(r.cells.get(m.fingerprint))
+                            for m in t.machines
+                        },
+                    }
+                    for r in t.rows
+                ],
+            }
+            for t in tables
+        ],
+    }
+    return json.dumps(out, indent=2) + "\n"
+
+
+def _fleet_json_cell(cell: FleetCell | None) -> dict[str, Any] | None:
+    if cell is None:
+        return None
+    return {
+        "speedup": _estimate(cell.speedup),
+        "memory_ratio": _estimate(cell.memory_ratio),
+        "accuracy_delta_pp": _estimate(cell.accuracy_delta_pp),
+        "step_time_s": _estimate(cell.step_time_s),
+        "verdict": cell.verdict,
+        "why": cell.why,
+        "status": cell.status,
+    }

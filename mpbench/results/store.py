@@ -1,0 +1,713 @@
+"""The results store: many runs, from many commits and machines, in one SQLite file.
+
+`mpbench store add RUN_DIR...` puts runs here; `mpbench history` and `load_store` read them
+back (docs/history.md). SQLite through the standard library: one file a CI job can keep as an
+artifact or on a branch, transactions that survive a kill, and `pandas.read_sql` reads it with
+no mpbench at all. Nothing here needs a columnar engine: a store of a thousand runs is a few
+tens of megabytes of JSON, read once per command.
+
+What it holds (schema version STORE_VERSION, in `PRAGMA user_version`):
+- `runs`: one row per run id, with where it was added from, when, a hash of its content, the
+  git commit it measured and that commit's time (when known), the run's start, its devices,
+  and its environment.json and run.json as JSON text;
+- `records`: one row per record (cell repeat), the record's JSON exactly as results.jsonl
+  held it, beside the columns a filter needs (framework, workload, policy, device, status,
+  step-time median, ...).
+
+Rules:
+- Records enter through the validated reader (results.io.read_runs), so the store holds only
+  what `mpbench compare` would accept, and leave through `load_record`, which upgrades older
+  schema versions as for any file.
+- One transaction per run: a kill mid-way leaves every run either whole or absent, never part
+  of one (SQLite's rollback journal undoes an unfinished transaction when the file is next
+  opened).
+- Idempotent: a run is its run id. Adding it again with the same content (records,
+  environment.json, run.json) changes nothing; different content (the run was resumed, or
+  `--repeat auto` ran more rounds) replaces its rows, in one transaction.
+- A reader refuses a store of a schema version it does not know, in one line (exit 2).
+
+The module imports no git and no pandas at the top: `mpbench.history` finds commits, and
+`load_store` imports pandas when called.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mpbench.errors import InvalidInput
+from mpbench.results.io import ENVIRONMENT_FILE, read_runs, results_file
+from mpbench.results.schema import CellRecord, SchemaError
+from mpbench.results.variant import record_variant
+from mpbench.results.versions import load_record
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+STORE_VERSION = 1
+READABLE_STORE_VERSIONS = (1,)
+# PRAGMA application_id: says "an mpbench store" to `file(1)` and to us ("mpbs").
+APPLICATION_ID = 0x6D706273
+RUN_JSON = "run.json"
+# Test-only: seconds to sleep inside each run's transaction, before its commit, so that a test
+# can kill `store add` mid-transaction deterministically (tests/results/test_store.py).
+PAUSE_ENV = "MPBENCH_STORE_TEST_PAUSE_S"
+
+_SCHEMA = """
+CREATE TABLE runs (
+    run_id TEXT PRIMARY KEY,
+    source TEXT,                 -- the run directory it was last added from
+    added_at TEXT NOT NULL,      -- UTC, ISO 8601
+    content_sha256 TEXT NOT NULL,
+    git_commit TEXT,
+    commit_time TEXT,            -- the commit's committer date, UTC ISO 8601, when known
+    commit_source TEXT,          -- where git_commit came from, in words
+    started_at TEXT,             -- the run's start (environment.json, else run.json, else records)
+    mpbench_version TEXT,
+    devices TEXT,                -- "cpu: AMD EPYC 9R14" (several: joined by semicolons)
+    fingerprints TEXT,           -- hardware fingerprints (several: joined by semicolons)
+    record_count INTEGER NOT NULL,
+    environment TEXT,            -- environment.json, as JSON text
+    run_json TEXT                -- run.json, as JSON text
+);
+CREATE TABLE records (
+    run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+    cell_id TEXT NOT NULL,
+    repeat INTEGER NOT NULL,
+    line INTEGER NOT NULL,       -- its line in results.jsonl: the run's order
+    schema_version INTEGER NOT NULL,
+    timestamp TEXT NOT NULL,
+    framework TEXT NOT NULL,
+    framework_version TEXT,
+    workload TEXT NOT NULL,
+    policy TEXT NOT NULL,
+    variant TEXT,
+    status TEXT NOT NULL,
+    device TEXT NOT NULL,        -- "cpu: AMD EPYC 9R14", as compare names a machine
+    device_capability TEXT,
+    fingerprint TEXT NOT NULL,
+    step_time_median_s REAL,
+    throughput_samples_per_s REAL,
+    test_accuracy REAL,
+    training_bytes INTEGER,
+    record TEXT NOT NULL,        -- the record's JSON as results.jsonl held it
+    PRIMARY KEY (run_id, cell_id, repeat)
+);
+CREATE INDEX records_by_cell ON records (workload, policy, framework);
+"""
+
+
+# --- what a run is, read from its directory -------------------------------------------------
+
+
+@dataclass
+class RunSource:
+    """One run read from a run directory, ready to be added: its records (validated), the
+    text of each as written, and the run's files and commit."""
+
+    run_id: str
+    source: str
+    records: list[tuple[int, CellRecord, str]]  # (line, record, its JSON text)
+    environment: dict[str, Any] | None
+    run_json: dict[str, Any] | None
+    git_commit: str | None = None
+    commit_time: str | None = None
+    commit_source: str | None = None
+
+    @property
+    def started_at(self) -> str | None:
+        """When the run started: environment.json's `started_at`, run.json's `created_at`,
+        else its earliest record."""
+        for raw, key in ((self.environment, "started_at"), (self.run_json, "created_at")):
+            value = (raw or {}).get(key)
+            if isinstance(value, str) and _parse_time(value) is not None:
+                return iso_utc(value)
+        stamps = [r.timestamp for _, r, _ in self.records if _parse_time(r.timestamp)]
+        return min((iso_utc(s) for s in stamps), default=None)
+
+    def content_sha256(self) -> str:
+        """A hash of what the run holds, independent of file layout and key order."""
+        digest = hashlib.sha256()
+        for text in sorted(_canonical(json.loads(t)) for _, _, t in self.records):
+            digest.update(text.encode())
+            digest.update(b"\n")
+        for raw in (self.environment, self.run_json):
+            digest.update(_canonical(raw).encode())
+            digest.update(b"\n")
+        return digest.hexdigest()
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def read_run_dir(path: str | Path) -> list[RunSource]:
+    """The runs of a run directory (or a results.jsonl), one per run id it holds (one, for
+    anything `mpbench run` wrote). Refuses, in one line, what compare would refuse."""
+    path = Path(path)
+    file = results_file(path)
+    directory = file.parent
+    records = read_runs([file])  # SchemaError (InvalidInput) names the file and line
+    by_identity = {(r.run_id, r.cell_id, r.repeat): r for r in records}
+    environment = _json_file(directory / ENVIRONMENT_FILE)
+    run_json = _json_file(directory / RUN_JSON)
+    runs: dict[str, RunSource] = {}
+    seen: set[tuple[str, str, int]] = set()
+    for number, raw_line in enumerate(file.read_bytes().splitlines(), start=1):
+        text = raw_line.decode("utf-8").strip()
+        if not text:
+            continue
+        raw = json.loads(text)
+        identity = (raw["run_id"], raw["cell_id"], raw["repeat"])
+        if identity in seen:  # an identical copy (read_runs refused different ones)
+            continue
+        seen.add(identity)
+        record = by_identity[identity]
+        run = runs.get(record.run_id)
+        if run is None:
+            run = runs[record.run_id] = RunSource(
+                record.run_id, str(directory.resolve()), [], environment, run_json
+            )
+        run.records.append((number, record, text))
+    return list(runs.values())
+
+
+def _json_file(path: Path) -> dict[str, Any] | None:
+    """A run's environment.json or run.json; None where there is none; one line if broken."""
+    if not path.exists():
+        return None
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise InvalidInput(f"{path}: not readable JSON ({exc})") from None
+    if not isinstance(raw, dict):
+        raise InvalidInput(f"{path}: not a JSON object")
+    return raw
+
+
+# --- times ----------------------------------------------------------------------------------
+
+
+def _parse_time(text: str) -> datetime | None:
+    """An ISO 8601 date or time (`2026-11-26`, `2026-11-26T16:06:35+00:00`, `...Z`); a time
+    without a zone is taken as UTC. None if it is not one."""
+    raw = text.strip()
+    if raw.endswith(("Z", "z")):  # Python 3.10's fromisoformat does not read "Z"
+        raw = raw[:-1] + "+00:00"
+    try:
+        moment = datetime.fromisoformat(raw)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def iso_utc(text: str) -> str:
+    """An ISO 8601 time as UTC, to the second: the one spelling the store sorts by."""
+    moment = _parse_time(text)
+    if moment is None:
+        raise ValueError(f"not an ISO 8601 time: {text!r}")
+    return moment.astimezone(timezone.utc).isoformat(timespec="seconds")
+
+
+def parse_time(option: str, text: str) -> str:
+    """A time from the command line, as iso_utc; InvalidInput naming the option if bad."""
+    if _parse_time(text) is None:
+        raise InvalidInput(
+            f"{option} {text!r}: not an ISO 8601 date or time (2026-11-26 or "
+            "2026-11-26T16:06:35+00:00)"
+        )
+    return iso_utc(text)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+# --- the runs as stored, and which of them a command asks for --------------------------------
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """A run's row of the store (or of a run directory read the same way)."""
+
+    run_id: str
+    source: str | None
+    added_at: str
+    content_sha256: str
+    git_commit: str | None
+    commit_time: str | None
+    commit_source: str | None
+    started_at: str | None
+    mpbench_version: str | None
+    devices: str
+    fingerprints: str
+    record_count: int
+    environment: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    run_json: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def when(self) -> str:
+        """Where the run sits in time: its commit's time when known, else its start."""
+        return self.commit_time or self.started_at or ""
+
+    def order(self) -> tuple[str, str, str]:
+        """History's order: by commit time (the run's start where that is unknown), then by
+        the run's start, then by id (runs of one commit in the order they ran)."""
+        return (self.when, self.started_at or "", self.run_id)
+
+    @property
+    def short_commit(self) -> str | None:
+        return self.git_commit[:8] if self.git_commit else None
+
+
+@dataclass(frozen=True)
+class StoreFilter:
+    """Which records a reader wants. Empty fields select everything.
+
+    devices: a device matches when one of these is part of its name (case-insensitive:
+    `h200`, `cpu`, `EPYC`) or equals its hardware fingerprint. frameworks, workloads,
+    policies: exact names (policies canonical: `mixed_bfloat16`; callers resolve aliases;
+    a speed-up needs float32's records too). commits: `A..B`, the runs from commit A to
+    commit B in history's order, both included (unlike git's A..B, which leaves A out);
+    `A..` or `..B` leave one end open; a prefix of a commit names it. since / until: the
+    run's time (its commit's, else its start), ISO 8601, both included; a date alone as
+    `until` includes that whole day.
+    """
+
+    devices: tuple[str, ...] = ()
+    frameworks: tuple[str, ...] = ()
+    workloads: tuple[str, ...] = ()
+    policies: tuple[str, ...] = ()
+    commits: str | None = None
+    since: str | None = None
+    until: str | None = None
+    run_ids: tuple[str, ...] = ()
+
+    def check(self) -> StoreFilter:
+        """InvalidInput now, before anything is read, for a bad date or range."""
+        if self.since is not None:
+            parse_time("--since", self.since)
+        if self.until is not None:
+            _until(self.until)
+        if self.commits is not None and ".." not in self.commits:
+            raise InvalidInput(
+                f"--commits {self.commits!r}: write A..B, A.. or ..B (commits or prefixes)"
+            )
+        return self
+
+    @property
+    def selects_runs(self) -> bool:
+        """It chooses among a store's runs (commits, dates), not only among records."""
+        return any(x is not None for x in (self.commits, self.since, self.until))
+
+    def runs(self, runs: Sequence[StoredRun]) -> list[StoredRun]:
+        """The runs these filters keep, in history's order."""
+        self.check()
+        ordered = sorted(runs, key=StoredRun.order)
+        if self.run_ids:
+            ordered = [r for r in ordered if r.run_id in self.run_ids]
+        if self.since is not None:
+            since = parse_time("--since", self.since)
+            ordered = [r for r in ordered if r.when and iso_utc(r.when) >= since]
+        if self.until is not None:
+            until = _until(self.until)
+            ordered = [r for r in ordered if r.when and iso_utc(r.when) <= until]
+        if self.commits is not None:
+            ordered = _commit_range(ordered, self.commits)
+        return ordered
+
+    def keeps(self, record: CellRecord) -> bool:
+        """Whether a record passes the record-level filters (not the run-level ones)."""
+        if self.frameworks and record.framework not in self.frameworks:
+            return False
+        if self.workloads and record.workload not in self.workloads:
+            return False
+        if self.policies and record.policy not in self.policies:
+            return False
+        return not self.devices or any(
+            d.lower() in device_label(record).lower() or d == record.hardware_fingerprint
+            for d in self.devices
+        )
+
+
+def _until(text: str) -> str:
+    """--until 2026-11-26 includes that day: a date alone means its last second."""
+    value = parse_time("--until", text)
+    if len(text.strip()) == 10:  # YYYY-MM-DD
+        return value[:10] + "T23:59:59+00:00"
+    return value
+
+
+def _commit_range(runs: list[StoredRun], spec: str) -> list[StoredRun]:
+    first, last = (part.strip() for part in spec.split("..", 1))
+    start = _position(runs, first, spec, last=False) if first else 0
+    end = _position(runs, last, spec, last=True) if last else len(runs) - 1
+    return runs[start : end + 1]
+
+
+def _position(runs: list[StoredRun], prefix: str, spec: str, last: bool) -> int:
+    """The first (or last) run of the commit `prefix` names, in history's order."""
+    low = prefix.lower()
+    found = [i for i, r in enumerate(runs) if r.git_commit and r.git_commit.lower().startswith(low)]
+    if not found:
+        known = sorted({r.short_commit for r in runs if r.short_commit})
+        listed = ", ".join(known[:8]) + (" ..." if len(known) > 8 else "")
+        raise InvalidInput(
+            f"--commits {spec}: no run of commit {prefix!r} among the runs selected "
+            f"(their commits: {listed or 'none known'})"
+        )
+    commits = {runs[i].git_commit for i in found}
+    if len(commits) > 1:
+        raise InvalidInput(
+            f"--commits {spec}: {prefix!r} names several commits "
+            f"({', '.join(sorted(c[:12] for c in commits if c))}); give more of it"
+        )
+    return found[-1] if last else found[0]
+
+
+def device_label(record: CellRecord) -> str:
+    """`cpu: AMD EPYC 9R14`, as compare names a machine (results.identity's GroupKey)."""
+    return f"{record.device.kind}: {record.device.name}"
+
+
+# --- the store itself -----------------------------------------------------------------------
+
+
+@dataclass
+class AddResult:
+    run_id: str
+    outcome: str  # "added", "unchanged", "replaced", "commit updated"
+    records: int
+    before: int | None = None  # records it had, where it was replaced
+
+
+class Store:
+    """An open store. `Store.create(path)` to add runs (the file is made where missing);
+    `Store.read(path)` to read one that exists; `Store.memory()` for run directories read
+    as a store for one command."""
+
+    def __init__(self, connection: sqlite3.Connection, name: str) -> None:
+        self._db = connection
+        self.name = name
+
+    # -- opening
+
+    @classmethod
+    def create(cls, path: str | Path) -> Store:
+        path = Path(path)
+        if path.is_dir():
+            raise InvalidInput(f"--store {path}: is a directory; name the store's file")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InvalidInput(f"cannot make the store {path}: {exc.strerror or exc}") from None
+        store = cls(_open(path, "rwc"), str(path))
+        store._initialise()
+        return store
+
+    @classmethod
+    def read(cls, path: str | Path) -> Store:
+        path = Path(path)
+        if not path.is_file():
+            raise InvalidInput(f"{path}: no such store (make one with 'mpbench store add')")
+        try:
+            # rw, not ro: opening the file after a kill mid-transaction rolls the unfinished
+            # transaction back (a hot journal), which a read-only connection cannot do.
+            connection = _open(path, "rw")
+        except InvalidInput:
+            connection = _open(path, "ro")  # a read-only file or folder: read it as it is
+        store = cls(connection, str(path))
+        store._check_version()
+        return store
+
+    @classmethod
+    def memory(cls) -> Store:
+        store = cls(_connect(":memory:"), "(run directories)")
+        store._initialise()
+        return store
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _pragma(self, name: str) -> int:
+        try:
+            return int(self._db.execute(f"PRAGMA {name}").fetchone()[0])
+        except sqlite3.DatabaseError as exc:  # "file is not a database"
+            raise InvalidInput(f"{self.name}: not an mpbench store ({exc})") from None
+
+    def _check_version(self) -> None:
+        version, app = self._pragma("user_version"), self._pragma("application_id")
+        if app != APPLICATION_ID or version == 0:
+            raise InvalidInput(
+                f"{self.name}: a SQLite database, but not an mpbench store "
+                "(make one with 'mpbench store add')"
+            )
+        if version not in READABLE_STORE_VERSIONS:
+            readable = ", ".join(str(v) for v in READABLE_STORE_VERSIONS)
+            raise InvalidInput(
+                f"{self.name}: store schema version {version}, which this mpbench cannot read "
+                f"(it reads version {readable}); use the mpbench that wrote it, or a newer one"
+            )
+
+    def _initialise(self) -> None:
+        """A new file gets the schema, in one transaction; an existing one is checked."""
+        if self._pragma("user_version") != 0 or self._pragma("application_id") != 0:
+            self._check_version()
+            return
+        tables = self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        if tables:
+            raise InvalidInput(f"{self.name}: a SQLite database, but not an mpbench store")
+        with self._transaction():
+            for statement in _SCHEMA.split(";\n"):
+                if statement.strip():
+                    self._db.execute(statement)
+            self._db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            self._db.execute(f"PRAGMA user_version = {STORE_VERSION}")
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """BEGIN IMMEDIATE ... COMMIT: the write lock from the start (two `store add`s wait
+        for each other rather than fail half-way), everything or nothing."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    # -- writing
+
+    def add(self, run: RunSource) -> AddResult:
+        """Add one run in one transaction (see the module's rules)."""
+        content = run.content_sha256()
+        with self._transaction():
+            old = self._db.execute(
+                "SELECT content_sha256, record_count, git_commit, commit_time, commit_source "
+                "FROM runs "
+                "WHERE run_id = ?",
+                (run.run_id,),
+            ).fetchone()
+            if old is not None and old[0] == content:
+                return self._same_content(run, old)
+            self._db.execute("DELETE FROM records WHERE run_id = ?", (run.run_id,))
+            self._db.execute("DELETE FROM runs WHERE run_id = ?", (run.run_id,))
+            if old is not None and run.git_commit is None:  # keep what was said before
+                run.git_commit, run.commit_time, run.commit_source = old[2], old[3], old[4]
+            self._insert(run, content)
+            _pause_for_tests()
+        if old is None:
+            return AddResult(run.run_id, "added", len(run.records))
+        return AddResult(run.run_id, "replaced", len(run.records), before=old[1])
+
+    def _same_content(self, run: RunSource, old: tuple) -> AddResult:
+        """Same records and files: only a commit (or its time) newly given is written."""
+        commit, commit_time = old[2], old[3]
+        if run.git_commit and run.git_commit != commit:
+            values = (run.git_commit, run.commit_time, run.commit_source)
+        elif run.commit_time and run.commit_time != commit_time:
+            values = (commit, run.commit_time, run.commit_source)
+        else:
+            return AddResult(run.run_id, "unchanged", len(run.records))
+        self._db.execute(
+            "UPDATE runs SET git_commit = ?, commit_time = ?, commit_source = ? WHERE run_id = ?",
+            (*values, run.run_id),
+        )
+        return AddResult(run.run_id, "commit updated", len(run.records))
+
+    def _insert(self, run: RunSource, content: str) -> None:
+        records = [r for _, r, _ in run.records]
+        env = run.environment or {}
+        version = env.get("mpbench_version") or (run.run_json or {}).get("mpbench_version")
+        self._db.execute(
+            f"INSERT INTO runs VALUES ({', '.join('?' * 14)})",
+            (
+                run.run_id,
+                run.source,
+                _now(),
+                content,
+                run.git_commit,
+                run.commit_time,
+                run.commit_source,
+                run.started_at,
+                version if isinstance(version, str) else None,
+                "; ".join(dict.fromkeys(device_label(r) for r in records)),
+                "; ".join(dict.fromkeys(r.hardware_fingerprint for r in records)),
+                len(records),
+                None if run.environment is None else json.dumps(run.environment),
+                None if run.run_json is None else json.dumps(run.run_json),
+            ),
+        )
+        self._db.executemany(
+            f"INSERT INTO records VALUES ({', '.join('?' * 20)})",
+            [_record_row(line, record, text) for line, record, text in run.records],
+        )
+
+    # -- reading
+
+    def runs(self, filters: StoreFilter | None = None) -> list[StoredRun]:
+        """The runs the run-level filters keep, in history's order."""
+        rows = self._db.execute(
+            "SELECT run_id, source, added_at, content_sha256, git_commit, commit_time, "
+            "commit_source, started_at, mpbench_version, devices, fingerprints, record_count, "
+            "environment, run_json FROM runs"
+        ).fetchall()
+        runs = [
+            StoredRun(*row[:12], environment=_loads(row[12]), run_json=_loads(row[13]))
+            for row in rows
+        ]
+        return (filters or StoreFilter()).runs(runs)
+
+    def records(self, filters: StoreFilter | None = None) -> list[CellRecord]:
+        """The records the filters keep: runs in history's order, each in its file's order."""
+        filters = filters or StoreFilter()
+        out: list[CellRecord] = []
+        for run in self.runs(filters):
+            rows = self._db.execute(
+                "SELECT line, record FROM records WHERE run_id = ? ORDER BY line", (run.run_id,)
+            )
+            for line, text in rows:
+                try:
+                    record = load_record(json.loads(text))
+                except SchemaError as exc:
+                    raise SchemaError(f"{self.name}: run {run.run_id} line {line}: {exc}") from None
+                if filters.keeps(record):
+                    out.append(record)
+        return out
+
+
+def _uri_path(path: Path) -> str:
+    """A path as an SQLite URI's path (`?` and `#` would end it)."""
+    from urllib.parse import quote
+
+    return quote(str(path.resolve()))
+
+
+def _open(path: Path, mode: str) -> sqlite3.Connection:
+    """A connection to the store's file; InvalidInput in one line where there is none."""
+    try:
+        return _connect(f"file:{_uri_path(path)}?mode={mode}")
+    except sqlite3.OperationalError as exc:  # "unable to open database file", a lock, ...
+        raise InvalidInput(f"cannot open the store {path}: {exc}") from None
+    except sqlite3.DatabaseError as exc:  # "file is not a database"
+        raise InvalidInput(f"{path}: not an mpbench store ({exc})") from None
+
+
+def _connect(target: str) -> sqlite3.Connection:
+    # isolation_level=None: this module says BEGIN and COMMIT itself (one per run).
+    connection = sqlite3.connect(target, uri=True, isolation_level=None, timeout=60.0)
+    connection.execute("PRAGMA foreign_keys = ON")
+    # FULL: each COMMIT is on disk before it returns (the default of the rollback journal,
+    # said here because WAL mode would change it). One file, no -wal beside it to forget.
+    connection.execute("PRAGMA synchronous = FULL")
+    return connection
+
+
+def _loads(text: str | None) -> dict[str, Any] | None:
+    return None if text is None else json.loads(text)
+
+
+def _record_row(line: int, record: CellRecord, text: str) -> tuple:
+    step = record.step_time
+    return (
+        record.run_id,
+        record.cell_id,
+        record.repeat,
+        line,
+        record.schema_version,
+        record.timestamp,
+        record.framework,
+        record.framework_version,
+        record.workload,
+        record.policy,
+        record_variant(record),
+        record.status.value,
+        device_label(record),
+        record.device.capability,
+        record.hardware_fingerprint,
+        step.median_s if step is not None else None,
+        record.throughput_samples_per_s,
+        record.accuracy.test_accuracy,
+        record.memory.training_bytes,
+        text,
+    )
+
+
+def _pause_for_tests() -> None:
+    pause = os.environ.get(PAUSE_ENV)
+    if pause:
+        time.sleep(float(pause))
+
+
+# --- the functions other layers call ---------------------------------------------------------
+
+
+def add_runs(store: str | Path, runs: Iterable[RunSource]) -> list[AddResult]:
+    """Add runs to the store at `store` (made where missing), each in its own transaction."""
+    with Store.create(store) as db:
+        return [db.add(run) for run in runs]
+
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def is_store(path: str | Path) -> bool:
+    """A file that starts as an SQLite database does: a store, not a results file."""
+    path = Path(path)
+    if not path.is_file():
+        return False
+    with open(path, "rb") as fh:
+        return fh.read(16) == _SQLITE_MAGIC
+
+
+def store_records(path: str | Path, filters: StoreFilter | None = None) -> list[CellRecord]:
+    """The records of the store at `path` that `filters` keep, as `read_runs` gives those of
+    run directories: runs in history's order (commit time, else start), each in file order."""
+    with Store.read(path) as db:
+        return db.records(filters)
+
+
+def stored_runs(path: str | Path, filters: StoreFilter | None = None) -> list[StoredRun]:
+    """The runs of the store at `path` that the run-level filters keep, in history's order,
+    with their environment.json and run.json."""
+    with Store.read(path) as db:
+        return db.runs(filters)
+
+
+def load_store(path: str | Path, raw: bool = False, **filters: Any) -> pd.DataFrame:
+    """The store's records as `mpbench.results.load` gives those of run directories: one row
+    per cell repeat, the same columns (results.frame). `filters`: StoreFilter's fields
+    (`workloads=("mnist_dense",)`, `devices=("h200",)`, `commits="abc123..def456"`,
+    `since="2026-11-01"`); a single name may be given as a string. The runs' commits and
+    times are in the store's `runs` table: `pd.read_sql("SELECT * FROM runs", con)`."""
+    from mpbench.results.frame import to_frame
+
+    fields = {
+        name: (value,) if isinstance(value, str) and name not in _TEXT_FILTERS else value
+        for name, value in filters.items()
+    }
+    try:
+        chosen = StoreFilter(
+            **{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
+        )
+    except TypeError as exc:
+        raise TypeError(f"load_store: {exc} (filters are StoreFilter's fields)") from None
+    return to_frame(store_records(path, chosen), raw=raw)
+
+
+_TEXT_FILTERS = ("commits", "since", "until")

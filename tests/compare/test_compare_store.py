@@ -1,0 +1,92 @@
+"""`mpbench compare` reads a results store (mpbench store add, docs/history.md) as it reads run
+directories: the same report from the same records, with filters by device, workload, policy
+and, for a store's runs, commit range and date; the same run from a store and its directory
+counted once."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from builders import cpu_run, write_run
+from cli import run_mpbench
+
+from mpbench.compare import CompareOptions
+from mpbench.compare.run import compare, load
+from mpbench.errors import InvalidInput
+from mpbench.history.gitinfo import attach_commits
+from mpbench.results import write_environment
+from mpbench.results.store import Store, read_run_dir
+
+COMMITS = ["1111111aaaa", "2222222bbbb", "3333333cccc"]
+
+
+def _run(root: Path, index: int) -> Path:
+    run_id = f"20260301-10{index:02d}00-run{index}"
+    directory = root / f"run-{index}"
+    write_run(directory, cpu_run(run_id))
+    started = f"2026-03-0{index + 1}T10:00:00+00:00"
+    write_environment(directory, {"started_at": started, "git_commit": COMMITS[index]})
+    (directory / "run.json").write_text(json.dumps({"run_id": run_id, "config": {}}))
+    return directory
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> tuple[Path, list[Path]]:
+    directories = [_run(tmp_path, i) for i in range(3)]
+    store = tmp_path / "store.sqlite"
+    found = [run for directory in directories for run in read_run_dir(directory)]
+    attach_commits(found, None, None, None)  # environment.json's, as `mpbench store add` does
+    with Store.create(store) as db:
+        for run in found:
+            db.add(run)
+    return store, directories
+
+
+def _json(*paths: Path, **options) -> dict:
+    out = Path(options.pop("output"))
+    code = compare(CompareOptions(paths=list(paths), format="json", output=out, **options))
+    assert code == 0
+    return json.loads(out.read_text())
+
+
+def test_a_store_compares_as_its_run_directories_do(runs, tmp_path):
+    store, directories = runs
+    from_store = _json(store, output=tmp_path / "a.json")
+    from_dirs = _json(*directories, output=tmp_path / "b.json")
+    assert from_store["cells"] == from_dirs["cells"]
+    assert len(from_store["runs"]) == 3
+    # the same runs from the store and their directories are read once
+    assert load([store, *directories]) == load([store])
+
+
+def test_filters_choose_records_and_a_stores_runs(runs, tmp_path):
+    store, directories = runs
+    chosen = load([store], CompareOptions(workloads=("mnist_dense",), policies=("float32",))
+                  .record_filter())  # fmt: skip
+    assert chosen and {(r.workload, r.policy) for r in chosen} == {("mnist_dense", "float32")}
+    middle = load([store], CompareOptions(commits="2222222..2222222").record_filter())
+    assert {r.run_id for r in middle} == {"20260301-100100-run1"}
+    since = load([store], CompareOptions(since="2026-03-02").record_filter())
+    assert {r.run_id for r in since} == {"20260301-100100-run1", "20260301-100200-run2"}
+    # run directories take the record filters, not the run filters
+    assert {r.workload for r in load(directories, CompareOptions(workloads=("cifar10_cnn",))
+                                     .record_filter())} == {"cifar10_cnn"}  # fmt: skip
+    with pytest.raises(InvalidInput, match="choose among the runs of a store"):
+        load(directories, CompareOptions(commits="1111111..").record_filter())
+
+
+def test_the_command_line_filters_and_refuses_in_one_line(runs):
+    store, _ = runs
+    shown = run_mpbench("compare", store, "-w", "mnist_dense", "-p", "fp32", "-p", "bf16")
+    assert shown.returncode == 0, shown.stderr
+    assert "mnist_dense" in shown.stdout and "cifar10_cnn" not in shown.stdout
+    nothing = run_mpbench("compare", store, "--device", "h200")
+    assert nothing.returncode == 2
+    assert nothing.stderr.strip() == (
+        "mpbench: error: no record passes --device, --workload, --policy and the run filters"
+    )
+    bad = run_mpbench("compare", store, "-p", "fp12")
+    assert bad.returncode == 2 and "--policy 'fp12': unknown policy" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
