@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from mpbench.compare.render.json_report import estimate_json
 from mpbench.compare.summary import fmt
 from mpbench.compare.summary.estimate import Estimate
 from mpbench.history.ci import FAIL, INCONCLUSIVE, NewestVerdict
@@ -253,18 +254,6 @@ def _md(text: str) -> str:
 # --- JSON -----------------------------------------------------------------------------------
 
 
-def _estimate(estimate: Estimate | None) -> dict[str, Any] | None:
-    if estimate is None:
-        return None
-    return {
-        "value": estimate.value,
-        "low": estimate.low,
-        "high": estimate.high,
-        "interval": estimate.kind,  # "repeats", "within-run only", or null: none
-        "n": estimate.n,
-    }
-
-
 def _run(run: StoredRun) -> dict[str, Any]:
     return {
         "run_id": run.run_id,
@@ -324,7 +313,11 @@ def _series(series: Series, verdict: NewestVerdict) -> dict[str, Any]:
 
 
 def _point(point: Point) -> dict[str, Any]:
-    return {**_run(point.run), **(_estimate(point.estimate) or {}), "distrust": point.distrust}
+    return {
+        **_run(point.run),
+        "estimate": estimate_json(point.estimate),
+        "distrust": point.distrust,
+    }
 
 
 def fleet_json(tables: list[FleetTable]) -> str:
@@ -365,10 +358,10 @@ def _fleet_json_cell(cell: FleetCell | None) -> dict[str, Any] | None:
     if cell is None:
         return None
     return {
-        "speedup": _estimate(cell.speedup),
-        "memory_ratio": _estimate(cell.memory_ratio),
-        "accuracy_delta_pp": _estimate(cell.accuracy_delta_pp),
-        "step_time_s": _estimate(cell.step_time_s),
+        "speedup": estimate_json(cell.speedup),
+        "memory_ratio": estimate_json(cell.memory_ratio),
+        "accuracy_delta_pp": estimate_json(cell.accuracy_delta_pp),
+        "step_time_s": estimate_json(cell.step_time_s),
         "verdict": cell.verdict,
         "why": cell.why,
         "status": cell.status,

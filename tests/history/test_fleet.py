@@ -102,4 +102,4 @@ def test_the_command_shows_the_fleet(tmp_path):
     ]
     cells = workload["rows"][1]["cells"]
     assert set(cells) == {H200_FINGERPRINT, CPU_FINGERPRINT}
-    assert cells[H200_FINGERPRINT]["speedup"]["interval"] == "repeats"
+    assert cells[H200_FINGERPRINT]["speedup"]["interval"]["kind"] == "repeats"

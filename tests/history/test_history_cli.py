@@ -70,7 +70,8 @@ def test_the_planted_step_is_found_and_nothing_else(store):
     assert by_name[("torch bf16", "step time")]["change_points"] == []
     (speedup,) = by_name[("torch bf16", "speed-up")]["change_points"]  # float32 slower: bf16
     assert speedup["change"] > 0  # gains more
-    assert all(p["interval"] == "repeats" and p["n"] == 3 for p in fp32["points"])
+    intervals = [p["estimate"]["interval"] for p in fp32["points"]]
+    assert all(i["kind"] == "repeats" and i["n"] == 3 for i in intervals)
 
 
 def test_the_table_names_the_commit_of_the_change(store):

@@ -90,11 +90,13 @@ def _fp8_gemm(
     """The fp8 GEMM of `recipe` on fp8 operands `a` (m×k, row-major) and `b` (k×n,
     column-major), as torchao's addmm_float8_unwrapped calls torch._scaled_mm."""
     m, n = a.shape[0], b.shape[1]
-    if recipe == "tensorwise":
-        scale_a = torch.ones((), device=a.device)
-        scale_b = torch.ones((), device=a.device)
+    if recipe == "tensorwise" or fast_accum:
+        # a scalar scale per operand, or (rowwise) one per row of a and per column of b
+        shape_a, shape_b = ((), ()) if recipe == "tensorwise" else ((m, 1), (1, n))
+        scale_a = torch.ones(shape_a, device=a.device, dtype=torch.float32)
+        scale_b = torch.ones(shape_b, device=a.device, dtype=torch.float32)
 
-        def tensorwise() -> torch.Tensor:
+        def scaled() -> torch.Tensor:
             return torch._scaled_mm(
                 a,
                 b,
@@ -104,22 +106,9 @@ def _fp8_gemm(
                 use_fast_accum=fast_accum,
             )
 
-        return tensorwise
+        return scaled
     scale_a = torch.ones(m, 1, device=a.device, dtype=torch.float32)
     scale_b = torch.ones(1, n, device=a.device, dtype=torch.float32)
-    if fast_accum:
-
-        def rowwise() -> torch.Tensor:
-            return torch._scaled_mm(
-                a,
-                b,
-                scale_a=scale_a.reciprocal(),
-                scale_b=scale_b.reciprocal(),
-                out_dtype=torch.bfloat16,
-                use_fast_accum=True,
-            )
-
-        return rowwise
     one = torch.ones((), device=a.device)
 
     def rowwise_rescaled() -> torch.Tensor:

@@ -11,6 +11,7 @@ from mpbench.compare.render.tables import Footnotes, TextTable, group_names, sta
 from mpbench.compare.summary import fmt
 from mpbench.compare.summary.cells import CellSummary, PolicyGroup, Section
 from mpbench.compare.summary.comparison import short
+from mpbench.compare.summary.labels import Labeler
 from mpbench.fp8_gemms import explain
 from mpbench.results.schema import Fp8Prediction
 
@@ -37,7 +38,7 @@ def _fp8_rows(section: Section) -> list[tuple[PolicyGroup, str, CellSummary]]:
     ]
 
 
-def fp8_table(section: Section, labeler) -> TextTable | None:
+def fp8_table(section: Section, labeler: Labeler) -> TextTable | None:
     """Each float8 cell against bf16 of its group (speed-up, memory, accuracy), with the gain
     its GEMMs predicted and whether each side was compiled; None without a float8 cell."""
     rows = _fp8_rows(section)
@@ -97,7 +98,7 @@ def _predicted(cell: CellSummary) -> str:
     return fmt.ratio(cell.fp8.predicted_gain)
 
 
-def gemm_table(section: Section, labeler) -> TextTable | None:
+def gemm_table(section: Section, labeler: Labeler) -> TextTable | None:
     """Per float8 cell, its fp8 layers' GEMMs by shape: how many, bf16 and fp8 time, the
     cast's and the gain predicted over bf16 (the first repeat's timings); None where no cell
     has a prediction."""
