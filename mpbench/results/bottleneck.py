@@ -77,7 +77,7 @@ class Evidence:
     host_busy_fraction: float | None = None
     threads: int | None = None
     input_share: float | None = None
-    contended: bool = False  # other processes took CPU time during the timed steps
+    contended: bool = False  # the timed steps ran contended (results/contention.py's rule)
     unavailable: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -172,7 +172,7 @@ def _decided(
 
 def _line(e: Evidence, parts: list[str]) -> str:
     if e.contended and e.device_busy_fraction is not None:
-        parts = [*parts, "other processes used the CPU meanwhile (contention)"]
+        parts = [*parts, "the machine was contended meanwhile (the record's contention says how)"]
     return "; ".join(parts)
 
 

@@ -152,7 +152,9 @@ def test_a_device_idle_most_of_the_step_needs_no_roofline():
 def test_a_contended_gpu_cell_says_so_and_a_contended_cpu_cell_is_not_classified():
     stats = classify(gpu(contended=True))
     assert stats.kind == "memory-bound"
-    assert stats.evidence.endswith("other processes used the CPU meanwhile (contention)")
+    assert stats.evidence.endswith(
+        "the machine was contended meanwhile (the record's contention says how)"
+    )
     stats = classify(cpu(contended=True))
     assert stats.kind == "unknown" and "roofline_share" in stats.unavailable
     assert "not classified: other processes took the CPU" in stats.evidence
