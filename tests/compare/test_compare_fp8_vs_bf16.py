@@ -101,7 +101,7 @@ def test_fp8_slower_than_bf16_is_avoided_with_its_prediction_as_the_reason():
     verdict = _verdicts(group)["float8"]
     assert verdict.advice == AVOID
     assert verdict.evidence.startswith("2.8× slower than bf16 (0.35×), 95 % ")
-    assert "3.19× float32's speed" in verdict.evidence
+    assert "3.19× float32's speed (fp8 compiled, fp32 eager)" in verdict.evidence
     assert verdict.why.startswith(
         "fp8 loses here: its GEMMs are too small (predicted 0.46× on its layers, measured 0.35×"
     )
@@ -190,3 +190,12 @@ def test_a_launch_bound_step_says_the_gemms_do_not_set_its_pace():
         "the step is launch-bound (device busy 31 % of the step); would help: a larger batch"
         in (verdict.why)
     )
+
+
+def test_without_bf16_a_compiled_fp8_against_eager_float32_says_so():
+    records = _run(FAST_FP8, policies=("float32", "float8"), gain=1.3)
+    _, group = _report(records)
+    verdict = _verdicts(group)["float8"]
+    assert group.comparisons["float8"].vs_base is None  # no bf16 cell: against float32
+    assert verdict.evidence.startswith("12.0× faster")
+    assert verdict.why.endswith("fp8 compiled, fp32 eager: add --compile to compile fp32 too")

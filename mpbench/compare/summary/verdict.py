@@ -103,6 +103,9 @@ def policy_verdict(group: PolicyGroup, policy: str) -> PolicyVerdict:
         why += f"; {limit}" if limit is not None else ""
     elif advice in (CAREFUL, RECOMMENDED) and judged is not None:
         why = f"accuracy {judged.text()}"
+    if comparison.compiled:  # a float8 cell compiles by default: its gain holds compile's
+        said = f"{comparison.compiled}: add --compile to compile {short(BASELINE)} too"
+        why = f"{why}; {said}" if why else said
     distrust = comparison.distrust
     if distrust is not None:
         # A busy machine or an impossible figure: neither a recommendation nor a warning.
@@ -149,7 +152,8 @@ def fp8_verdict(group: PolicyGroup, policy: str) -> PolicyVerdict:
     base = short(against.base)
     parts = [_speed(against.speedup, f"than {base}")]
     if comparison.speedup is not None:
-        parts.append(f"{fmt.ratio(comparison.speedup.value)} float32's speed")
+        said = f" ({comparison.compiled})" if comparison.compiled else ""
+        parts.append(f"{fmt.ratio(comparison.speedup.value)} float32's speed{said}")
     parts.append(f"fp8 in {cell.fp8.coverage()}")
     judged = against.accuracy
     if against.accuracy_delta_pp is not None:
