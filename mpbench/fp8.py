@@ -43,16 +43,19 @@ class Fp8Refused(Exception):
 @dataclass(frozen=True)
 class LinearLayer:
     """One Linear / Dense layer as a GEMM: `rows_per_sample` rows of the input per sample
-    (1 for a classifier, the sequence length for a language model's projections)."""
+    (1 for a classifier, the sequence length for a language model's projections; torch
+    traces it from the layer's real input), `calls` times a forward pass."""
 
     name: str
     in_features: int
     out_features: int
-    rows_per_sample: int = 1
+    rows_per_sample: int | float = 1
+    calls: int = 1
 
     @property
     def forward_flops_per_sample(self) -> float:
-        return 2.0 * self.in_features * self.out_features * self.rows_per_sample
+        per_call = 2.0 * self.in_features * self.out_features * self.rows_per_sample
+        return per_call * self.calls
 
     def cuda_refusal(self) -> str | None:
         """Why cuBLASLt's fp8 GEMM would refuse this layer's shape; None where it takes it."""
@@ -172,11 +175,19 @@ def record(
     formats: dict[str, str],
     compiled: bool | None = None,
     prediction: dict[str, Any] | None = None,
+    traced_share: float | None = None,
+    swapped_layers: dict[str, str] | None = None,
+    shapes_source: str | None = None,
 ) -> dict[str, Any]:
     """The record's `fp8` (results.schema.Fp8Stats' fields), from what ran: the FLOP share is
-    of the planned layers that are fp8 after conversion (`layers_fp8`), not of the plan."""
+    of the planned layers that are fp8 after conversion (`layers_fp8`), not of the plan;
+    `traced_share` where the backend counted it per module itself (torch: fp8_layers), else
+    from the plan's shapes against `forward_flops` per sample."""
     ran = set(layers_fp8)
-    share = flop_share(LayerPlan(fp8=[x for x in plan.fp8 if x.name in ran]), forward_flops)
+    if traced_share is not None:
+        share = traced_share
+    else:
+        share = flop_share(LayerPlan(fp8=[x for x in plan.fp8 if x.name in ran]), forward_flops)
     return {
         "mode": run.mode,
         "why": run.why,
@@ -193,4 +204,6 @@ def record(
         "flop_share_note": flop_note,  # why there is no share, or where the FLOPs came from
         "compiled": compiled,  # torch: under torch.compile; None where the backend has no such
         "prediction": prediction,  # torch: each fp8 GEMM's shape and predicted gain over bf16
+        "swapped_layers": dict(swapped_layers or {}),  # torch: swapped for nn.Linear, and how
+        "shapes_source": shapes_source,  # where the GEMM shapes came from
     }

@@ -84,12 +84,13 @@ def training_gemms(
     hp_grad_weight = recipe in HP_GRAD_WEIGHT_RECIPES
     gemms = []
     for layer in layers:
-        m, k, n = batch_size * layer.rows_per_sample, layer.in_features, layer.out_features
+        m = round(batch_size * layer.rows_per_sample)
+        k, n = layer.in_features, layer.out_features
         gemms += [
             Gemm(layer.name, FORWARD, m, k, n),
             Gemm(layer.name, GRAD_INPUT, m, n, k),
             Gemm(layer.name, GRAD_WEIGHT, n, m, k, fp8=not hp_grad_weight),
-        ]
+        ] * layer.calls  # a layer called twice a forward runs its three GEMMs twice
     return gemms
 
 

@@ -190,7 +190,7 @@ class Measurements:
     epoch_losses: list[float]
     test_accuracy: float | None
     test_loss: float | None
-    params: int
+    params: int  # trainable (CellRecord.params says what each framework counts)
     memory: MemoryStats = field(default_factory=MemoryStats)
     loss_scale: LossScaleStats | None = None
     data: DataInfo | None = None
@@ -218,6 +218,7 @@ class Measurements:
     fp8: dict[str, Any] | None = None
     # How busy the device and the host were (the bottleneck's evidence); None: not measured.
     busy: BusyEvidence | None = None
+    params_non_trainable: int | None = None  # frozen parameters and running state
 
     def to_dict(self) -> dict[str, Any]:
         """What the cell sends the runner (its `done` event): every field, the dataclasses

@@ -16,7 +16,7 @@ from typing import Any
 from mpbench.errors import InvalidInput
 from mpbench.results.step_stats import StepStats
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 
 
 class Status(str, Enum):
@@ -350,6 +350,11 @@ class Fp8Stats:
     # v12: torch, each fp8 GEMM's shape and its gain over bf16 predicted from timings taken on
     # the device before training (mpbench.fp8_gemms); None where none was made.
     prediction: Fp8Prediction | None = None
+    # v13: layers mpbench swapped for an equivalent nn.Linear so that fp8 can take them
+    # (transformers' Conv1D: the same weights, transposed), name -> what was swapped.
+    swapped_layers: dict[str, str] = field(default_factory=dict)
+    # v13: where the GEMM shapes came from ("each layer's input in one traced forward ...").
+    shapes_source: str | None = None
 
 
 # What can limit a step (mpbench.results.bottleneck decides which): compare reads `kind`.
@@ -403,7 +408,13 @@ class CellRecord:
     memory: MemoryStats = field(default_factory=MemoryStats)
     accuracy: AccuracyStats = field(default_factory=AccuracyStats)
     loss_scale: LossScaleStats | None = None
+    # Trainable parameters (torch: parameters that require a gradient; Keras:
+    # trainable_weights). v13: the frozen and running state apart, in `params_non_trainable`
+    # (torch: parameters that need no gradient and persistent floating-point buffers such as
+    # BatchNorm's running statistics; Keras: non_trainable_weights), so that both frameworks
+    # count one model alike.
     params: int | None = None
+    params_non_trainable: int | None = None
     flops_per_step: float | None = None
     achieved_tflops: float | None = None
     peak_tflops: float | None = None

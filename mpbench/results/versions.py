@@ -18,7 +18,7 @@ from mpbench.results.validate import build, check_record, held, shown
 
 # Versions this reader understands. A reader of version 4 refuses version 5 records by their
 # version, not by a field.
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)
 # The fields each version added, as dotted paths (an object a version added is one path). An
 # older record lacks them, and they read as None (or empty); one that holds a value in them
 # is not what its version says, and is refused (load_record).
@@ -70,6 +70,9 @@ FIELDS_SINCE: dict[int, tuple[str, ...]] = {
     ),
     # fp8: compiled or eager, and each fp8 GEMM's predicted gain over bf16
     12: ("fp8.compiled", "fp8.prediction"),
+    # your model, measured right: non-trainable parameters apart, the layers swapped so fp8
+    # can take them, and where the fp8 GEMM shapes came from
+    13: ("params_non_trainable", "fp8.swapped_layers", "fp8.shapes_source"),
 }
 # Fields a version renamed: {version: {old dotted path: new name}}. Read older records by
 # moving the value to its new name before the checks (upgrade()).

@@ -214,6 +214,7 @@ def _fill_measurements(
     )
     record.loss_scale = measured.loss_scale
     record.params = measured.params
+    record.params_non_trainable = measured.params_non_trainable
     record.end_to_end = measured.end_to_end
     record.threads = measured.threads
     record.compile = CompileStats(**measured.compile) if measured.compile else None

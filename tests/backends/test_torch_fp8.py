@@ -17,6 +17,7 @@ pytest.importorskip("torchao")
 from mpbench import fp8 as rules  # noqa: E402
 from mpbench.backends.base import CellSpec, Unsupported  # noqa: E402
 from mpbench.backends.torch import fp8 as tfp8  # noqa: E402
+from mpbench.backends.torch import fp8_layers  # noqa: E402
 from mpbench.backends.torch.backend import run_cell  # noqa: E402
 from mpbench.backends.torch.models import build_model  # noqa: E402
 from mpbench.workloads.spec import get_workload  # noqa: E402
@@ -38,7 +39,7 @@ def _cell(workload: str, units: int | None, **spec: object) -> SimpleNamespace:
 def test_mnist_dense_plan_keeps_the_10_class_head_in_bf16_and_counts_the_flops():
     cell = _cell("mnist_dense", 64)
     model = build_model(cell.workload, 64)
-    fp8 = tfp8.apply_fp8(cell, model)
+    fp8 = tfp8.apply_fp8(cell, model, torch.zeros(32, 784))
     assert fp8["layers_fp8"] == ["0", "2"]
     assert list(fp8["skipped_layers"]) == ["4"]
     assert "out 10 not a multiple of 16" in fp8["skipped_layers"]["4"]
@@ -60,10 +61,10 @@ def test_mnist_dense_plan_keeps_the_10_class_head_in_bf16_and_counts_the_flops()
 def test_cnn_plan_skips_the_convolutions_and_the_head():
     cell = _cell("cifar10_cnn", None)
     model = build_model(cell.workload, None)
-    fp8 = tfp8.apply_fp8(cell, model)
+    fp8 = tfp8.apply_fp8(cell, model, torch.zeros(32, 3, 32, 32))
     assert fp8["layers_fp8"] == ["7"]
-    assert fp8["skipped_layers"]["0"] == tfp8.CONV_REASON
-    assert fp8["skipped_layers"]["3"] == tfp8.CONV_REASON
+    assert fp8["skipped_layers"]["0"] == fp8_layers.CONV_REASON
+    assert fp8["skipped_layers"]["3"] == fp8_layers.CONV_REASON
     assert "multiple of 16" in fp8["skipped_layers"]["9"]
     assert 0 < fp8["flop_share_fp8"] < 0.5  # the convolutions dominate
 
@@ -169,20 +170,27 @@ def test_a_language_model_counts_its_sequence_rows():
     cell = _cell("transformer_lm", 32)
     cell.spec.sizes = {"heads": 2, "layers": 1, "seq_len": 16}
     model = build_model(cell.workload, 32, **cell.spec.sizes)
-    fp8 = tfp8.apply_fp8(cell, model)
+    tokens = torch.zeros(32, 16, dtype=torch.long)
+    fp8 = tfp8.apply_fp8(cell, model, tokens)
     assert fp8["layers_fp8"] == ["blocks.0.qkv", "blocks.0.proj", "blocks.0.fc_1", "blocks.0.fc_2"]
-    # The embeddings (the tied head's weight among them) are listed as staying in bf16.
+    # The embeddings are listed as staying in bf16, the token table with its tied head.
     assert fp8["skipped_layers"] == {
-        "tokens": tfp8.EMBEDDING_REASON,
-        "positions": tfp8.EMBEDDING_REASON,
+        "tokens": fp8_layers.TIED_FUNCTIONAL_HEAD,
+        "positions": fp8_layers.EMBEDDING,
     }
-    plan = tfp8.layer_plan(build_model(cell.workload, 32, **cell.spec.sizes), rows_per_sample=16)
+    model = build_model(cell.workload, 32, **cell.spec.sizes)
+    plan = fp8_layers.layer_plan(model, fp8_layers.trace_forward(model, tokens))
     d, t = 32, 16
+    assert [x.rows_per_sample for x in plan.fp8] == [t] * 4  # traced: 16 tokens a sample
     assert sum(x.forward_flops_per_sample for x in plan.fp8) == 2 * t * (
         3 * d * d + d * d + 8 * d * d
     )
+    # The counter's share, attention on the math path, is the analytic formula's.
     total = cell.workload.forward_flops(1, 32, **cell.spec.sizes)
     assert fp8["flop_share_fp8"] == pytest.approx(2 * t * 12 * d * d / total)
+    rows = fp8["prediction"]["rows"]
+    forward = [row for row in rows if row["role"] == "forward"]
+    assert forward and all(row["m"] == 32 * t for row in forward)  # M = batch × tokens
 
 
 class _MmWitness:
@@ -249,7 +257,7 @@ def test_the_probe_follows_the_autocast_in_effect_and_draws_no_random_numbers(au
 def test_a_probe_that_fails_says_so_in_the_label(monkeypatch):
     cell = _cell("mnist_dense", 64)
     monkeypatch.setattr(tfp8, "traced_gemm", lambda *a: tfp8.TracedGemm([], None, "boom"))
-    fp8 = tfp8.apply_fp8(cell, build_model(cell.workload, 64))
+    fp8 = tfp8.apply_fp8(cell, build_model(cell.workload, 64), torch.zeros(32, 784))
     assert fp8["gemm"].endswith(
         "multiplied in a dtype that was not traced (the probe failed: boom)"
     )
@@ -271,9 +279,10 @@ def test_a_user_optimizer_must_still_hold_the_converted_parameters():
         workload=SimpleNamespace(kind="user"),
         device=CPU,
     )
-    fp8 = tfp8.apply_fp8(cell, model, optimizer)
-    assert fp8["layers_fp8"] == ["0", "1"] and fp8["flop_share_fp8"] is None
-    assert "user workload" in fp8["flop_share_note"]
+    fp8 = tfp8.apply_fp8(cell, model, torch.zeros(8, 16), optimizer)
+    # A user model's share is counted like any other's: both GEMMs converted, all of it.
+    assert fp8["layers_fp8"] == ["0", "1"] and fp8["flop_share_fp8"] == 1.0
+    assert "traced forward" in fp8["flop_share_note"]
     with pytest.raises(RuntimeError, match="no longer holds"):
         tfp8.check_optimizer(model, torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1))
 

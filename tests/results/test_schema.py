@@ -13,6 +13,7 @@ from mpbench.results import (
     Status,
     StepTimeStats,
     append_record,
+    load_record,
     read_records,
     write_csv,
 )
@@ -94,7 +95,7 @@ def test_unknown_fields_and_missing_files_are_rejected(tmp_path):
         read_records(tmp_path)
     with pytest.raises(SchemaError, match="no such results file"):
         read_records(tmp_path / "missing")
-    assert SCHEMA_VERSION == 12
+    assert SCHEMA_VERSION == 13
 
 
 def test_records_of_versions_1_to_5_read_without_the_contention_fields(tmp_path):
@@ -275,3 +276,14 @@ def test_a_cell_run_again_after_its_fork_server_died_says_why_and_an_older_recor
     (tmp_path / "results.jsonl").write_text(json.dumps(claimed) + "\n")
     with pytest.raises(SchemaError, match="startup.rerun"):
         read_records(tmp_path)
+
+
+def test_version_13_fields_round_trip_and_an_older_record_may_not_hold_them():
+    original = make_record()
+    original.params, original.params_non_trainable = 408_938, 14_080
+    assert load_record(json.loads(json.dumps(original.to_dict()))) == original
+    older = {**original.to_dict(), "schema_version": 12}
+    with pytest.raises(SchemaError, match="params_non_trainable is a field of schema version 13"):
+        load_record(older)
+    older["params_non_trainable"] = None
+    assert load_record(older).params_non_trainable is None

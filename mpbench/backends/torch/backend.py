@@ -31,8 +31,11 @@ from mpbench.backends.busy import CPU_DEVICE_BUSY, HostBusyMeter
 from mpbench.backends.timing import StepTimer
 from mpbench.backends.torch.compiled import Compiler, undone
 from mpbench.backends.torch.distributed import DataParallel, job_step_times
+from mpbench.backends.torch.flops import SOURCE as FLOPS_SOURCE
+from mpbench.backends.torch.flops import counted
 from mpbench.backends.torch.fp8 import apply_fp8, fp8_compiled
 from mpbench.backends.torch.models import build_model, build_optimizer
+from mpbench.backends.torch.outputs import OutputReader, read_output
 from mpbench.backends.torch.precision import TorchPrecision, apply_policy, read_tf32
 from mpbench.backends.torch.profiled import PROFILED_STEPS, profile_steps
 from mpbench.backends.torch.steps import cross_entropy, train_step
@@ -81,7 +84,8 @@ def synchronizer(device: torch.device) -> Callable[[], None]:
 def _to_device(
     array: Any, device: torch.device, channels_last: bool, images: bool = True
 ) -> torch.Tensor:
-    """`images`: 4-d arrays are mpbench's NHWC images (a user workload's go as they are)."""
+    """`images`: 4-d arrays are NHWC images, transposed to the NCHW torch's convolutions take
+    (mpbench's own; a user workload's where its `layout` says NHWC)."""
     tensor = torch.from_numpy(array)
     if tensor.dim() == 4 and images:  # data comes channels-last (N, H, W, C); torch convs take NCHW
         tensor = tensor.permute(0, 3, 1, 2).contiguous()
@@ -136,8 +140,8 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
     """One cell, as a sequence of steps (docs/measurement.md says what each one measures)."""
     cell = _set_up(spec)
     data, tensors = _preload(cell, warn)
-    model, optimizer, precision = _build(cell)
-    extra = user_flops(cell, model, tensors) if cell.loss else {}
+    model, optimizer, precision = _build(cell, tensors)
+    extra = user_config(cell, model, tensors) if cell.loss else {}
     plan = plan_steps(
         len(tensors.x_train), cell.global_batch, spec.epochs, spec.max_steps, spec.warmup_steps
     )
@@ -178,7 +182,8 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
         epoch_losses=timed.trained.epoch_losses,
         test_accuracy=test_accuracy,
         test_loss=test_loss,
-        params=sum(p.numel() for p in model.parameters()),
+        params=trainable_parameters(model),
+        params_non_trainable=non_trainable_parameters(model),
         memory=memory,
         loss_scale=timed.loss_scale,
         data=data.info,
@@ -210,6 +215,8 @@ class _Cell:
     channels_last: bool
     loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None  # None: built-in
     fp8: dict[str, Any] | None = None  # a float8 cell's record (backends/torch/fp8.py)
+    output: OutputReader | None = None  # a user model's: the tensor taken from its output
+    layout: str | None = None  # a user workload's images as the cell trains on them
 
     @property
     def world(self) -> int:
@@ -254,7 +261,11 @@ def _preload(cell: _Cell, warn: Callable[[str], None]) -> tuple[Any, _Tensors]:
     """The dataset, loaded and copied to the device before anything is timed."""
     data = load_dataset(cell.spec, cell.workload, warn)
     device, channels_last = cell.device, cell.channels_last
-    images = cell.workload.kind != "user"
+    # mpbench's own images are NHWC; a user workload's as its `layout` declares (None: as given)
+    given = getattr(cell.workload, "layout", None) if cell.workload.kind == "user" else "NHWC"
+    images = given == "NHWC"
+    if cell.workload.kind == "user" and given and data.x_train.ndim == 4:
+        cell.layout = "NCHW (given NHWC, transposed)" if images else "NCHW (as given)"
     tensors = _Tensors(
         _to_device(data.x_train, device, channels_last, images),
         torch.from_numpy(data.y_train).to(device),
@@ -264,18 +275,23 @@ def _preload(cell: _Cell, warn: Callable[[str], None]) -> tuple[Any, _Tensors]:
     return data, tensors
 
 
-def _build(cell: _Cell) -> tuple[torch.nn.Module, torch.optim.Optimizer, TorchPrecision]:
-    """The workload's model and optimizer on the device, and the policy applied."""
+def _build(
+    cell: _Cell, tensors: _Tensors
+) -> tuple[torch.nn.Module, torch.optim.Optimizer, TorchPrecision]:
+    """The workload's model and optimizer on the device, and the policy applied. A float8
+    cell's plan traces one forward of a micro-batch of the training data."""
+    sample = tensors.x_train[: cell.spec.batch_size]
     if cell.workload.kind == "user":
         model, optimizer, cell.loss = build_user(cell.workload, cell.device)
+        cell.output = read_output(model, cell.workload.output)
         if cell.policy.fp8:
-            cell.fp8 = apply_fp8(cell, model, optimizer)
+            cell.fp8 = apply_fp8(cell, model, sample, optimizer)
         return model, optimizer, apply_policy(cell.policy, cell.device, cell.spec.loss_scale)
     model = build_model(cell.workload, cell.spec.units, **cell.spec.sizes).to(cell.device)
     if cell.channels_last:
         model = model.to(memory_format=torch.channels_last)
     if cell.policy.fp8:  # before the optimizer, so it holds the converted layers' parameters
-        cell.fp8 = apply_fp8(cell, model)
+        cell.fp8 = apply_fp8(cell, model, sample)
     optimizer = build_optimizer(cell.workload, model.parameters())
     precision = apply_policy(cell.policy, cell.device, cell.spec.loss_scale)
     return model, optimizer, precision
@@ -544,10 +560,11 @@ def _read_back(
     )
     if loss_scale:
         state["loss_scale_mode"] = loss_scale.mode
-    if cell.workload.kind == "language_model":
+    if cell.workload.kind in ("language_model", "user"):
         from mpbench.backends.torch.op_dtypes import traced_op_dtypes
 
-        state.update(traced_op_dtypes(model, precision, tensors.x_test[:2], tensors.y_test[:2]))
+        x, y = tensors.x_test[:2], tensors.y_test[:2]
+        state.update(traced_op_dtypes(model, precision, x, y, cell.loss))
 
 
 def _job_figures(
@@ -815,21 +832,51 @@ def build_user(workload: Any, device: torch.device) -> tuple[Any, Any, Any]:
     return model.to(device), optimizer, loss
 
 
+def trainable_parameters(model: torch.nn.Module) -> int:
+    """The record's `params`: the parameters training updates (Keras' trainable_weights)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def non_trainable_parameters(model: torch.nn.Module) -> int:
+    """The record's `params_non_trainable`, as Keras counts its non_trainable_weights: frozen
+    parameters and the floating-point state the model keeps in persistent buffers
+    (BatchNorm's running mean and variance; not its integer batch counter, nor a cache a
+    module marks non-persistent)."""
+    frozen = sum(p.numel() for p in model.parameters() if not p.requires_grad)
+    state = 0
+    for module in model.modules():
+        transient = module._non_persistent_buffers_set  # torch's own set, since torch 1.6
+        for name, buffer in module.named_buffers(recurse=False):
+            if buffer is not None and buffer.is_floating_point() and name not in transient:
+                state += buffer.numel()
+    return frozen + state
+
+
+def user_config(cell: _Cell, model: torch.nn.Module, tensors: _Tensors) -> dict[str, Any]:
+    """What a user workload's cell determined itself: its FLOPs, the tensor it took from the
+    model's output, the layout its images trained in."""
+    extra = user_flops(cell, model, tensors)
+    if cell.output is not None and cell.output.seen:
+        extra["output"] = cell.output.seen
+    if cell.layout:
+        extra["data_layout"] = cell.layout
+    return extra
+
+
 def user_flops(cell: _Cell, model: torch.nn.Module, tensors: _Tensors) -> dict[str, Any]:
-    """A user workload's FLOPs per micro-batch: given by the workload, else counted by
-    FlopCounterMode over one forward and backward pass in float32 (the gradients are then
-    dropped: nothing trains)."""
+    """A user workload's FLOPs per micro-batch: given by the workload, else counted over one
+    forward and backward pass in float32, attention on the math path (flops.py: a fused
+    attention kernel would be scored 0); the gradients are then dropped: nothing trains."""
     batch = cell.spec.batch_size
     given = cell.workload.flops(batch)
     if given is not None:
         return {"flops_per_micro_batch": given, "flops_source": "the workload"}
-    from torch.utils.flop_counter import FlopCounterMode
-
     xb, yb = tensors.x_train[:batch], tensors.y_train[:batch]
-    with FlopCounterMode(display=False) as counter:
-        cell.loss(model(xb).float(), yb).backward()
+    devices = [cell.device.index or 0] if cell.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):  # dropout draws: the cell's RNG untouched
+        count = counted(model, lambda: cell.loss(model(xb).float(), yb).backward())
     model.zero_grad(set_to_none=True)
     return {
-        "flops_per_micro_batch": float(counter.get_total_flops()),
-        "flops_source": "torch FlopCounterMode (forward + backward, float32)",
+        "flops_per_micro_batch": count.total,
+        "flops_source": f"{FLOPS_SOURCE} (forward + backward, float32)",
     }

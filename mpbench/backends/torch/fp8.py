@@ -20,29 +20,28 @@ from torch.utils._pytree import tree_leaves
 from mpbench import fp8 as rules
 from mpbench.backends.base import Unsupported
 from mpbench.backends.torch.fp8_gemm_timing import measure
+from mpbench.backends.torch.fp8_layers import (
+    SHAPES_SOURCE,
+    SHARE_SOURCE,
+    ForwardTrace,
+    flop_share,
+    layer_plan,
+    swap_hf_conv1d,
+    trace_forward,
+)
 from mpbench.backends.torch.precision import TorchPrecision
 from mpbench.fp8 import (
     HARDWARE,
     Execution,
     Fp8Refused,
     LayerPlan,
-    LinearLayer,
     device_refusal,
     execution,
-    plan_layers,
 )
 from mpbench.fp8_gemms import Fp8Prediction, no_hardware, training_gemms, untimed
 from mpbench.policies import FLOAT8
 
 INSTALL_HINT = "float8 in torch needs torchao: pip install 'mpbench[fp8]'"
-CONV_REASON = "convolution: torchao converts nn.Linear only"
-# As the Keras record says of its embeddings: a head tied to one (F.linear on its weight, as
-# transformer_lm's is) is no nn.Linear either, so its GEMM stays in bfloat16 too.
-EMBEDDING_REASON = (
-    "embedding (and a head tied to its weight, which is no nn.Linear): "
-    "torchao converts nn.Linear only"
-)
-_CONVOLUTIONS = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
 # The aten GEMMs an emulated Float8Linear may run below its Float8TrainingTensor operands.
 _GEMMS = ("aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm", "aten._scaled_mm")
 
@@ -64,8 +63,8 @@ class Fp8Setup:
     plan: LayerPlan
     execution: Execution
     config: Any
-    forward_flops: float | None
-    flop_note: str | None = None
+    trace: ForwardTrace  # the model's own forward: GEMM shapes and FLOPs per module
+    swapped: dict[str, str]  # layers swapped for nn.Linear so fp8 can take them
     torchao: Any = None
     gemm: TracedGemm | None = None  # an emulated cell's GEMM, as the probe saw it run
     prediction: Fp8Prediction | None = None  # its GEMMs' shapes and predicted gain over bf16
@@ -94,22 +93,6 @@ def import_torchao() -> Any:
     finally:
         pytree.setLevel(level)
     return torchao, float8
-
-
-def layer_plan(model: torch.nn.Module, rows_per_sample: int = 1) -> LayerPlan:
-    """Every nn.Linear by its qualified name; convolutions and embeddings listed as staying
-    in bf16."""
-    linears, other = [], {}
-    for name, module in model.named_modules():
-        if isinstance(module, torch.nn.Linear):
-            linears.append(
-                LinearLayer(name, module.in_features, module.out_features, rows_per_sample)
-            )
-        elif isinstance(module, _CONVOLUTIONS):
-            other[name] = CONV_REASON
-        elif isinstance(module, torch.nn.Embedding):
-            other[name] = EMBEDDING_REASON
-    return plan_layers(linears, other)
 
 
 def device_capability(device: torch.device) -> tuple[int, int] | None:
@@ -213,26 +196,26 @@ def _autocast_dtype(cell: Any) -> torch.dtype | None:
     return None if name == "float32" else getattr(torch, name)
 
 
-def prepare(cell: Any, model: torch.nn.Module) -> Fp8Setup:
-    """Plan, label and configure a float8 cell (before its model is converted)."""
+def prepare(
+    cell: Any,
+    model: torch.nn.Module,
+    sample: torch.Tensor,
+    optimizer: torch.optim.Optimizer | None = None,
+) -> Fp8Setup:
+    """Plan, label and configure a float8 cell (before its model is converted): transformers
+    Conv1D layers swapped for nn.Linear first (`optimizer`, built already, re-pointed), then
+    one traced forward of `sample` (a micro-batch) gives the plan its shapes and FLOPs."""
     torchao, float8 = import_torchao()
-    spec, workload = cell.spec, cell.workload
-    rows, flops, note = 1, None, None
-    if workload.kind == "language_model":
-        # the sizes forward_flops counts with (the runner sets them all for a language model)
-        rows = workload.shape(spec.units, **spec.sizes).seq_len
-        flops = workload.forward_flops(1, spec.units, **spec.sizes)
-    elif workload.kind == "user":
-        note = "a user workload's FLOPs per sample are not known to mpbench"
-    else:
-        flops = workload.forward_flops(1, spec.units)
-    plan = layer_plan(model, rows)
+    spec = cell.spec
+    swapped = swap_hf_conv1d(model, optimizer)
+    trace = trace_forward(model, sample)
+    plan = layer_plan(model, trace)
     run = label(cell.device, spec.fp8_mode, spec.fp8_recipe)
     config = float8.Float8LinearConfig.from_recipe_name(spec.fp8_recipe)
     config = dataclasses.replace(config, emulate=run.mode != HARDWARE)
     gemm = traced_gemm(config, cell.device, _autocast_dtype(cell)) if config.emulate else None
     prediction = predict_gain(cell, plan, run)
-    return Fp8Setup(plan, run, config, flops, note, torchao, gemm, prediction)
+    return Fp8Setup(plan, run, config, trace, swapped, torchao, gemm, prediction)
 
 
 def predict_gain(cell: Any, plan: LayerPlan, run: Execution) -> Fp8Prediction:
@@ -314,13 +297,14 @@ def record(
         if traced.error:
             gemm += f" (the probe failed: {traced.error})"
     prediction = setup.prediction
+    share = flop_share(setup.trace, layers_fp8)
     return rules.record(
         setup.execution,
         requested,
         setup.plan,
         layers_fp8,
-        setup.forward_flops,
-        setup.flop_note,
+        None,
+        SHARE_SOURCE if share is not None else "the traced forward counted no FLOPs",
         backend=f"torchao {setup.torchao.__version__} float8 training",
         gemm=gemm,
         recipe=recipe,
@@ -328,15 +312,22 @@ def record(
         formats=_formats(setup.config),
         compiled=compiled,
         prediction=dataclasses.asdict(prediction) if prediction is not None else None,
+        traced_share=share,
+        swapped_layers=setup.swapped,
+        shapes_source=SHAPES_SOURCE,
     )
 
 
 def apply_fp8(
-    cell: Any, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None
+    cell: Any,
+    model: torch.nn.Module,
+    sample: torch.Tensor,
+    optimizer: torch.optim.Optimizer | None = None,
 ) -> dict:
-    """The backend's one call: plan, label, convert `model` (before its optimizer is built,
-    or check `optimizer` after), and return the record's `fp8`."""
-    setup = prepare(cell, model)
+    """The backend's one call: plan (from one traced forward of `sample`, a micro-batch of
+    the cell's inputs), label, convert `model` (before its optimizer is built, or check
+    `optimizer` after), and return the record's `fp8`."""
+    setup = prepare(cell, model, sample, optimizer)
     names = convert(setup, model)
     if optimizer is not None:
         check_optimizer(model, optimizer)

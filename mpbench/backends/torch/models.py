@@ -76,6 +76,10 @@ class Block(nn.Module):
 
 
 class TransformerLM(nn.Module):
+    # The embedding whose weight the head multiplies by (F.linear, no nn.Linear): fp8's plan
+    # names it so (backends/torch/fp8_layers.py).
+    functional_head_of = "tokens"
+
     """Token and position embeddings, the blocks, a final LayerNorm and a head tied to the
     token embedding: (B, T) int tokens -> (B, T, V) logits. Under autocast the embeddings
     come out float32, so the residual stream (and every LayerNorm's input) stays float32

@@ -1,4 +1,5 @@
-"""Which dtype each op ran in, as torch's dispatcher sees it (the language model's read-back).
+"""Which dtype each op ran in, as torch's dispatcher sees it (the read-back of the language
+model and of a user workload's model).
 
 A TorchDispatchMode sits below autocast: it sees every aten op after autocast has cast its
 inputs, so the floating-point dtypes of an op's inputs are the dtype it computed in. One
@@ -8,6 +9,7 @@ inside a timed step), under the cell's own autocast state, exactly as train_step
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -34,6 +36,14 @@ ROLES = {
     ),
     "linear": ("aten.addmm",),  # the projections and the MLP (with biases)
     "head": ("aten.mm",),  # the tied output projection (no bias)
+    # A user model's (a CNN's): did BatchNorm run in 16-bit?
+    "convolution": ("aten.convolution",),
+    "batch_norm": (
+        "aten._native_batch_norm_legit_no_training",
+        "aten._native_batch_norm_legit",
+        "aten.native_batch_norm",
+        "aten.cudnn_batch_norm",
+    ),
 }
 
 
@@ -61,18 +71,31 @@ def _one(dtypes: set[str]) -> str | list[str]:
 
 @torch.no_grad()
 def traced_op_dtypes(
-    model: torch.nn.Module, precision: TorchPrecision, tokens: torch.Tensor, targets: torch.Tensor
+    model: torch.nn.Module,
+    precision: TorchPrecision,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
 ) -> dict[str, Any]:
     """{"op_dtypes": {aten op: dtype(s) of its floating inputs}, "<role>_dtype": ...} for
-    one forward pass and its loss."""
+    one forward pass and its loss (`loss_fn`: a user workload's; None: cross-entropy). A
+    user model this trace cannot run says why in `op_dtypes_unavailable`: the cell has
+    trained, and a read-back is no reason to fail it."""
     was_training = model.training
     model.eval()
     recorder = _Recorder()
-    with recorder:
-        with precision.autocast():
-            logits = model(tokens)
-        cross_entropy(logits.float(), targets)
-    model.train(was_training)
+    try:
+        with recorder:
+            with precision.autocast():
+                logits = model(inputs)
+            (loss_fn or cross_entropy)(logits.float(), targets)
+    except Exception as exc:
+        if loss_fn is None:  # mpbench's own model: a failure here is a bug to see
+            raise
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return {"op_dtypes_unavailable": f"the traced forward raised {type(exc).__name__}: {first}"}
+    finally:
+        model.train(was_training)
     seen = recorder.seen
     state: dict[str, Any] = {"op_dtypes": {op: _one(seen[op]) for op in sorted(seen)}}
     for role, ops in ROLES.items():
