@@ -24,6 +24,9 @@ from mpbench.policies import SELECTORS as POLICY_SELECTORS
 from mpbench.policies import help_names, valid_names
 
 DATA_MODES = ("auto", "real", "synthetic")
+# What a user workload's cells record as their data mode: the workload's own data(seed),
+# whatever --data says (--data chooses the built-ins' data: runner/cells.py, runner/config.py).
+USER_DATA = "user"
 LOOPS = ("fit", "custom")
 ON_DIVERGE = ("stop", "fallback")  # docs/telemetry.md
 GRAD_COMMS = ("fp32", "fp16", "bf16")  # docs/distributed.md: the DDP communication hook
@@ -461,8 +464,7 @@ SETTINGS: tuple[Setting, ...] = (
         str,
         "auto",
         ("--data",),
-        "auto, real or synthetic.",
-        cell=True,
+        "auto, real or synthetic (the built-in workloads' data; yours brings its own).",
         toml=("run",),
         required=True,
         choices=DATA_MODES,

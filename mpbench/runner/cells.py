@@ -32,7 +32,7 @@ from mpbench.policies import (
     resolve,
 )
 from mpbench.runner.config import RunConfig
-from mpbench.settings import SETTINGS
+from mpbench.settings import SETTINGS, USER_DATA
 from mpbench.workloads import describe_workload, resolve_workloads
 
 # The settings every cell takes as they are (Setting.cell): a run-wide one read from the
@@ -49,8 +49,10 @@ PASSED_FROM_WORKLOAD = tuple(s.target for s in SETTINGS if s.cell and s.home == 
 # and seq_len where unset, the workload's preset for the device; the one --threads count, or
 # the cores, for both thread pools); the recipe's axes, one value of each list per cell (the
 # loss scale, accumulation, the 16-bit factor, compile, nproc, and grad_comm, which only a
-# torch cell of more than one replica keeps). `verbose` is no part of the plan: the runner
-# sets it as the cell starts, from this invocation's --verbose (a --resume may differ).
+# torch cell of more than one replica keeps); the data mode (--data chooses the built-ins'
+# data; a user workload's cell records "user": cell_data). `verbose` is no part of the plan:
+# the runner sets it as the cell starts, from this invocation's --verbose (a --resume may
+# differ).
 WORKED_OUT = frozenset(
     {
         "run_id",
@@ -75,6 +77,7 @@ WORKED_OUT = frozenset(
         "compile",
         "nproc",
         "grad_comm",
+        "data",
         "verbose",
     }
 )
@@ -171,6 +174,31 @@ def left_out_note(names: list[str], traits: DeviceTraits) -> str | None:
             "nothing to compare it to"
         )
     return note
+
+
+def no_fast_path_notes(
+    cells: list[Cell], names: list[str], traits: DeviceTraits, fp8_mode: str
+) -> list[str]:
+    """One line per policy named by its name (-p bf16, [run] policies) whose cells run on a
+    device the policy table rates slow or emulated for it, in the table's own words: `-p bf16`
+    on a CPU without bf16 instructions ran 5-15× slower than float32 and said nothing. Not for
+    `auto` (left_out_note says what it left out, and why) nor `all` (every policy, fast or
+    not, by request); not for float8 under --fp8-mode emulated (emulation was asked for) or
+    hardware (its cells are skipped with the reason)."""
+    keys = [name.strip().lower() for name in names]
+    named = {resolve(key) for key in keys if key not in ("auto", "all")}
+    running = dict.fromkeys(POLICIES[c.spec.policy] for c in cells if c.skip_reason is None)
+    notes = []
+    for policy in running:
+        if policy not in named or (policy.fp8 and fp8_mode != "auto"):
+            continue
+        rating = rate(policy, traits)
+        if rating.rating in (Rating.SLOW, Rating.EMULATED):
+            notes.append(
+                f"-p {policy.short} on {traits.name}: {rating.reason} (rated "
+                f"{rating.rating.value}); its cells run as asked"
+            )
+    return notes
 
 
 DEVICE_CHOICES = ["auto", "cpu", "cuda", "cuda:N", "mps"]
@@ -306,6 +334,7 @@ def expand(config: RunConfig, report, run_id: str) -> tuple[str, DeviceTraits, C
                             grad_comm=recipe.grad_comm,
                             intra_op_threads=threads,
                             inter_op_threads=threads,
+                            data=cell_data(config, workload),
                             **sizes,
                         )
                         skip = _skip_reason(policy, traits, framework, missing, config.fp8_mode)
@@ -324,7 +353,9 @@ def expand(config: RunConfig, report, run_id: str) -> tuple[str, DeviceTraits, C
         # of the matrix once, so the repeat is the outermost loop (a stable sort keeps the rest).
         cells.sort(key=lambda cell: cell.spec.repeat)
     note = left_out_note(config.policies, traits)
-    return device, traits, Cells(cells, [note] if note else [])
+    notes = [note] if note else []
+    notes += no_fast_path_notes(cells, config.policies, traits, config.fp8_mode)
+    return device, traits, Cells(cells, notes)
 
 
 @dataclass(frozen=True)
@@ -412,6 +443,13 @@ def _auto_leaves_out(policy: Policy, traits: DeviceTraits, workload) -> str | No
         f"--policy auto leaves {policy.short} out of {workload.name} on {traits.name}: "
         f"{rating.reason}; name it (-p {policy.short}) to run it anyway"
     )
+
+
+def cell_data(config: RunConfig, workload) -> str:
+    """The data mode a cell records: --data (auto, real, synthetic) for a built-in workload;
+    "user" for a user workload, which trains on its own data(seed) whatever --data says, so
+    that its record never claims a synthetic or real set it did not use."""
+    return USER_DATA if workload.kind == "user" else config.data
 
 
 def _unsupported_by(workload, framework: str) -> str | None:

@@ -21,6 +21,7 @@ from typing import Any
 from mpbench.errors import InvalidInput, unknown_choice
 from mpbench.settings import (
     ADAPTIVE,
+    BY_NAME,
     COMMAND_LINE,
     REFERENCE,
     SEED_MAX,
@@ -350,8 +351,32 @@ def apply_options(config: RunConfig, options: RunOptions) -> RunConfig:
         raise InvalidInput(
             f"{given[0]}: applies to --repeat auto only (this run has --repeat {merged.repeat})"
         )
+    if options.data is not None:
+        check_data_mode(merged)
     check_combination(merged)
     return merged
+
+
+def check_data_mode(config: RunConfig) -> None:
+    """--data chooses the built-in workloads' data (real, or the synthetic stand-in); a user
+    workload trains on its own (data(seed)) and its records say "user" (runner/cells.py
+    cell_data). Given on the command line where every workload of the run is a user's, a
+    mode other than the default would change nothing: refused rather than ignored. A config
+    file's mode is a default for the built-ins it may name, and is not refused."""
+    if config.data == BY_NAME["data"].default:
+        return
+    names = config.workload_names
+    built_in = (*WORKLOADS, *SELECTORS)
+    if not names or any(
+        n.strip().lower() in built_in or describe_workload(n).kind != "user" for n in names
+    ):
+        return
+    listed = ", ".join(names)
+    raise InvalidInput(
+        f"--data {config.data}: {listed} {'trains' if len(names) == 1 else 'train'} on "
+        "the workload's own data (its data(seed)); --data chooses the built-in workloads' "
+        "data only, so leave it out"
+    )
 
 
 def typed_value(setting: Setting, value: Any) -> Any:

@@ -442,7 +442,16 @@ def _builtin_or(name: str, user_side):
         return builtin
     if user.reference(name) is None:
         # An entry point named like a built-in or a selector is shadowed: listed once.
-        choices = [*WORKLOADS, *SELECTORS, *user.entry_point_names(), "package.module:name"]
+        choices = [
+            *WORKLOADS,
+            *SELECTORS,
+            *user.entry_point_names(),
+            "package.module:name",
+            "hf:MODEL_TYPE",
+            "keras:APPLICATION",
+            "torchvision:MODEL",
+            "timm:MODEL",
+        ]
         raise unknown_choice("workload", name, dict.fromkeys(choices))
     return user_side(name)
 

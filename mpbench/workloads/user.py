@@ -1,6 +1,7 @@
 """Your own workload (docs/workloads.md, "Your own workload"): a spec a user module defines,
 found by `--workload package.module:name` or by the name of an entry point in the
-`mpbench.workloads` group.
+`mpbench.workloads` group; or a model zoo's name (`hf:gpt2`, `keras:MobileNetV2`,
+`torchvision:resnet50`, `timm:...`), which mpbench.workloads.zoo builds as such a spec.
 
 mpbench controls the precision policy, the threads, the timing and the seeds; the workload
 owns the model, the optimizer, the loss and the data. Nothing here imports a framework: the
@@ -23,10 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from mpbench.errors import InvalidInput
+from mpbench.workloads import zoo
 
 ENTRY_POINT_GROUP = "mpbench.workloads"
 FRAMEWORK_FIELDS = {"torch": "torch", "tensorflow": "keras"}  # framework -> builder field
 PROBE_TIMEOUT_S = 120.0
+# The image layouts a user workload's data may declare (UserWorkload.layout); None: as given.
+LAYOUTS = (None, "NHWC", "NCHW")
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,13 @@ class UserWorkload:
     - `flops_per_step(batch_size)`: the training FLOPs of one step of `batch_size` samples,
       or a number (for the reference batch size only). None: measured with torch's
       FlopCounterMode in torch cells, unknown in Keras cells.
+    - `output`: which tensor of the torch model's output mpbench trains, counts and evaluates
+      on, where the forward returns more than a tensor: a key of a `ModelOutput` or dict
+      (None: "logits"), or an index of a tuple (None: 0). Models as their libraries return
+      them (Hugging Face's) need no wrapper.
+    - `layout`: "NHWC" or "NCHW", the layout of the 4-d image arrays `data` returns; mpbench
+      transposes them for the framework that wants the other (torch NCHW, Keras NHWC). None:
+      every framework gets them as they are.
     """
 
     name: str
@@ -56,6 +67,8 @@ class UserWorkload:
     epochs: int = 1
     flops_per_step: Callable[[int], float] | float | None = None
     description: str = ""
+    output: str | int | None = None
+    layout: str | None = None
     kind = "user"
 
     @property
@@ -93,7 +106,9 @@ class UserWorkloadInfo:
 
 
 def is_reference(name: str) -> bool:
-    return ":" in name
+    """Whether `name` names a workload itself (a zoo name, or `module:attr`), not an entry
+    point's name."""
+    return zoo.is_zoo(name) or ":" in name
 
 
 def entry_point(name: str) -> str | None:
@@ -109,14 +124,23 @@ def entry_point_names() -> list[str]:
 
 
 def reference(name: str) -> str | None:
-    """`module:attr` for a user workload's name, or None where it names none."""
+    """`module:attr` (or the zoo name itself) for a user workload's name, or None where it
+    names none."""
     return name.strip() if is_reference(name) else entry_point(name.strip())
 
 
 def load(name: str) -> UserWorkload:
     """Import the workload `name` names (in a cell, or in the probe). A module outside an
     installed package is found as `python -m` finds one: the working directory comes first on
-    sys.path. InvalidInput (one line naming `name`) where it is not a workload."""
+    sys.path. A zoo name is taken by the zoo first (`hf:gpt2` is never module hf's gpt2).
+    InvalidInput (one line naming `name`) where it is not a workload."""
+    if zoo.is_zoo(name):
+        return _checked(name, zoo.build(name))
+    return _checked(name, _imported(name))
+
+
+def _imported(name: str) -> UserWorkload:
+    """The UserWorkload a `module:attr` (or an entry point) names, imported."""
     ref = reference(name)
     if ref is None:
         raise InvalidInput(f"--workload {name!r}: not a built-in workload, not package.module:name")
@@ -141,17 +165,41 @@ def load(name: str) -> UserWorkload:
     found = module
     for part in attr.split("."):
         if not hasattr(found, part):
-            raise InvalidInput(f"--workload {name!r}: module {module_name} has no {attr!r}")
+            raise InvalidInput(
+                f"--workload {name!r}: module {module_name} has no {attr!r}; "
+                + _workloads_in(module)
+            )
         found = getattr(found, part)
-    if isinstance(found, UserWorkload):
-        workload = found
-    else:
+    if not isinstance(found, UserWorkload):
         raise InvalidInput(
             f"--workload {name!r}: {attr} is a {type(found).__name__}, not an "
             "mpbench.workloads.UserWorkload"
         )
+    return found
+
+
+def _workloads_in(module: Any) -> str:
+    """What a module offers, for a message about a name it lacks."""
+    found = sorted(k for k, v in vars(module).items() if isinstance(v, UserWorkload))
+    return f"it has: {', '.join(found)}" if found else "it defines no UserWorkload"
+
+
+def _checked(name: str, workload: UserWorkload) -> UserWorkload:
+    """`workload`, checked to be one a cell can run."""
     if not workload.frameworks:
         raise InvalidInput(f"--workload {name!r}: defines neither a torch nor a keras builder")
+    if workload.output is not None and (
+        isinstance(workload.output, bool) or not isinstance(workload.output, str | int)
+    ):
+        raise InvalidInput(
+            f"--workload {name!r}: output must be a key (str) or an index (int), not "
+            f"{type(workload.output).__name__}"
+        )
+    if workload.layout not in LAYOUTS:
+        raise InvalidInput(
+            f"--workload {name!r}: layout {workload.layout!r} is not one of "
+            + ", ".join(repr(x) for x in LAYOUTS)
+        )
     for size in ("batch_size", "epochs"):
         value = getattr(workload, size)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -161,7 +209,10 @@ def load(name: str) -> UserWorkload:
 
 def source(name: str) -> dict[str, Any]:
     """Where the workload came from: module, attribute, file and its sha256, and the
-    installed distribution and version that holds the module, where one does."""
+    installed distribution and version that holds the module, where one does. A zoo name's:
+    the zoo, the model, its full configuration and the library's version."""
+    if zoo.is_zoo(name):
+        return zoo.source(name)
     module_name, _, attr = (reference(name) or name).partition(":")
     module = sys.modules[module_name]
     path = getattr(module, "__file__", None)
@@ -178,12 +229,15 @@ def source(name: str) -> dict[str, Any]:
 
 def describe(name: str) -> dict[str, Any]:
     workload = load(name)
+    # A zoo model is built once here (the probe), so a configuration the library refuses is
+    # one line before anything runs, not an error in every cell.
+    description = zoo.describe(name) if zoo.is_zoo(name) else workload.description
     return {
         "name": name,
         "frameworks": workload.frameworks,
         "batch_size": workload.batch_size,
         "epochs": workload.epochs,
-        "description": workload.description or workload.name,
+        "description": description or workload.name,
         "source": source(name),
     }
 

@@ -26,6 +26,8 @@ from mpbench.telemetry.memory import fill as fill_memory
 from mpbench.workloads import get_workload
 
 LOOPS = ("fit", "custom")
+# The axes that move a batch of images from one layout to the other (UserWorkload.layout).
+_TRANSPOSE = {("NCHW", "NHWC"): (0, 2, 3, 1), ("NHWC", "NCHW"): (0, 3, 1, 2)}
 
 # The runner reports an ImportError from importing a backend as a skipped cell with the
 # install hint; look for TensorFlow without importing it (that happens in run_cell).
@@ -41,8 +43,10 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
     tf = import_tensorflow(spec.verbose)
     import keras
 
+    from mpbench.backends.tensorflow import fp8
+
     cell = _set_up(tf, spec)
-    data = base.load_dataset(spec, cell.workload, warn)
+    data, data_layout = _data(spec, cell.workload, warn)
     plan = base.plan_steps(
         len(data.x_train), spec.effective_batch * cell.world, spec.epochs, spec.max_steps,
         spec.warmup_steps,
@@ -65,6 +69,7 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
         )
         status, reason, divergence = _verdict(spec, timed)
     memory = _memory_stats(cell, timed, data)
+    params = fp8.param_counts(model)
     return Measurements(
         framework_version=f"tensorflow {tf.__version__} / keras {keras.__version__}",
         device=cell.placement.info,
@@ -75,7 +80,8 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
         epoch_losses=timed.trained.epoch_losses,
         test_accuracy=accuracy,
         test_loss=test_loss,
-        params=_param_count(model),
+        params=params.trainable,
+        params_non_trainable=params.non_trainable,
         memory=memory,
         loss_scale=timed.loss_scale,
         data=data.info,
@@ -88,6 +94,7 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
             "input_pipeline": "pre-batched tf.data, prefetched"
             + (" to the device" if cell.placement.is_gpu else ""),
             **_user_flops(cell),
+            **data_layout,
         },
         end_to_end=end_to_end,
         threads=cell.threads,
@@ -102,6 +109,32 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
     )
 
 
+def _data(
+    spec: CellSpec, workload: Any, warn: Callable[[str], None]
+) -> tuple[base.Dataset, dict[str, str]]:
+    """The cell's data, and for a user workload that declares its images' layout the layout
+    the cell trained on (`data_layout`, as torch's cells say it): 4-d arrays as Keras' image
+    layers take them (NHWC, its default image format; NCHW where Keras is configured
+    channels_first), transposed where the workload's `layout` is the other."""
+    import keras
+    import numpy as np
+
+    data = base.load_dataset(spec, workload, warn)
+    given = getattr(workload, "layout", None) if workload.kind == "user" else None
+    if given is None or data.x_train.ndim != 4:
+        return data, {}  # no images, or a layout nobody declared: as they are
+    wanted = "NHWC" if keras.config.image_data_format() == "channels_last" else "NCHW"
+    if given == wanted:
+        return data, {"data_layout": f"{wanted} (as given)"}
+    # Contiguous copies: a strided view would be copied again by every batch tf.data draws.
+    x_train, x_test = (
+        np.ascontiguousarray(x.transpose(_TRANSPOSE[(given, wanted)]))
+        for x in (data.x_train, data.x_test)
+    )
+    moved = base.Dataset(x_train, data.y_train, x_test, data.y_test, data.info)
+    return moved, {"data_layout": f"{wanted} (given {given}, transposed)"}
+
+
 def _user_flops(cell: _Cell) -> dict[str, Any]:
     """A user workload's FLOPs per micro-batch as it gives them; Keras has no counter, so
     otherwise unknown (None)."""
@@ -112,15 +145,6 @@ def _user_flops(cell: _Cell) -> dict[str, Any]:
         "flops_per_micro_batch": given,
         "flops_source": "the workload" if given is not None else "unknown (no counter in Keras)",
     }
-
-
-def _param_count(model: Any) -> int:
-    """The record's `params`: the model's weights, without the float8 layers' scales and amax
-    histories (tensorflow/fp8.py weight_count; their number is in the record's fp8.scaling),
-    so that every cell of a model counts the same."""
-    from mpbench.backends.tensorflow import fp8
-
-    return fp8.weight_count(model)
 
 
 def _refuse_unsupported(spec: CellSpec) -> None:
@@ -208,8 +232,12 @@ def _build(
         if spec.jit and not jit_compile:
             warn("XLA (jit_compile) was requested but Keras disabled it for this model")
         state = precision.read_back(model, data.x_test[:1], spec.loop, jit_compile)
+        # Which dtype each op ran in, from one traced forward and its loss (never executed,
+        # so outside the timed steps and without a side effect on the model).
         if cell.workload.kind == "language_model":
             state.update(precision.traced_op_dtypes(model, data.x_test[:2], data.y_test[:2]))
+        elif cell.workload.kind == "user":
+            state.update(precision.user_op_dtypes(model, data.x_test[:2], data.y_test[:2]))
     if state["loss_scaling"] != POLICIES[spec.policy].loss_scaling:
         raise RuntimeError(
             f"loss scaling is {'on' if state['loss_scaling'] else 'off'} "

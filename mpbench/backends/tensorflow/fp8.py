@@ -114,11 +114,41 @@ def is_fp8_state(variable: Any) -> bool:
     return bool(getattr(variable, "overwrite_with_gradient", False))
 
 
+@dataclass(frozen=True)
+class ParamCounts:
+    """The record's `params` (trainable) and `params_non_trainable`, counted as torch counts
+    them (parameters that take a gradient; frozen parameters and floating-point running
+    state apart), so that one model counts the same in both frameworks."""
+
+    trainable: int
+    non_trainable: int
+
+
+def param_counts(model: keras.Model) -> ParamCounts:
+    """The scalars in the model's trainable weights, and in its non-trainable floating-point
+    weights (BatchNormalization's moving mean and variance, a frozen layer's weights: torch's
+    running-statistics buffers and frozen parameters); an integer counter is state, not a
+    parameter, in either framework. Neither counts the float8 layers' scales and amax
+    histories (is_fp8_state), so a float8 cell counts the weights of its float32 twin."""
+
+    def scalars(variables: list[Any], floating_only: bool = False) -> int:
+        return sum(
+            math.prod(v.shape)
+            for v in variables
+            if not is_fp8_state(v) and (not floating_only or keras.backend.is_float_dtype(v.dtype))
+        )
+
+    return ParamCounts(
+        trainable=scalars(model.trainable_weights),
+        non_trainable=scalars(model.non_trainable_weights, floating_only=True),
+    )
+
+
 def weight_count(model: keras.Model) -> int:
-    """The record's `params`: the scalars in the model's weights as count_params() counts
-    them, less the float8 layers' scales and amax histories (is_fp8_state), so a float8
-    cell counts the same weights as its float32 twin."""
-    return sum(math.prod(v.shape) for v in model.weights if not is_fp8_state(v))
+    """Every weight param_counts counts, trainable or not: count_params() less the float8
+    scales and amax histories."""
+    counts = param_counts(model)
+    return counts.trainable + counts.non_trainable
 
 
 def _children(layer: keras.layers.Layer) -> list[keras.layers.Layer]:

@@ -88,6 +88,11 @@ def read_back(model: keras.Model, sample: Any, loop: str, jit_compile: bool) -> 
 
 
 _SUFFIX = re.compile(r"_\d+$")
+# The Keras layers whose ops make the "convolution" role (a 1-d one is a Conv2D op in TF).
+_CONVOLUTIONS = (
+    "Conv1D", "Conv2D", "Conv3D", "DepthwiseConv1D", "DepthwiseConv2D", "SeparableConv1D",
+    "SeparableConv2D",
+)  # fmt: skip
 # Ops that move or cast values rather than compute with them.
 # IdentityN: what tf.custom_gradient wraps its outputs in (Keras float8 layers' q/dq).
 _MOVES = {
@@ -105,7 +110,8 @@ def traced_op_dtypes(model: keras.Model, tokens: Any, targets: Any) -> dict[str,
     the compute dtype), softmax (the float32 output layer's), attention_softmax (inside
     MultiHeadAttention's dot_product_attention), attention (its einsums: projections,
     scores and the weighted sum), linear (the MLP's Dense layers), head (the tied output
-    projection), loss. Only floating-point ops count (not indices, shapes or masks)."""
+    projection), loss; for a user's model also convolution and batch_norm (its arithmetic).
+    Only floating-point ops count (not indices, shapes or masks)."""
     loss_fn = model.loss
 
     @tf.function
@@ -152,12 +158,47 @@ def traced_op_dtypes(model: keras.Model, tokens: Any, targets: Any) -> dict[str,
         "linear": role(("Dense",), ("MatMul", "BatchMatMulV2", "Einsum")),
         "head": role(("ReversibleEmbedding",), ("MatMul", "BatchMatMulV2", "Einsum")),
         "loss": role(("loss",)),
+        "convolution": role(_CONVOLUTIONS, ("Conv2D", "Conv3D", "DepthwiseConv2dNative")),
+        "batch_norm": role(("BatchNormalization",)),
     }
     for name, dtypes in roles.items():
         if dtypes:
             state[f"{name}_dtype"] = _one(dtypes)
     state["op_dtypes_source"] = "TensorFlow graph (each op's T attribute), one forward + loss"
     return state
+
+
+def user_op_dtypes(model: keras.Model, x: Any, y: Any) -> dict[str, Any]:
+    """traced_op_dtypes for a user's model, which mpbench did not build: one it cannot trace
+    with its loss (several outputs, a loss that is no callable, an op no graph takes) or
+    whose ops sit in no layer's name scope has no op_dtypes, and the record says why; the
+    cell trains on (a built-in's failure is mpbench's bug, and fails its cell)."""
+    try:
+        state = traced_op_dtypes(model, x, y)
+    except Exception as exc:  # whatever a model of any shape raises: said, not raised
+        return {
+            "op_dtypes_unavailable": "the model and its loss could not be traced into one "
+            f"TensorFlow graph ({type(exc).__name__}: {_cause(exc)})",
+        }
+    if not state["op_dtypes"]:
+        return {
+            "op_dtypes_unavailable": "no floating-point op of the traced graph is in the name "
+            "scope of one of the model's layers",
+        }
+    return state
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# Lines of a traced call's error around its cause: TensorFlow's "in user code:" and the
+# frames, Keras' "Arguments received by Layer.call():" and one "•" line per argument.
+_AROUND_THE_CAUSE = ("Arguments received", "•")
+
+
+def _cause(exc: Exception) -> str:
+    """The line of a tracing error that says what went wrong, at most 200 characters."""
+    lines = [_ANSI.sub("", line).strip() for line in str(exc).splitlines()]
+    said = [line for line in lines if line and not line.startswith(_AROUND_THE_CAUSE)]
+    return (said[-1] if said else "no message")[:200]
 
 
 def _one(dtypes: set[str]) -> str | list[str]:

@@ -1,0 +1,239 @@
+"""A model zoo by name (docs/workloads.md, "A model zoo by name"): `-w hf:gpt2?n_layer=4`,
+`-w keras:MobileNetV2`, `-w torchvision:resnet50`, `-w timm:resnet18` name a library's model,
+built from its code with random weights, with synthetic data of the right kind.
+
+A zoo name resolves to an ordinary `UserWorkload` built in code, so that everything mpbench
+does for a user's workload (the probe, the cells, the record) it does for these. Nothing is
+downloaded: configurations are built locally, no pretrained weights are asked for. Importing
+this module imports no library (the CLI's process imports it); a zoo imports its package when
+one of its names is resolved, in the probe's child process or in a cell.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.metadata
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl
+
+from mpbench.errors import InvalidInput
+
+# prefix -> the module of mpbench.workloads.zoo that builds its models
+PREFIXES = {"hf": "hf", "keras": "keras_apps", "torchvision": "vision", "timm": "vision"}
+# prefix -> the mpbench extra that installs its package
+EXTRAS = {"hf": "hf", "keras": "tensorflow", "torchvision": "vision", "timm": "vision"}
+
+
+@dataclass(frozen=True)
+class ZooName:
+    """`zoo:model?key=value&...` taken apart; values read as int, float, bool or None where
+    they look like one (`n_layer=4`, `lr=3e-4`, `use_cache=false`, `n_inner=none`)."""
+
+    text: str  # the name as given (stripped): what messages quote
+    zoo: str
+    model: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def invalid(self, said: str) -> InvalidInput:
+        return InvalidInput(f"--workload {self.text!r}: {said}")
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A zoo name, resolved: the workload, its record (`source`), and `check`, which builds
+    the model once (on torch's meta device where it can) to refuse what the library refuses
+    and to count its parameters; the probe runs it, a cell does not."""
+
+    workload: Any  # a UserWorkload (user.py imports this package, not the other way)
+    source: dict[str, Any]
+    check: Callable[[], str]
+
+
+def is_zoo(name: str) -> bool:
+    """Whether `name` is a zoo name: it starts with a zoo's prefix and a colon. A zoo takes
+    such a name before the `module:attr` path would."""
+    prefix, colon, _ = name.strip().partition(":")
+    return bool(colon) and prefix in PREFIXES
+
+
+def parse(name: str) -> ZooName:
+    text = name.strip()
+    zoo, _, rest = text.partition(":")
+    model, _, query = rest.partition("?")
+    parsed = ZooName(text, zoo, model.strip())
+    if zoo not in PREFIXES:
+        raise parsed.invalid(f"not a zoo name ({', '.join(p + ':' for p in PREFIXES)})")
+    if not parsed.model:
+        raise parsed.invalid(f"name a model after '{zoo}:'")
+    options: dict[str, Any] = {}
+    try:
+        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=True) if query else []
+    except ValueError as exc:
+        raise parsed.invalid(f"the query must be key=value&key=value ({exc})") from None
+    for key, value in pairs:
+        if not key:
+            raise parsed.invalid(f"a query value without a key: ={value}")
+        if not value:
+            raise parsed.invalid(f"{key} has no value")
+        if key in options:
+            raise parsed.invalid(f"{key} is given twice")
+        options[key] = _value(value)
+    return ZooName(text, zoo, parsed.model, options)
+
+
+_INT = re.compile(r"[+-]?\d+")
+_FLOAT = re.compile(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?")
+_WORDS = {"true": True, "false": False, "none": None, "null": None}
+
+
+def _value(text: str) -> Any:
+    if _INT.fullmatch(text):
+        return int(text)
+    if _FLOAT.fullmatch(text):
+        return float(text)
+    return _WORDS.get(text.lower(), text)
+
+
+def build(name: str) -> Any:
+    """The UserWorkload a zoo name names."""
+    return resolve(name).workload
+
+
+def source(name: str) -> dict[str, Any]:
+    """What the record keeps (`config.workload_source`): enough to build the same model
+    again, the library's full configuration included."""
+    return resolve(name).source
+
+
+def describe(name: str) -> str:
+    """The model built once and described (its class and parameter count); InvalidInput
+    where the library refuses the configuration. For the probe: a cell never pays for it."""
+    return resolve(name).check()
+
+
+@functools.lru_cache(maxsize=32)
+def resolve(name: str) -> Resolved:
+    parsed = parse(name)
+    module = importlib.import_module(f"mpbench.workloads.zoo.{PREFIXES[parsed.zoo]}")
+    return module.resolve(parsed)
+
+
+class Options:
+    """A name's query values, taken key by key by the zoo; what is left goes to the library
+    (the model's configuration, or its factory's keyword arguments)."""
+
+    def __init__(self, name: ZooName) -> None:
+        self.name = name
+        self.left = dict(name.options)
+
+    def integer(self, key: str, default: int, minimum: int = 1) -> int:
+        value = self.left.pop(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self.name.invalid(f"{key} must be an integer >= {minimum}, not {value!r}")
+        return value
+
+    def number(self, key: str, default: float) -> float:
+        value = self.left.pop(key, default)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise self.name.invalid(f"{key} must be a positive number, not {value!r}")
+        return float(value)
+
+    def choice(self, key: str, default: str, choices: tuple[str, ...]) -> str:
+        value = self.left.pop(key, default)
+        if value not in choices:
+            raise self.name.invalid(f"{key} {value!r} is not one of {', '.join(choices)}")
+        return value
+
+    def refuse(self, keys: dict[str, str]) -> None:
+        """Keys that mpbench sets itself, each refused with what to do instead."""
+        for key, instead in keys.items():
+            if key in self.left:
+                raise self.name.invalid(f"{key} is not a query key: {instead}")
+
+
+# Keys the CLI owns for every workload, refused in a query with the option to use.
+CLI_KEYS = {
+    "batch_size": "use --batch-size",
+    "epochs": "use --epochs",
+    "seed": "use --seed",
+}
+
+
+def import_package(name: ZooName, package: str, hint: str | None = None) -> Any:
+    """`package`, imported; else one line naming the extra that installs it. Any exception
+    counts, not only ImportError: a torchvision built for another torch raises RuntimeError
+    (`operator torchvision::nms does not exist`)."""
+    try:
+        return importlib.import_module(package)
+    except ModuleNotFoundError as exc:
+        if exc.name == package:
+            said = f"{package} is not installed: pip install 'mpbench[{EXTRAS[name.zoo]}]'"
+            raise name.invalid(said + (f" ({hint})" if hint else "")) from None
+        failed = exc
+    except Exception as exc:
+        failed = exc
+    first = (str(failed).strip().splitlines() or [""])[0]
+    said = f"importing {package} failed ({type(failed).__name__}: {first})"
+    if hint is None and "torchvision" in f"{first} {_traceback_modules(failed)}":
+        hint = f"{package} imports torchvision: {torchvision_hint()}"
+    raise name.invalid(said + (f"; {hint}" if hint else "")) from None
+
+
+def _traceback_modules(exc: BaseException) -> str:
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame.f_code.co_filename)
+        tb = tb.tb_next
+    return " ".join(frames)
+
+
+def torchvision_hint() -> str:
+    """How to install the torchvision made for the installed torch: the registry's newest
+    torchvision wants another torch, and the default index's wheel beside a CPU-only torch
+    dies on import. torch 2.N pairs with torchvision 0.(N+15), from torch's own index."""
+    try:
+        torch_version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return "install torch and a torchvision built for it: pip install 'mpbench[torch,vision]'"
+    release, _, local = torch_version.partition("+")
+    parts = release.split(".")
+    if len(parts) >= 2 and parts[0] == "2" and parts[1].isdigit():
+        wanted = f"'torchvision==0.{int(parts[1]) + 15}.*'"
+    else:
+        wanted = "the torchvision of the same release"
+    index = f" --index-url https://download.pytorch.org/whl/{local}" if local else ""
+    return (
+        f"install the torchvision built for torch {torch_version}, from the same index: "
+        f"pip install 'torch=={release}' {wanted}{index}"
+    )
+
+
+def close_matches(value: str, choices: list[str], count: int = 3) -> str:
+    """' (did you mean a, b?)' where some choices are close to `value`, else ''."""
+    import difflib
+
+    found = difflib.get_close_matches(value, choices, n=count, cutoff=0.6)
+    lowered = {c.lower(): c for c in choices}
+    if value.lower() in lowered and lowered[value.lower()] not in found:
+        found.insert(0, lowered[value.lower()])
+    return f" (did you mean {', '.join(found)}?)" if found else ""
+
+
+def version(module: Any) -> str | None:
+    """The imported package's version: its `__version__`, else its distribution's."""
+    found = getattr(module, "__version__", None)
+    if isinstance(found, str):
+        return found
+    try:
+        return importlib.metadata.version(module.__name__)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def parameter_count(model: Any) -> int:
+    return sum(p.numel() for p in model.parameters())
