@@ -17,7 +17,13 @@ from mpbench.compare.options import CompareOptions
 from mpbench.compare.summary import fmt
 from mpbench.compare.summary.accuracy import INCONCLUSIVE, NO_WORSE, WORSE
 from mpbench.compare.summary.accuracy import within as accuracy_within
-from mpbench.compare.summary.cells import CellKey, CellSummary, PolicyGroup, Section
+from mpbench.compare.summary.cells import (
+    CellKey,
+    CellSummary,
+    PolicyGroup,
+    Section,
+    memory_mismatch,
+)
 from mpbench.compare.summary.estimate import (
     Estimate,
     Verdict,
@@ -33,6 +39,7 @@ from mpbench.policies import BASELINE, POLICIES
 from mpbench.results.identity import Row
 
 ADD_REPEATS = "inconclusive — add repeats"
+MORE_STEPS = "inconclusive — time more steps or add repeats"  # no interval (too few steps)
 REMEASURE = "inconclusive — re-measure on a quiet machine"
 MIN_SCALING = "min-scaling-efficiency"
 _MINIMA = ("min-speedup", MIN_SCALING)  # gates with a lower limit
@@ -86,6 +93,8 @@ def _result(
     if distrust is not None:
         verdict = Verdict.INCONCLUSIVE
         message += f": {REMEASURE} ({distrust})"
+    elif verdict is Verdict.INCONCLUSIVE and estimate.no_interval:
+        message += f": {MORE_STEPS}"
     elif verdict is Verdict.INCONCLUSIVE:
         message += f": {ADD_REPEATS}"
     inconclusive = verdict is Verdict.INCONCLUSIVE
@@ -107,6 +116,8 @@ def _result(
 
 def interval_text(gate: str, estimate: Estimate) -> str:
     """`95 % interval +17.6 to +22.5 % (within-run only)` in the gate's unit."""
+    if estimate.no_interval:
+        return estimate.no_interval
     if not estimate.has_interval:
         return "a single value per side, no interval"
     if gate == "min-speedup":
@@ -142,7 +153,7 @@ class BaselineMatch:
         return step_change(base, cand) if self.comparable and base and cand else None
 
     def memory_change(self) -> Estimate | None:
-        """Candidate / baseline memory, the same kind of memory only."""
+        """Candidate / baseline memory, the same kind of memory only (memory_refused)."""
         if not self.comparable or self.candidate.memory_kind != self.baseline.memory_kind:
             return None
         base = [float(b) for b in self.baseline.memory_values().values()]
@@ -150,6 +161,14 @@ class BaselineMatch:
         if not base or not cand or min(base) <= 0 or min(cand) <= 0:
             return None
         return two_sample_ratio(base, cand)
+
+    @property
+    def memory_refused(self) -> str | None:
+        """Why the memory is not compared though both sides have a figure: they measure
+        different things (an allocator's figure against a sampled RSS, ...)."""
+        if not self.comparable:
+            return None
+        return memory_mismatch(self.baseline, "the baseline", self.candidate, "this run")
 
     def accuracy_change_pp(self) -> Estimate | None:
         """Candidate - baseline test accuracy, in points."""
@@ -181,6 +200,8 @@ class BaselineGate:
     # Only a step time moves when other work shares the machine: a timing gate on a cell
     # that ran contended (either side) is inconclusive, whatever its interval says.
     timing: bool = False
+    # Why a match that has both figures is not judged (two kinds of memory), said as a note.
+    refused: Callable[[BaselineMatch], str | None] = lambda match: None
 
     def check(self, match: BaselineMatch, options: CompareOptions) -> GateResult | None:
         limit = self.limit(options)
@@ -267,6 +288,7 @@ BASELINE_GATES = (
         lambda options: options.max_memory_increase,
         _memory_increase,
         _memory_numbers,
+        refused=lambda match: match.memory_refused,
     ),
     BaselineGate(
         "max-accuracy-drop",
@@ -278,8 +300,14 @@ BASELINE_GATES = (
 )
 
 
-def check_baseline(matches: list[BaselineMatch], options: CompareOptions) -> list[GateResult]:
+def check_baseline(
+    matches: list[BaselineMatch], options: CompareOptions
+) -> tuple[list[GateResult], list[str]]:
+    """Every baseline gate asked for, on every match; and a note for each match a gate
+    could not judge though both sides finished (their memory figures measure different
+    things)."""
     results: list[GateResult] = []
+    notes: list[str] = []
     counted = {gate.gate: 0 for gate in BASELINE_GATES}
     for match in matches:
         status = _status_gate(match)
@@ -292,14 +320,19 @@ def check_baseline(matches: list[BaselineMatch], options: CompareOptions) -> lis
             if result is not None:
                 counted[gate.gate] += 1
                 results.append(result)
+            refused = gate.refused(match) if gate.limit(options) is not None else None
+            if refused:
+                notes.append(f"--{gate.gate} not checked for {match.label}: {refused}")
     for gate in BASELINE_GATES:
         limit = gate.limit(options)
         if limit is not None and counted[gate.gate] == 0:
+            refused = next((n for n in notes if n.startswith(f"--{gate.gate} ")), None)
             raise InvalidInput(
                 f"--{gate.gate}: nothing comparable: no cell finished with a {gate.measure} "
                 "in both this run and the baseline"
+                + (f" ({refused.split(': ', 1)[1]})" if refused else "")
             )
-    return results
+    return results, notes
 
 
 def _status_gate(match: BaselineMatch) -> GateResult | None:

@@ -136,7 +136,9 @@ def build_report(
     if baseline is not None:
         report.baseline_runs = _run_ids(baseline)
         report.matches = _match(cells, summarize_all(baseline), options, labeler, report.notes)
-        report.results += check_baseline(report.matches, options)
+        results, notes = check_baseline(report.matches, options)
+        report.results += results
+        report.notes += notes
     if options.has_ratio_gates:
         results, notes = check_ratios(sections, options, labeler)
         report.results += results

@@ -1,13 +1,15 @@
 """Measured matmul peaks and memory bandwidth (`mpbench detect --measure`), cached per
 hardware fingerprint.
 
-A datasheet peak is what the vendor promises; the measured peak is what torch.mm reaches on
-this device, at these clocks, with this library build (MAMF: "maximum achievable matmul
-FLOPS"). MFU against it says how close a workload gets to what is reachable here. The memory
-bandwidth (a STREAM triad, measure_child.measure_bandwidth) is measured and cached beside the
-peaks: a peak over the bandwidth is the ridge point the bottleneck diagnosis sets a step's
-FLOPs per byte against (mpbench.results.bottleneck). The measurement runs in a child process
-(mpbench.detect.measure_child), so importing this module imports no framework.
+A datasheet peak is what the vendor promises; the measured peak is what nn.Linear's matmul
+reaches on this device, at these clocks, with this library build, on the path a training step
+takes it (16-bit dtypes under torch.autocast: measure_child's docstring says why); MAMF,
+"maximum achievable matmul FLOPS". MFU against it says how close a workload gets to what is
+reachable here. The memory bandwidth (a STREAM triad, measure_child.measure_bandwidth) is
+measured and cached beside the peaks: a peak over the bandwidth is the ridge point the
+bottleneck diagnosis sets a step's FLOPs per byte against (mpbench.results.bottleneck). The
+measurement runs in a child process (mpbench.detect.measure_child), so importing this module
+imports no framework.
 
 Cache: `<cache>/peaks/<fingerprint>.json`, where `<cache>` is `$MPBENCH_CACHE`, else
 `$XDG_CACHE_HOME/mpbench`, else `~/.cache/mpbench` (the same root mpbench.data uses; detect
@@ -42,7 +44,11 @@ from mpbench.detect.child import MEASURE_MARKER, run_child
 from mpbench.detect.cuda_order import in_pci_order
 from mpbench.detect.peaks import PEAK_KEYS
 
-CACHE_SCHEMA_VERSION = 2  # 2: "cache_key" (torch version, CPU threads), contention, forgotten
+# 2: "cache_key" (torch version, CPU threads), contention, forgotten. 3: the peaks are
+# nn.Linear's matmul on the step's path (16-bit under torch.autocast), no longer torch.mm on
+# 16-bit tensors, which timed another kernel: a version-2 peak means something else, and is
+# measured again.
+CACHE_SCHEMA_VERSION = 3
 DEFAULT_MEASURE_TIMEOUT_S = 900.0
 # What is timed by default: the policies' peak keys (PEAK_KEYS, one list with the datasheet's
 # columns). "fp8" is timed only on NVIDIA compute capability >= 8.9
@@ -184,7 +190,8 @@ def cached_peak(
 
 def forget_measured(fingerprint: str, peak_key: str, reason: str) -> bool:
     """Drop one cached peak (e.g. a training cell reached more than it: it was measured on a
-    busy machine), so cached_peaks leaves it out and `detect --measure` measures it again.
+    busy machine, or on another path than the cell's step), so cached_peaks leaves it out and
+    `detect --measure` measures it again.
     The figures stay in the file, marked "forgotten" with the reason. True when a peak was
     dropped; never raises (no cache, a bad fingerprint, a read-only disk: False)."""
     key = _ALIASES.get(peak_key, peak_key)

@@ -1,4 +1,5 @@
-"""Run in a child process by `mpbench detect --measure`: time square torch.mm per dtype.
+"""Run in a child process by `mpbench detect --measure`: time the matmul of nn.Linear per dtype,
+on the path a training step takes (PATH_OP).
 
 A child, like the --probe children: importing torch takes seconds, may initialise CUDA, and
 the TF32 switch is process-global. Usage:
@@ -11,8 +12,20 @@ The last stdout line is `MPBENCH_MEASURE <json>`; the JSON always has "ok", and 
 not ok. Method (the MAMF-finder recipe, reduced): randn inputs, a warm-up, then many timed
 multiplies of the same shape; each dtype/size stops at --max-iters or when its time budget is
 spent (after --min-iters); a size whose first multiply alone would overrun the budget is
-skipped, and so are the larger ones. FLOPs per multiply = 2 n^3. CPU and MPS time with
-perf_counter (MPS synchronised); CUDA with CUDA events around each multiply
+skipped, and so are the larger ones. FLOPs per multiply = 2 n^3.
+
+The multiply is the one the cells' layers run, on the path their step takes: nn.Linear's
+torch.nn.functional.linear(x, w) = x @ w.T, w a float32 weight (a leaf that needs a gradient,
+as a model's parameter); fp16 and bf16 under torch.autocast(device, dtype) as the cells run
+them (backends/torch), with x in that dtype (what the previous autocast op hands on) and the
+weight's cast made once by autocast's cache, as in a step's forward, so no cast is timed. Not
+torch.mm on 16-bit tensors: the kernel can differ. On an AVX2-only CPU torch.mm on two bf16
+row-major tensors ran a slow reference kernel (0.0013 TFLOP/s) while the bf16 training step,
+through autocast's linear, achieved 0.0072 TFLOP/s, and a "peak" below what the step reached
+voided MFU there (issue 41); on a 2-core AVX2-only CPU, F.linear under autocast ran 0.016
+TFLOP/s at n = 512 where that torch.mm ran 0.0013.
+
+CPU and MPS time with perf_counter (MPS synchronised); CUDA with CUDA events around each multiply
 (torch.cuda.Event(enable_timing=True); elapsed_time is in milliseconds, torch docs) and the
 L2 cache flushed between multiplies, so no iteration reuses the previous one's cached inputs.
 
@@ -41,6 +54,7 @@ and the parent never caches a contended measurement.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -65,6 +79,13 @@ FP8_OP = (
 )
 # The CPU's reason is the one `detect --measure` shows most: say why nothing is timed.
 FP8_CPU_REASON = "no fp8 matrix units: an fp8 GEMM here would time float32 emulation"
+# How a dtype's multiply is timed, in words: each entry's "op" (and detect's table title).
+PATH_OP = "torch.nn.functional.linear(x, w), float32 weight"
+AUTOCAST_OP = (
+    "torch.nn.functional.linear(x, w) under torch.autocast({device}, {dtype}): float32 weight "
+    "(its cast cached), {dtype} input"
+)
+AUTOCAST_KEYS = ("fp16", "bf16")  # the dtypes a training step reaches through autocast
 CPU_SIZES = (512, 1024, 2048)
 GPU_SIZES = (2048, 4096, 8192)
 # Bandwidth arrays, MB each (module docstring): several times the cache they must not fit in.
@@ -165,17 +186,41 @@ def _fp8_multiply(torch, device, n: int) -> Callable[[], Any]:
 
 
 def _multiply(torch, device, key: str, n: int) -> Callable[[], Any]:
+    """One n x n x n GEMM of `key`'s dtype; run it inside on_step_path(key) (module
+    docstring: nn.Linear's matmul, 16-bit dtypes through autocast)."""
     if key == "fp8":
         return _fp8_multiply(torch, device, n)
-    dtype = getattr(torch, DTYPES[key])
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
-    out = torch.empty(n, n, device=device, dtype=dtype)
+    dtype = getattr(torch, DTYPES[key])  # tf32: float32, the math mode is the switch
+    weight = torch.randn(n, n, device=device, requires_grad=True)  # a model's float32 weight
+    x = torch.randn(n, n, device=device, dtype=dtype)
+    linear = torch.nn.functional.linear
 
     def multiply() -> None:
-        torch.mm(a, b, out=out)
+        linear(x, weight)
 
     return multiply
+
+
+def on_step_path(torch, device, key: str) -> contextlib.ExitStack:
+    """The context a training step runs `key`'s matmuls in: no autograd graph (only the GEMM is
+    timed), and for fp16 / bf16 torch.autocast(device, dtype), whose cache keeps the weight's
+    cast for the whole context, as for a step's forward."""
+    stack = contextlib.ExitStack()
+    if key == "fp8":
+        return stack  # torch._scaled_mm on fp8 operands, which need no gradient: as it is
+    stack.enter_context(torch.no_grad())
+    if key in AUTOCAST_KEYS:
+        stack.enter_context(torch.autocast(device.type, getattr(torch, DTYPES[key])))
+    return stack
+
+
+def path_op(device_type: str, key: str) -> str:
+    """What `key`'s multiply runs, in words (the entry's "op")."""
+    if key == "fp8":
+        return FP8_OP
+    if key in AUTOCAST_KEYS:
+        return AUTOCAST_OP.format(device=repr(device_type), dtype=DTYPES[key])
+    return PATH_OP
 
 
 def gemm_flops(n: int) -> float:
@@ -188,8 +233,11 @@ def tflops(flops: float, seconds: float) -> float | None:
 
 
 def _time_size(torch, device, key: str, n: int, timer: _Timer, limits: dict) -> dict:
-    multiply = _multiply(torch, device, key, n)
+    with on_step_path(torch, device, key):
+        return _time_multiply(_multiply(torch, device, key, n), n, timer, limits)
 
+
+def _time_multiply(multiply: Callable[[], Any], n: int, timer: _Timer, limits: dict) -> dict:
     budget, min_iters = limits["budget"], limits["min_iters"]
     first = timer(multiply)  # also the first warm-up multiply
     warmup, spent = 1, first
@@ -245,7 +293,7 @@ def _measure_dtype(torch, device, key: str, sizes: list[int], timer: _Timer, lim
         if reason:
             entry["skipped"] = reason
             return entry
-        entry["op"] = FP8_OP
+    entry["op"] = path_op(device.type, key)
     if device.type == "cuda" and key in ("fp32", "tf32"):
         entry["matmul_precision"] = _set_tf32(torch, key == "tf32")
     for n in sizes:

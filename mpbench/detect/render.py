@@ -151,8 +151,9 @@ def _peak_table(report: DetectReport) -> Table:
 def _measured_table(report: DetectReport) -> Table | Text:
     measured = report.measured or {}
     title = (
-        f"Measured matmul TFLOP/s on {measured.get('device')} - torch.mm, square n x n, "
-        f"2*n^3 FLOPs, {measured.get('threads')} thread(s), torch {measured.get('torch_version')}"
+        f"Measured matmul TFLOP/s on {measured.get('device')} - nn.Linear's matmul as a step "
+        "runs it (fp16/bf16 under torch.autocast), square n x n, 2*n^3 FLOPs, "
+        f"{measured.get('threads')} thread(s), torch {measured.get('torch_version')}"
     )
     if not measured.get("ok"):
         return Text(f"{title}: failed: {measured.get('error')}")
@@ -170,8 +171,8 @@ def _measured_table(report: DetectReport) -> Table | Text:
         sizes = [r for r in result.get("sizes", []) if r.get("best_tflops")]
         at = max(sizes, key=lambda r: r["best_tflops"])["n"] if sizes else None
         note = result.get("error") or result.get("skipped") or ""
-        if not note and result.get("op"):
-            note = "torch._scaled_mm, bf16 out"  # fp8: not torch.mm (measure_child.FP8_OP)
+        if not note and key == "fp8" and result.get("op"):
+            note = "torch._scaled_mm, bf16 out"  # not nn.Linear's matmul (measure_child.FP8_OP)
         skipped_sizes = [r for r in result.get("sizes", []) if r.get("skipped")]
         if not note and skipped_sizes:
             note = f"n={skipped_sizes[0]['n']}+ skipped: {skipped_sizes[0]['skipped']}"

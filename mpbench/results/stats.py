@@ -9,7 +9,8 @@ The rules (docs/measurement.md, docs/compare.md "Intervals"):
   t-interval; two independent sets of repeats use Welch's t on the log values;
 - within one run, a ratio of medians gets a moving-block bootstrap interval (blocks of about
   √n steps keep the serial correlation of neighbouring steps). It ignores process-to-process
-  variance, so it is optimistic, and callers label it *within-run only*.
+  variance, so it is optimistic, and callers label it *within-run only*. Below
+  MIN_SAMPLES_FOR_MEDIAN_INTERVAL steps a side compare gives no interval at all.
 """
 
 from __future__ import annotations
@@ -27,6 +28,14 @@ _DRIFT_BUDGET = 600_000  # resampled steps per half: keeps drift() near 20 ms at
 # A drift smaller than this is not reported, however many steps make it significant: ratios
 # between policies are not read to better than a couple of percent anyway.
 DRIFT_TOLERANCE = 0.02
+# The fewest samples from which compare gives a median a within-run interval. The median's
+# distribution-free 95 % interval (sign_interval) needs n >= 6: with fewer, even the whole
+# range [min, max] holds the true median only 1 - 2^(1-n) of the time (75 % at n = 3, 94 % at
+# n = 5), and a bootstrap of the median, which can only draw those same few values, does no
+# better: with 3 timed steps its 97.5 % percentile fell below the point itself (0.13×
+# (0.038–0.13), issue 41). min_samples_for_median_interval() derives it; a test keeps the two
+# in step.
+MIN_SAMPLES_FOR_MEDIAN_INTERVAL = 6
 
 Interval = tuple[float, float, float]  # (point estimate, low, high)
 
@@ -187,6 +196,15 @@ def sign_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> In
     ks = [k for k in range(1, n // 2 + 1) if 1 - 2 * below(k - 1) >= confidence]
     k = max(ks, default=1)
     return statistics.median(x), x[k - 1], x[n - k]
+
+
+def min_samples_for_median_interval(confidence: float = CONFIDENCE) -> int:
+    """The smallest n whose order-statistic interval of the median reaches `confidence`: the
+    widest one, [min, max], covers the median with probability 1 - 2^(1-n)."""
+    n = 1
+    while 1 - 2.0 ** (1 - n) < confidence:
+        n += 1
+    return n
 
 
 def robust_log_interval(logs: Sequence[float], confidence: float = CONFIDENCE) -> Interval:

@@ -472,9 +472,12 @@ def _run_cell(
         measured_bandwidth_gbps=plan.measured_bandwidth_gbps,
     )
     record.fallback_of = cell.fallback_of
-    if "mfu_measured" in record.implausible:
-        # The cached peak is lower than what a cell just ran: it was measured on a busy
-        # machine. Forget it for this run and for the next `detect --measure`.
+    quiet = record.contention is not None and not record.contention.contended
+    if "mfu_measured" in record.implausible and not quiet:
+        # The cached peak is lower than what a cell just ran on a busy (or unknown) machine:
+        # perhaps measured low. Forget it for this run and for the next `detect --measure`.
+        # On a quiet machine it is a method mismatch (records.py): measuring again would give
+        # the same peak, so it is kept, and this cell's mfu_measured alone is voided.
         from mpbench.detect.measure import forget_measured
         from mpbench.policies import resolve
 

@@ -101,6 +101,8 @@ def build_record(
         _fill_measurements(record, measurements, measured_peaks or {})
     divergence = outcome.divergence or (measurements.divergence if measurements else None)
     _fill_telemetry(record, cell_telemetry(outcome), divergence, side_file)
+    # After the world size divided MFU, and with the cell's contention read: it says why.
+    _check_measured_peak(record)
     if measurements is not None and record.step_time and record.step_time.median_s:
         evidence = bottleneck_evidence(record, spec, workload, measurements.busy)
         evidence.bandwidth_gbps = measured_bandwidth_gbps
@@ -234,23 +236,51 @@ def _fill_measurements(
                 record.mfu_measured = record.achieved_tflops / record.measured_peak_tflops
     if measured.distributed:
         record.distributed = _distributed(measured.distributed, record)
-    _check_measured_peak(record)  # after the world size divided it
 
 
 # A cell cannot beat the device's measured matmul peak by more than the measurement's own
-# noise: above this, the peak was measured low (on a busy machine), not the cell fast.
+# noise: above this, the peak is no bound for the cell's step.
 MFU_MEASURED_LIMIT = 1.05
+# Why a step can beat the measured peak on a quiet machine: the peak was timed on another
+# path than the step's (detect --measure times one square matmul, nn.Linear's under autocast;
+# the step runs its own kernels at its own shapes). On an AVX2-only CPU a peak timed as
+# torch.mm on bf16 tensors was 1/5.5 of what the bf16 step reached through autocast, and
+# blaming "a busy machine" there sent users to re-measure on a machine that was quiet.
+METHOD_MISMATCH = (
+    "the measured peak was timed on another path than the step's (detect --measure times one "
+    "square matmul; this step runs its own kernels at its own shapes)"
+)
 
 
 def _check_measured_peak(record: CellRecord) -> None:
-    """An impossible MFU against the measured peak voids that figure, with the reason."""
+    """An impossible MFU against the measured peak voids that figure, with the reason: a
+    method mismatch where the cell's contention record says the machine was quiet; else
+    that, or a peak measured low on a busy machine."""
     if record.mfu_measured is None or record.mfu_measured <= MFU_MEASURED_LIMIT:
         return
-    record.implausible["mfu_measured"] = (
+    beaten = (
         f"{record.mfu_measured:.0%} of the peak `detect --measure` cached "
-        f"({record.measured_peak_tflops:.3g} TFLOP/s): that peak was measured low, likely on "
-        "a busy machine; it is dropped from the cache, re-run `mpbench detect --measure`"
+        f"({record.measured_peak_tflops:.3g} TFLOP/s)"
     )
+    contention = record.contention
+    if contention is not None and not contention.contended:
+        why = (
+            f"{METHOD_MISMATCH}, so it bounds nothing here: a method mismatch, not a busy "
+            "machine (this cell ran on a quiet machine); the peak stays cached, since "
+            "measuring it again would give the same"
+        )
+    else:
+        state = (
+            f"this cell's machine was busy: {'; '.join(contention.why)}"
+            if contention is not None
+            else "whether the machine was quiet is not known"
+        )
+        why = (
+            f"either {METHOD_MISMATCH}, or the peak was measured low on a busy machine "
+            f"({state}): the peak is dropped from the cache; re-run `mpbench detect "
+            "--measure` on a quiet machine"
+        )
+    record.implausible["mfu_measured"] = f"{beaten}: {why}"
     record.mfu_measured = None
 
 

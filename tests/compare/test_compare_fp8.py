@@ -85,7 +85,7 @@ def test_an_emulated_cell_has_no_speed_up_and_says_what_emulation_cost():
     assert verdict.advice == NUMERICS_ONLY
     # Why it was emulated, then how its GEMMs ran: the record's words, none of compare's own.
     assert verdict.why == f"no CPU has fp8 matrix units; {TORCH_GEMM}"
-    assert verdict.evidence.startswith("emulated, fp8 in 2 of 3 layers, 98 % of FLOPs")
+    assert verdict.evidence.startswith("emulated, fp8 covers 98 % of the step's matmul FLOPs")
     assert "-0.40 pp" in verdict.evidence and "accuracy vs fp32" in verdict.evidence
     assert "-0.20 pp" in verdict.evidence and "accuracy vs bf16" in verdict.evidence
     assert "step time 3.00× float32's: the cost of emulation" in verdict.evidence
@@ -142,7 +142,7 @@ def test_a_hardware_cell_is_judged_on_its_speed_with_its_fp8_coverage():
     verdict = {v.policy: v for v in group_verdicts(group)}["float8"]
     assert verdict.advice == RECOMMENDED
     assert "faster" in verdict.evidence
-    assert "fp8 in 2 of 3 layers, 98 % of FLOPs" in verdict.evidence
+    assert "fp8 covers 98 % of the step's matmul FLOPs" in verdict.evidence
 
 
 def test_one_emulated_repeat_makes_the_cell_emulated():

@@ -46,7 +46,7 @@ from mpbench.compare.plot.style import (
 )
 from mpbench.compare.render.tables import WITHIN_RUN_NOTE, config_text, interval_kinds
 from mpbench.compare.report import Report
-from mpbench.compare.summary.estimate import Estimate
+from mpbench.compare.summary.estimate import TOO_FEW_STEPS, Estimate
 from mpbench.compare.summary.labels import short_fingerprint
 from mpbench.errors import InvalidInput
 
@@ -83,6 +83,8 @@ def _caption(report: Report, side_files: dict | None = None) -> str:
         kinds.append(f"over {repeats} repeats (separate processes)")
     if within_run:
         kinds.append(WITHIN_RUN_NOTE)
+    if any(e is not None and e.no_interval == TOO_FEW_STEPS for e in estimates):
+        kinds.append(f"none where there were {TOO_FEW_STEPS}")
     whiskers = "; ".join(kinds) if kinds else "none (single values)"
     per_step = ""
     if side_files:

@@ -54,6 +54,8 @@ def render_benchmark_action(report: Report) -> str:
                     fmt.significant_pair(_inverse(speedup.high), _inverse(speedup.low))
                 )
                 entry["extra"] += f"; 95 % interval {fmt.interval_kind(speedup)}"
+            elif speedup.no_interval:
+                entry["extra"] += f"; {speedup.no_interval}"
             entries.append(entry)
         if cell.memory_bytes is not None:
             entries.append(

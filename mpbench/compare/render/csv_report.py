@@ -23,14 +23,15 @@ from mpbench.compare.summary.scaling import all_scaling_rows
 
 def _flat(name: str, estimate: dict[str, Any] | None, value_column: str | None = None) -> dict:
     """An estimate as CSV columns: the value, `<name>_low`, `<name>_high`, `<name>_interval`
-    (the interval's kind: "repeats", "within-run only", or empty when there is none)."""
+    (the interval's kind: "repeats", "within-run only"; where there is none, why, if an
+    interval was wanted: "too few timed steps for an interval"; else empty)."""
     estimate = estimate or {}
     interval = estimate.get("interval") or {}
     return {
         value_column or name: estimate.get("value"),
         f"{name}_low": interval.get("low"),
         f"{name}_high": interval.get("high"),
-        f"{name}_interval": interval.get("kind"),
+        f"{name}_interval": interval.get("kind") or estimate.get("no_interval"),
     }
 
 
@@ -63,6 +64,7 @@ _CSV_COLUMNS = [
     "memory_kind",
     "dataset_device_bytes",
     *_flat_columns("memory_vs_float32"),
+    "memory_vs_float32_reason",
     "test_accuracy",
     *_flat_columns("accuracy_delta_pp_vs_float32"),
     "loss_scale",
@@ -77,6 +79,7 @@ _CSV_COLUMNS = [
     "test_loss",
     "fp8_mode",
     "fp8_flop_share",
+    "fp8_flop_share_note",
     *_flat_columns("fp8_emulation_cost_vs_float32"),
     "fp8_compiled",
     *_flat_columns("fp8_speedup_vs_bfloat16"),
@@ -151,6 +154,7 @@ def render_csv(report: Report) -> str:
             "memory_kind": cell.memory_kind,
             "dataset_device_bytes": cell.dataset_device_bytes,
             **_flat("memory_vs_float32", data["memory_vs_float32"]),
+            "memory_vs_float32_reason": data["memory_vs_float32_reason"],
             "test_accuracy": _value(data["test_accuracy"]),
             **_flat("accuracy_delta_pp_vs_float32", data["accuracy_delta_pp_vs_float32"]),
             "loss_scale": cell.loss_scale,
@@ -165,6 +169,7 @@ def render_csv(report: Report) -> str:
             "test_loss": data["test_loss"],
             "fp8_mode": fp8["mode"] if fp8 else None,
             "fp8_flop_share": fp8["flop_share"] if fp8 else None,
+            "fp8_flop_share_note": fp8["flop_share_note"] if fp8 else None,
             **_flat(
                 "fp8_emulation_cost_vs_float32", fp8["emulation_cost_vs_float32"] if fp8 else None
             ),

@@ -18,6 +18,7 @@ from mpbench.results.schema import Fp8Prediction
 _AGAINST_BASE = [
     "cell",
     "fp8",
+    "fp8 FLOPs",
     "compiled",
     "vs bf16",
     "predicted",
@@ -63,14 +64,18 @@ def fp8_table(section: Section, labeler: Labeler) -> TextTable | None:
             vs_base = fmt.DASH + " " + notes.mark(f"{short(row)}: no bf16 cell beside it")
         else:
             vs_base = fmt.ratio_interval(against.speedup)
+        memory = fmt.ratio_interval(against.memory_ratio if against else None)
+        if against is not None and against.memory_refused:
+            memory = f"{fmt.DASH} " + notes.mark(against.memory_refused)
         values = {
             "cell": f"{names[group.key]} {short(row)}",
             "fp8": cell.fp8.mode,
+            "fp8 FLOPs": _flop_share(cell, notes),
             "compiled": compiled,
             "vs bf16": vs_base,
             "predicted": _predicted(cell),
             "vs float32": fmt.ratio_interval(comparison.speedup if comparison else None),
-            "mem vs bf16": fmt.ratio_interval(against.memory_ratio if against else None),
+            "mem vs bf16": memory,
             "Δ acc vs bf16": fmt.points_interval(against.accuracy_delta_pp if against else None),
             "status": status_text(cell),
         }
@@ -80,7 +85,8 @@ def fp8_table(section: Section, labeler: Labeler) -> TextTable | None:
         "fp8 runs every op but its GEMMs in bf16, so bf16 is what it must beat. vs bf16: "
         "bf16's step time / fp8's; predicted: the same ratio over the fp8 layers' GEMMs alone, "
         "from bf16 and fp8 GEMMs timed at their shapes before training plus the casts' "
-        "traffic (the next table); compiled: fp8 / bf16 under torch.compile"
+        "traffic (the next table); compiled: fp8 / bf16 under torch.compile; fp8 FLOPs: the "
+        "fp8 GEMMs' share of the step's matmul FLOPs"
     ]
     for group, row, cell in rows:
         comparison = group.comparisons.get(row)
@@ -89,8 +95,16 @@ def fp8_table(section: Section, labeler: Labeler) -> TextTable | None:
         said = explain(cell.fp8.prediction, measured)
         if said:
             table.footnotes.append(f"{names[group.key]} {short(row)}: {said}")
+        swapped = cell.fp8.swapped()
+        if swapped:
+            table.footnotes.append(f"{names[group.key]} {short(row)}: {swapped}")
     table.footnotes += notes.lines()
     return table
+
+
+def _flop_share(cell: CellSummary, notes: Footnotes) -> str:
+    """`98 %`, or `unknown [n]` with the record's reason."""
+    return cell.fp8.share() or "unknown " + notes.mark(cell.fp8.coverage())
 
 
 def _predicted(cell: CellSummary) -> str:

@@ -24,8 +24,9 @@ COMPARE_SCHEMA = "mpbench-compare/2"
 
 
 def estimate_json(value: Estimate | None, scale: float = 1.0) -> dict[str, Any] | None:
-    """`{"value": v, "interval": {"low", "high", "kind", "n"} or null}`; kind is "repeats" or
-    "within-run only"; null when there is a single value and no interval."""
+    """`{"value": v, "interval": {"low", "high", "kind", "n"} or null, "no_interval": why or
+    null}`; kind is "repeats" or "within-run only"; the interval is null for a single value,
+    and `no_interval` says why where one was wanted ("too few timed steps for an interval")."""
     if value is None:
         return None
     interval = None
@@ -36,7 +37,7 @@ def estimate_json(value: Estimate | None, scale: float = 1.0) -> dict[str, Any] 
             "kind": value.kind,
             "n": value.n,
         }
-    return {"value": value.value * scale, "interval": interval}
+    return {"value": value.value * scale, "interval": interval, "no_interval": value.no_interval}
 
 
 def _verdict_json(comparison: Comparison) -> dict[str, Any] | None:
@@ -79,6 +80,8 @@ def cell_json(report: Report, group: PolicyGroup, policy: str, cell: CellSummary
         "training_memory": is_training_memory(cell.memory_kind),
         "dataset_device_bytes": cell.dataset_device_bytes,
         "memory_vs_float32": estimate_json(comparison.memory_ratio),
+        # why memory_vs_float32 is null though both cells have a figure (two kinds of memory)
+        "memory_vs_float32_reason": comparison.memory_refused,
         "test_accuracy": estimate_json(cell.accuracy),
         "accuracy_delta_pp_vs_float32": estimate_json(comparison.accuracy_delta_pp),
         # The difference judged by its interval at the report's margin (docs/compare.md).
@@ -148,7 +151,9 @@ def _fp8_json(group: PolicyGroup, policy: str) -> dict[str, Any] | None:
         "compiled": cell.compiled,
         "layers_fp8": fp8.layers_fp8,
         "layers_total": fp8.layers_total,
-        "flop_share": fp8.flop_share,
+        "flop_share": fp8.flop_share,  # of the step's matmul FLOPs
+        "flop_share_note": fp8.flop_share_note,  # why flop_share is null
+        "swapped_layers": dict(fp8.swapped_layers),  # name -> what mpbench swapped for Linear
         "emulation_cost_vs_float32": estimate_json(comparison.emulation_cost),
         # bf16 is float8's base policy, the only fp8 policy (mpbench.policies)
         "vs_bfloat16": _against_base_json(comparison.vs_base),
@@ -164,6 +169,7 @@ def _against_base_json(against: AgainstBase | None) -> dict[str, Any] | None:
     return {
         "speedup": estimate_json(against.speedup),
         "memory_ratio": estimate_json(against.memory_ratio),
+        "memory_ratio_reason": against.memory_refused,
         "accuracy_delta_pp": estimate_json(against.accuracy_delta_pp),
         "accuracy": judged.outcome if judged is not None else None,
         "compiled": against.compiled,
@@ -207,6 +213,7 @@ def _baseline_json(match: BaselineMatch) -> dict[str, Any]:
         "status": match.candidate.status,
         "step_time_ratio": estimate_json(match.step_change()),
         "memory_ratio": estimate_json(match.memory_change()),
+        "memory_ratio_reason": match.memory_refused,
         "accuracy_change_pp": estimate_json(match.accuracy_change_pp()),
         "baseline_step_time_ms": estimate_json(match.baseline.step_time_s, 1000.0),
         "baseline_memory_bytes": estimate_json(match.baseline.memory_bytes),

@@ -9,8 +9,15 @@ from dataclasses import dataclass, field
 from mpbench.compare.gates import GateResult
 from mpbench.compare.report import Report
 from mpbench.compare.summary import fmt
-from mpbench.compare.summary.cells import CellKey, CellSummary, PolicyGroup, Section
-from mpbench.compare.summary.estimate import REPEATS, WITHIN_RUN, Estimate
+from mpbench.compare.summary.cells import CellKey, CellSummary, PolicyGroup, Section, memory_text
+from mpbench.compare.summary.comparison import Comparison
+from mpbench.compare.summary.estimate import (
+    MIN_STEPS,
+    REPEATS,
+    TOO_FEW_STEPS,
+    WITHIN_RUN,
+    Estimate,
+)
 from mpbench.compare.summary.labels import Labeler, short_fingerprint, short_framework
 from mpbench.compare.summary.scaling import NOT_SCALING, ScalingRow
 from mpbench.policies import BASELINE
@@ -128,6 +135,13 @@ def _bound_cell(cell: CellSummary) -> str:
     return f"{text} {agree}/{diagnosed}" if agree < diagnosed else text
 
 
+def _memory_ratio_cell(policy: str, comparison: Comparison, notes: Footnotes) -> str:
+    """The memory ratio, or `— [n]` where the two figures measure different things."""
+    if comparison.memory_refused:
+        return f"{fmt.DASH} " + notes.mark(comparison.memory_refused)
+    return _ratio_or_ref(policy, comparison.memory_ratio)
+
+
 def _delta_or_ref(policy: str, value: Estimate | None) -> str:
     if policy == BASELINE and value is not None:
         return REF
@@ -151,8 +165,16 @@ WITHIN_RUN_NOTE = (
 )
 
 
+TOO_FEW_STEPS_NOTE = (
+    f"{TOO_FEW_STEPS}: a cell of one repeat gets a within-run interval only from at least "
+    f"{MIN_STEPS} timed steps (fewer cannot bound a median at 95 %: even their whole range "
+    f"misses it too often); time more steps (--max-steps, --warmup-steps) or run --repeat 3"
+)
+
+
 def interval_footnotes(estimates: list[Estimate | None]) -> list[str]:
-    """What the intervals in a table are: one line per kind present."""
+    """What the intervals in a table are: one line per kind present, and why an interval is
+    missing where the table says so."""
     repeats, within_run = interval_kinds(estimates)
     lines = []
     if repeats is not None:
@@ -163,6 +185,8 @@ def interval_footnotes(estimates: list[Estimate | None]) -> list[str]:
         )
     if within_run:
         lines.append(WITHIN_RUN_NOTE)
+    if any(e is not None and e.no_interval == TOO_FEW_STEPS for e in estimates):
+        lines.append(TOO_FEW_STEPS_NOTE)
     return lines
 
 
@@ -284,7 +308,7 @@ def section_table(section: Section, labeler: Labeler) -> TextTable:
                 shown.append(estimates[STEP_CI])
             memory = fmt.size(cell.memory_bytes.value if cell.memory_bytes else None)
             if len(kinds) > 1 and cell.memory_kind:
-                memory += " " + notes.mark(f"memory: {cell.memory_kind}")
+                memory += " " + notes.mark(f"memory: {memory_text(cell.memory_kind)}")
             label = f"{names[group.key]} {short(policy)}"
             if group.batch_scaled and not policy.batch_scaled:
                 # float32 (and 16-bit rows at 1x) at the configured batch, beside `bf16 @512`
@@ -298,7 +322,7 @@ def section_table(section: Section, labeler: Labeler) -> TextTable:
                 E2E: _ratio_or_ref(policy, estimates[E2E]),
                 SAMPLES: fmt.throughput(cell.throughput),
                 MEMORY: memory,
-                MEMORY_RATIO: _ratio_or_ref(policy, estimates[MEMORY_RATIO]),
+                MEMORY_RATIO: _memory_ratio_cell(policy, comparison, notes),
                 ACCURACY: fmt.accuracy(cell.accuracy.value if cell.accuracy else None),
                 ACCURACY_DELTA: _delta_or_ref(policy, estimates[ACCURACY_DELTA]),
                 LOSS_SCALE: fmt.loss_scale(cell.loss_scale, cell.skipped_steps),
@@ -474,6 +498,8 @@ def _efficiency_interval_notes(estimates: list[Estimate | None]) -> list[str]:
             "interval is the block bootstrap of the two cells' median step times; it ignores "
             "process-to-process variance and is optimistic — run with --repeat 3 or more"
         )
+    if any(e is not None and e.no_interval == TOO_FEW_STEPS for e in estimates):
+        lines.append(TOO_FEW_STEPS_NOTE)
     return lines
 
 
@@ -508,7 +534,7 @@ def _column_notes(kinds: set[str], columns: list[str]) -> list[str]:
         "/ the policy's; mem ratio: the policy's memory / float32's; Δ acc: points (pp)"
     ]
     if len(kinds) == 1:
-        lines.append(f"train mem: {next(iter(kinds))}")
+        lines.append(f"train mem: {memory_text(next(iter(kinds)))}")
     if MFU in columns or MFU_MEASURED in columns:
         lines.append(
             "MFU: achieved TFLOP/s over the datasheet peak of the policy's dtype; MFU meas.: "
@@ -643,12 +669,16 @@ def baseline_table(report: Report) -> TextTable:
     headers += ["test accuracy", "status: baseline → now"]
     table = TextTable(f"Against the baseline ({', '.join(report.baseline_runs)})", headers)
     shown: list[Estimate | None] = []
+    notes = Footnotes()
     for match in report.matches:
         cand, base = match.candidate, match.baseline
         step = match.step_change()
         memory = match.memory_change()
         accuracy = match.accuracy_change_pp()
         shown += [step, memory, accuracy]
+        memory_delta = fmt.change_interval(memory.shifted(-1)) if memory else None
+        if match.memory_refused:
+            memory_delta = "not compared " + notes.mark(match.memory_refused)
         row = [
             match.label,
             _change(
@@ -659,7 +689,7 @@ def baseline_table(report: Report) -> TextTable:
             _change(
                 fmt.size(base.memory_bytes.value if base.memory_bytes else None),
                 fmt.size(cand.memory_bytes.value if cand.memory_bytes else None),
-                fmt.change_interval(memory.shifted(-1)) if memory else None,
+                memory_delta,
             ),
             _change(
                 fmt.accuracy(base.accuracy.value if base.accuracy else None),
@@ -671,6 +701,9 @@ def baseline_table(report: Report) -> TextTable:
         table.rows.append(row)
         table.styles.append(_style(cand))
     table.footnotes = interval_footnotes(shown)
+    both = {c.memory_kind for m in report.matches for c in (m.baseline, m.candidate)}
+    table.footnotes += [memory_text(kind) for kind in sorted(k for k in both if k)]
+    table.footnotes += notes.lines()
     return table
 
 

@@ -23,6 +23,7 @@ from mpbench.compare.summary.cells import (
     RepeatKey,
     Section,
     group_sections,
+    memory_mismatch,
     per_sample,
 )
 from mpbench.compare.summary.comparison import AgainstBase, Comparison, short
@@ -81,6 +82,7 @@ def _compare(group: PolicyGroup, row: Row, accuracy_margin_pp: float) -> Compari
         emulation_cost=_emulation_cost(group, row),
         end_to_end_speedup=_end_to_end_speedup(group, row),
         memory_ratio=_memory_ratio(group, row),
+        memory_refused=_memory_refused(group, row),
         accuracy_delta_pp=accuracy,
         distrust=_distrust(group, row, speedup),
         accuracy=judge_accuracy(accuracy, accuracy_margin_pp) if row != BASELINE else None,
@@ -102,6 +104,7 @@ def _against_base(
         base=base,
         speedup=speedup,
         memory_ratio=_memory_ratio(group, row, base),
+        memory_refused=_memory_refused(group, row, base),
         accuracy_delta_pp=accuracy,
         accuracy=judge_accuracy(accuracy, accuracy_margin_pp),
         compiled=_compiled(group, row, base),
@@ -235,6 +238,15 @@ def _memory_ratio(group: PolicyGroup, policy: str, against: str = BASELINE) -> E
     values = CellSummary.memory_values
     pairs = [(m, r) for r, m in _pairs(group, policy, values, against) if r > 0]
     return paired_ratio(pairs) if pairs else None
+
+
+def _memory_refused(group: PolicyGroup, policy: Row, against: str = BASELINE) -> str | None:
+    """Why this row's memory is not divided by float32's (or `against`'s) though both
+    have a figure: they measure different things (cells.memory_mismatch)."""
+    ref, cell = group.cells.get(against), group.cells.get(policy)
+    if group.emulated(policy) or ref is None or cell is None or not (ref.ok and cell.ok):
+        return None
+    return memory_mismatch(ref, short(against), cell, short(policy))
 
 
 def _accuracy_delta_pp(group: PolicyGroup, policy: str, against: str = BASELINE) -> Estimate | None:

@@ -130,6 +130,54 @@ def is_training_memory(kind: str | None) -> bool:
     return bool(kind) and kind.startswith("training")
 
 
+# What each kind of memory figure measures, as the tables' footnotes say it. The training
+# memory of a torch cell on a GPU, a Keras cell on a GPU and any cell on a CPU are three
+# different quantities (MemoryStats.training_source names which): figures of two kinds are
+# shown apart, each with its meaning, and never divided by each other (memory_mismatch).
+# Keys: the source as records spell it (a TensorFlow allocator's may name the allocator after
+# it: "tensorflow allocator (cuda_malloc_async)"), or a process-peak kind.
+MEMORY_MEANINGS = {
+    "cuda allocator": (
+        "from torch's CUDA allocator, the peak of live tensors while training less those at "
+        "its start (its cache and the CUDA context not counted)"
+    ),
+    "tensorflow allocator": (
+        "from TensorFlow's GPU allocator, the peak of bytes in use while training less those at "
+        "its start"
+    ),
+    "process anonymous RSS sampled": (
+        "the cell process's anonymous resident memory sampled every few ms, its peak while "
+        "training less its start (all the process allocates, a framework's own buffer pools "
+        "included; a peak between two samples is missed)"
+    ),
+    "process RSS sampled": (
+        "the cell process's whole resident memory sampled (code pages included, as mpbench "
+        "measured it before the anonymous RSS), its peak while training less its start"
+    ),
+    _DEVICE_PEAK: "the device allocator's peak over the whole process (model, data, framework)",
+    _HOST_PEAK: "the process's peak RSS over its whole life (framework, data and model included)",
+}
+
+
+def memory_text(kind: str) -> str:
+    """`training mem (cuda allocator): from torch's CUDA allocator, the peak of live tensors
+    ...`: a memory kind and what it measures (the kind alone where mpbench has no words)."""
+    source = kind.removeprefix("training mem (").removesuffix(")")
+    meaning = next((text for key, text in MEMORY_MEANINGS.items() if source.startswith(key)), None)
+    return f"{kind}: {meaning}" if meaning else kind
+
+
+def memory_mismatch(a: CellSummary, a_name: str, b: CellSummary, b_name: str) -> str | None:
+    """Why the memory of `b` is not divided by `a`'s, where both have a figure: they measure
+    different things (MEMORY_MEANINGS). None where they are alike, or a figure is missing."""
+    if a.memory_kind is None or b.memory_kind is None or a.memory_kind == b.memory_kind:
+        return None
+    return (
+        f"no ratio: {a_name}'s memory is {a.memory_kind}, {b_name}'s {b.memory_kind}: "
+        "two different measures"
+    )
+
+
 @dataclass(frozen=True)
 class Fp8Summary:
     """A float8 cell's fp8 as its finished repeats ran it (results.Fp8Stats, v9)."""
@@ -139,22 +187,54 @@ class Fp8Summary:
     gemm: str  # how its fp8 GEMMs ran, the record's words (from what ran: mpbench.fp8)
     layers_fp8: int
     layers_total: int  # fp8 and kept in the base precision
-    flop_share: float | None  # the fp8 GEMMs' share of the FLOPs
+    flop_share: float | None  # the fp8 GEMMs' share of the step's matmul FLOPs
+    flop_share_note: str | None = None  # why the share is unknown (the record's words)
     # v12 (torch): its GEMMs' shapes and timings as the first repeat measured them, and the
     # gain over bf16 they predict, the median over the repeats (None: no prediction).
     prediction: Fp8Prediction | None = None
     predicted_gain: float | None = None
+    # v13: layers mpbench swapped for an equivalent nn.Linear so that fp8 could take them
+    # (name -> what was swapped), as the first repeat did.
+    swapped_layers: dict[str, str] = field(default_factory=dict)
 
     @property
     def emulated(self) -> bool:
         return self.mode == "emulated"
 
     def coverage(self) -> str:
-        """`2 of 3 Linear layers, 98 % of FLOPs`."""
-        text = f"{self.layers_fp8} of {self.layers_total} layers"
-        if self.flop_share is not None:
-            text += f", {self.flop_share * 100:.0f} % of FLOPs"
-        return text
+        """`fp8 covers 98 % of the step's matmul FLOPs`, or why that share is unknown. A
+        count of layers is never the answer: GPT-2's one converted head is 1 of 3 layers and
+        7 % of its FLOPs (issue 41)."""
+        if self.share() is not None:
+            return f"fp8 covers {self.share()} of the step's matmul FLOPs"
+        why = self.flop_share_note or "the records do not say why"
+        return f"fp8's share of the step's matmul FLOPs unknown: {why}"
+
+    def share(self) -> str | None:
+        """`98 %`: the fp8 GEMMs' share of the step's matmul FLOPs; None where unknown."""
+        return None if self.flop_share is None else f"{self.flop_share * 100:.0f} %"
+
+    def swapped(self) -> str | None:
+        """`2 layers swapped for an equivalent nn.Linear so that fp8 could take them:
+        transformers Conv1D (h.0.attn.c_attn, h.0.attn.c_proj)`; None where none was."""
+        if not self.swapped_layers:
+            return None
+        by_what: dict[str, list[str]] = defaultdict(list)
+        for name, what in self.swapped_layers.items():
+            by_what[what].append(name)
+        said = "; ".join(f"{what} ({_some(names)})" for what, names in by_what.items())
+        count = len(self.swapped_layers)
+        return (
+            f"{count} layer{'s' if count > 1 else ''} swapped for an equivalent nn.Linear so "
+            f"that fp8 could take {'them' if count > 1 else 'it'}: {said}"
+        )
+
+
+def _some(names: list[str], shown: int = 4) -> str:
+    """`a, b, c, d and 8 more`: a long list of layer names, cut short."""
+    if len(names) <= shown:
+        return ", ".join(names)
+    return f"{', '.join(names[:shown])} and {len(names) - shown} more"
 
 
 @dataclass
@@ -412,6 +492,8 @@ def _summarize_fp8(ok: list[CellRecord]) -> Fp8Summary | None:
         layers_fp8=len(first.layers_fp8),
         layers_total=len(first.layers_fp8) + len(first.skipped_layers),
         flop_share=median_of_present(f.flop_share_fp8 for f in ran),
+        flop_share_note=next((f.flop_share_note for f in ran if f.flop_share_fp8 is None), None),
+        swapped_layers=dict(first.swapped_layers),
         prediction=next((f.prediction for f in ran if f.prediction is not None), None),
         predicted_gain=median_of_present(f.prediction.predicted_gain for f in ran if f.prediction),
     )

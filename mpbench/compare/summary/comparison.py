@@ -51,6 +51,7 @@ class AgainstBase:
     accuracy: AccuracyVerdict | None  # that difference judged at the margin
     compiled: str | None = None  # "fp8 compiled, bf16 eager" where the two differ
     distrust: str | None = None  # why the timing cannot be trusted (a busy machine)
+    memory_refused: str | None = None  # why no memory ratio: two kinds of memory figure
 
 
 @dataclass(frozen=True)
@@ -73,3 +74,6 @@ class Comparison:
     # Against the policy the row builds on (float8's: bf16) where the group has a cell of it.
     vs_base: AgainstBase | None = None
     compiled: str | None = None  # "fp8 compiled, float32 eager" where the two differ
+    # Why there is no memory ratio though both rows have a figure: the two measure different
+    # things (summary/cells.memory_mismatch), and a ratio of them would mean nothing.
+    memory_refused: str | None = None

@@ -8,11 +8,15 @@ One place for each rule (docs/compare.md, "Intervals"):
   interval (one slow process cannot move it far; the interval keeps the t-interval's
   coverage); a difference (accuracy): mean of the differences with a 95 % t-interval;
 - one pair of step-time series only: a block-bootstrap interval of the ratio of medians,
-  labelled *within-run only* (it ignores process-to-process variance: optimistic);
+  labelled *within-run only* (it ignores process-to-process variance: optimistic); with fewer
+  than stats.MIN_SAMPLES_FOR_MEDIAN_INTERVAL timed steps on a side, no interval, and the
+  estimate says why (TOO_FEW_STEPS) instead;
 - a change against a baseline: Welch's two-sample t-interval over the two sets of repeats
   (on logs for ratios), or the block bootstrap when each side has one repeat;
 - a gate fails only when the whole interval is past its limit; a point estimate past the limit
-  with an interval that straddles it is *inconclusive*.
+  with an interval that straddles it is *inconclusive*, and so is one whose interval could not
+  be taken (TOO_FEW_STEPS);
+- no interval excludes its own value (Estimate widens it to hold the value).
 The arithmetic itself lives in `mpbench.results.stats`, shared with the runner.
 """
 
@@ -28,6 +32,10 @@ from mpbench.results import stats as st
 
 REPEATS = "repeats"
 WITHIN_RUN = "within-run only"
+# Why a one-repeat step time or step-time ratio has no interval: a side has fewer timed steps
+# than the median's interval needs (stats.MIN_SAMPLES_FOR_MEDIAN_INTERVAL says why that many).
+TOO_FEW_STEPS = "too few timed steps for an interval"
+MIN_STEPS = st.MIN_SAMPLES_FOR_MEDIAN_INTERVAL
 _EPS = 1e-9  # a value exactly at the limit passes, whatever the float rounding
 _SEED = 0  # bootstrap intervals are seeded: the same files give the same report
 
@@ -36,17 +44,26 @@ _SEED = 0  # bootstrap intervals are seeded: the same files give the same report
 class Estimate:
     """A value with its 95 % interval. `kind` says where the interval comes from: REPEATS
     (t-interval over n separate processes), WITHIN_RUN (block bootstrap inside one process),
-    or None: a single value with no interval (low == high == value)."""
+    or None: a single value with no interval (low == high == value); then `no_interval` says
+    why where an interval was wanted (TOO_FEW_STEPS), and every format says it too.
+
+    The interval always holds the value: bounds rescaled onto a recorded median can land a
+    rounding error past it, and a printed `0.13× (0.038–0.12)` would contradict itself."""
 
     value: float
     low: float
     high: float
     kind: str | None = None
     n: int = 1  # repeats (or repeat pairs) behind the value
+    no_interval: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "low", min(self.low, self.value))
+        object.__setattr__(self, "high", max(self.high, self.value))
 
     @classmethod
-    def point(cls, value: float) -> Estimate:
-        return cls(value, value, value)
+    def point(cls, value: float, no_interval: str | None = None) -> Estimate:
+        return cls(value, value, value, no_interval=no_interval)
 
     @property
     def has_interval(self) -> bool:
@@ -54,11 +71,16 @@ class Estimate:
 
     def scaled(self, factor: float) -> Estimate:
         low, high = sorted((self.low * factor, self.high * factor))
-        return Estimate(self.value * factor, low, high, self.kind, self.n)
+        return Estimate(self.value * factor, low, high, self.kind, self.n, self.no_interval)
 
     def shifted(self, offset: float) -> Estimate:
         return Estimate(
-            self.value + offset, self.low + offset, self.high + offset, self.kind, self.n
+            self.value + offset,
+            self.low + offset,
+            self.high + offset,
+            self.kind,
+            self.n,
+            self.no_interval,
         )
 
 
@@ -83,13 +105,13 @@ def of_repeats(values: Sequence[float], log: bool = True) -> Estimate:
 
 def step_time(series: Sequence[StepTimeStats]) -> Estimate:
     """A cell's step time: over repeat medians, or one repeat's median and its within-run
-    interval (the block bootstrap of its steps)."""
+    interval (the block bootstrap of its steps; none from fewer than MIN_STEPS steps)."""
     if len(series) > 1:
         return of_repeats([s.median_s for s in series])
     (stats,) = series
     raw = [t for t in stats.raw_s if t > 0]
-    if len(raw) < 2:
-        return Estimate.point(stats.median_s)
+    if len(raw) < MIN_STEPS:
+        return Estimate.point(stats.median_s, TOO_FEW_STEPS)
     own, low, high = st.block_bootstrap_median_interval(raw, seed=_SEED)
     scale = stats.median_s / own  # anchored on the recorded median (rescaled stats stay true)
     return Estimate(stats.median_s, low * scale, high * scale, WITHIN_RUN, 1)
@@ -134,14 +156,15 @@ def step_ratio(pairs: Sequence[tuple[StepTimeStats, StepTimeStats]]) -> Estimate
 
 
 def _within_run_ratio(a: StepTimeStats, b: StepTimeStats) -> Estimate:
-    """median(b) / median(a) with the block-bootstrap interval of their raw steps."""
+    """median(b) / median(a) with the block-bootstrap interval of their raw steps; none
+    where a side has fewer than MIN_STEPS steps."""
     point = b.median_s / a.median_s
     # Each series in units of its own recorded median: the interval is the same relative
     # spread, and no quotient of extreme (valid) step times can overflow or divide by zero.
     raw_a = [t / a.median_s for t in a.raw_s if t > 0]
     raw_b = [t / b.median_s for t in b.raw_s if t > 0]
-    if len(raw_a) < 2 or len(raw_b) < 2:
-        return Estimate.point(point)
+    if len(raw_a) < MIN_STEPS or len(raw_b) < MIN_STEPS:
+        return Estimate.point(point, TOO_FEW_STEPS)
     own, low, high = st.block_bootstrap_ratio_interval(raw_a, raw_b, seed=_SEED)
     scale = point / own
     return Estimate(point, low * scale, high * scale, WITHIN_RUN, 1)
@@ -189,10 +212,13 @@ def judge(
 ) -> Verdict:
     """FAIL only when the whole interval lies past a limit (criterion.rs's rule); INCONCLUSIVE
     when the value is past it but the interval reaches back across; PASS otherwise. A value
-    exactly at a limit passes. A single value (no interval) is judged on itself."""
-    if (maximum is not None and estimate.low > maximum + _EPS) or (
+    exactly at a limit passes. A single value (no interval) is judged on itself, but one whose
+    interval could not be taken (`no_interval`) is at worst INCONCLUSIVE: nothing says how far
+    its value may be from the truth."""
+    past = (maximum is not None and estimate.low > maximum + _EPS) or (
         minimum is not None and estimate.high < minimum - _EPS
-    ):
+    )
+    if past and estimate.no_interval is None:
         return Verdict.FAIL
     if (maximum is not None and estimate.value > maximum + _EPS) or (
         minimum is not None and estimate.value < minimum - _EPS

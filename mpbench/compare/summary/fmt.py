@@ -11,41 +11,63 @@ WITHIN_RUN_MARK = "†"  # every within-run-only interval carries it; the footno
 
 
 def interval_kind(estimate: Estimate) -> str:
-    """What the interval rests on, in words: `within-run only`, `over 3 repeats`."""
+    """What the interval rests on, in words: `within-run only`, `over 3 repeats`, or why there
+    is none (`too few timed steps for an interval`)."""
     if estimate.kind == WITHIN_RUN:
         return WITHIN_RUN
     if estimate.kind == REPEATS:
         return f"over {estimate.n} repeat{'' if estimate.n == 1 else 's'}"
-    return "no interval"
+    return estimate.no_interval or "no interval"
 
 
 def _with_interval(estimate: Estimate | None, one, span) -> str:
+    """`value (low–high)`, `†` after a within-run interval; where an interval was wanted but
+    could not be taken, the reason in its place: `0.13× (too few timed steps for an
+    interval)`. `span(value, low, high)` gives the value's text and the bounds'."""
     if estimate is None:
         return DASH
-    text = one(estimate.value)
-    if estimate.has_interval:
-        mark = WITHIN_RUN_MARK if estimate.kind == WITHIN_RUN else ""
-        text += f" ({span(estimate.low, estimate.high)}){mark}"
-    return text
+    if not estimate.has_interval:
+        text = one(estimate.value)
+        return f"{text} ({estimate.no_interval})" if estimate.no_interval else text
+    value, bounds = span(estimate.value, estimate.low, estimate.high)
+    mark = WITHIN_RUN_MARK if estimate.kind == WITHIN_RUN else ""
+    return f"{value} ({bounds}){mark}"
+
+
+def _alone(one, span):
+    """A `span` for _with_interval from a value format and a bounds format that agree."""
+    return lambda value, low, high: (one(value), span(low, high))
+
+
+def ratio_parts(value: float, low: float, high: float) -> tuple[str, str]:
+    """(`2.45×`, `2.41–2.49`): a ratio and its interval, by significant_triple."""
+    text, lo, hi = significant_triple(value, low, high)
+    return f"{text}×", f"{lo}–{hi}"
 
 
 def ratio_interval(estimate: Estimate | None) -> str:
     """`2.45× (2.41–2.49)`, `0.0031× (0.0012–3.95)`; `†` after a within-run-only interval."""
-    return _with_interval(estimate, ratio, lambda lo, hi: "–".join(significant_pair(lo, hi)))
+    return _with_interval(estimate, ratio, ratio_parts)
 
 
 def points_interval(estimate: Estimate | None) -> str:
     """`-0.13 pp (-0.30 to +0.04)`."""
-    return _with_interval(estimate, points, lambda lo, hi: f"{_pp(lo)} to {_pp(hi)}")
+    return _with_interval(
+        estimate, points, _alone(points, lambda lo, hi: f"{_pp(lo)} to {_pp(hi)}")
+    )
 
 
 def change_interval(change: Estimate | None) -> str:
     """A relative change: `+20.0 % (+17.6 to +22.5)`."""
-    return _with_interval(change, percent_change, lambda lo, hi: f"{_pct(lo)} to {_pct(hi)}")
+    return _with_interval(
+        change, percent_change, _alone(percent_change, lambda lo, hi: f"{_pct(lo)} to {_pct(hi)}")
+    )
 
 
 def ms_interval(estimate: Estimate | None) -> str:
-    """A step time's interval alone: `2.31–2.52 (n=3)`, `2.36–2.44†`."""
+    """A step time's interval alone: `2.31–2.52 (n=3)`, `2.36–2.44†`, or why there is none."""
+    if estimate is not None and estimate.no_interval:
+        return estimate.no_interval
     if estimate is None or not estimate.has_interval:
         return DASH
     if estimate.kind == WITHIN_RUN:
@@ -133,16 +155,31 @@ def significant(value: float, digits: int = 3, decimals: int = 2, least: int = 2
 def significant_pair(low: float, high: float, **rule: int) -> tuple[str, str]:
     """Both bounds of one interval by `significant`, each with its own figures
     (`0.0031`–`3.95`, `70.1`–`355`); bounds that differ but would read alike get more
-    decimals, both the same number, until they read apart (`2.451`–`2.454`, at most 3 more)."""
+    decimals, both the same number, until they read apart (`2.451`–`2.454`, at most 3 more).
+    Bounds still alike after 3 more stay as they read: digits that separate nothing are noise
+    (`0.35–0.35`, not `0.35216–0.35216`)."""
     lo, hi = significant(low, **rule), significant(high, **rule)
     if lo != hi or low == high or not (math.isfinite(low) and math.isfinite(high)):
         return lo, hi
     places = max(len(t.partition(".")[2]) for t in (lo, hi))
     for extra in range(1, 4):
-        lo, hi = f"{low:.{places + extra}f}", f"{high:.{places + extra}f}"
-        if lo != hi:
-            break
+        wider = f"{low:.{places + extra}f}", f"{high:.{places + extra}f}"
+        if wider[0] != wider[1]:
+            return wider
     return lo, hi
+
+
+def significant_triple(value: float, low: float, high: float, **rule: int) -> tuple[str, str, str]:
+    """A value and its interval's bounds by `significant`, the bounds by `significant_pair`.
+    Where the bounds needed more decimals to read apart and the value, rounded to fewer, would
+    read outside them (0.007524 in 0.007519–0.007544 read `0.0075× (0.00752–0.00754)`), the
+    value gets as many as they have: rounded alike, a value between its bounds stays there."""
+    text = significant(value, **rule)
+    lo, hi = significant_pair(low, high, **rule)
+    fixed = "e" not in lo + hi  # bounds in scientific notation read apart on their own
+    if fixed and math.isfinite(value) and not float(lo) <= float(text) <= float(hi):
+        text = f"{value:.{len(lo.partition('.')[2])}f}"
+    return text, lo, hi
 
 
 def percent_change(fraction: float | None) -> str:
@@ -229,7 +266,14 @@ def millijoules(joules: float | None) -> str:
 
 def efficiency_interval(estimate: Estimate | None) -> str:
     """A scaling efficiency in percent with its interval: `92.0 % (88.1–95.9)†`."""
-    return _with_interval(estimate, fraction_percent, lambda lo, hi: _percent_span(lo, hi))
+    return _with_interval(estimate, fraction_percent, _efficiency_parts)
+
+
+def _efficiency_parts(value: float, low: float, high: float) -> tuple[str, str]:
+    """(`92.0 %`, `88.1–95.9`): an efficiency and its interval in percent, by
+    significant_triple (one decimal, 2 to 3 figures)."""
+    text, lo, hi = significant_triple(value * 100, low * 100, high * 100, decimals=1)
+    return f"{text} %", f"{lo}–{hi}"
 
 
 def efficiency_range(low: float, high: float) -> str:

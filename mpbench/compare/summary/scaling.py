@@ -140,7 +140,7 @@ def efficiency(
     # so the relative interval of the median step-time ratio m_1 / m_N is the efficiency's.
     times = step_ratio([(theirs[key].step_time, ours[key].step_time)])
     if not times.has_interval or not times.value:
-        return Estimate.point(point), lone
+        return Estimate.point(point, times.no_interval), lone
     scale = point / times.value
     return Estimate(point, times.low * scale, times.high * scale, times.kind, 1), lone
 

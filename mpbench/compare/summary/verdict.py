@@ -7,11 +7,13 @@ from the device's rating of the policy (mpbench.policies), so that "0.18×" come
 
 from __future__ import annotations
 
+import math
+
 from mpbench.compare.summary import fmt
 from mpbench.compare.summary.accuracy import INCONCLUSIVE, WORSE, AccuracyVerdict
 from mpbench.compare.summary.cells import CellSummary, PolicyGroup, is_training_memory
 from mpbench.compare.summary.comparison import PolicyVerdict, short
-from mpbench.compare.summary.estimate import WITHIN_RUN, Estimate
+from mpbench.compare.summary.estimate import MIN_STEPS, WITHIN_RUN, Estimate
 from mpbench.fp8_gemms import explain
 from mpbench.policies import BASELINE, DeviceTraits, Rating, rate
 
@@ -27,6 +29,10 @@ FELL_BACK = "fell back"  # diverged, and --on-diverge fallback ran it one step d
 REMEASURE = "re-measure on a quiet machine"  # contended or implausible evidence decides nothing
 # An emulated fp8 cell (docs/policies.md): its accuracy is fp8's, its step time emulation's.
 NUMERICS_ONLY = "numerics only: fp8 emulated, no speed measured"
+# What decides a speed-up whose interval could not be taken (estimate.TOO_FEW_STEPS).
+MORE_STEPS = (
+    f"time at least {MIN_STEPS} steps per cell (--max-steps, --warmup-steps) or run --repeat 3"
+)
 
 
 def traits_of(cell: CellSummary) -> DeviceTraits | None:
@@ -79,7 +85,7 @@ def policy_verdict(group: PolicyGroup, policy: str) -> PolicyVerdict:
         return PolicyVerdict(policy, _measured(cell, why), NO_RATIO)
     parts = [_speed(speedup)]
     if cell.fp8 is not None:
-        parts.append(f"fp8 in {cell.fp8.coverage()}")
+        parts.append(cell.fp8.coverage())
     accuracy, judged = comparison.accuracy_delta_pp, comparison.accuracy
     if accuracy is not None:
         # The outcome beside the point, in every verdict (a re-measure one too): the point
@@ -96,6 +102,10 @@ def policy_verdict(group: PolicyGroup, policy: str) -> PolicyVerdict:
         why = rating.reason  # the device lacks the arithmetic: that says it all
     elif advice == AVOID and limit is not None:
         why = f"no gain: {limit}"
+    elif advice == UNDECIDED and speedup.no_interval:
+        why = f"{speedup.no_interval}: {MORE_STEPS}"
+        if rating is not None and rating.rating is not Rating.FAST:
+            why += f"; {rating.reason}"
     elif advice == UNDECIDED and _faster(speedup) and judged is not None:
         why = f"faster, but {judged.text()}"  # the speed is settled; accuracy is not
     elif advice == UNDECIDED:
@@ -119,11 +129,11 @@ def policy_verdict(group: PolicyGroup, policy: str) -> PolicyVerdict:
 
 def emulated_verdict(group: PolicyGroup, policy: str) -> PolicyVerdict:
     """An emulated fp8 cell: its accuracy against float32 and bf16, what the emulation cost,
-    and never a speed-up (`emulated, fp8 in 2 of 3 layers, 98 % of FLOPs; -0.05 pp accuracy vs
-    fp32 (...); ...; step time 3.1× float32's: the cost of emulation`)."""
+    and never a speed-up (`emulated, fp8 covers 98 % of the step's matmul FLOPs; -0.05 pp
+    accuracy vs fp32 (...); ...; step time 3.1× float32's: the cost of emulation`)."""
     cell, comparison = group.cells[policy], group.comparisons[policy]
     assert cell.fp8 is not None
-    parts = [f"emulated, fp8 in {cell.fp8.coverage()}"]
+    parts = [f"emulated, {cell.fp8.coverage()}"]
     # float32, then the policy it builds on (float8's: bf16), its nearest accuracy reference.
     vs_base = comparison.vs_base
     deltas = [(BASELINE, comparison.accuracy_delta_pp)]
@@ -154,7 +164,7 @@ def fp8_verdict(group: PolicyGroup, policy: str) -> PolicyVerdict:
     if comparison.speedup is not None:
         said = f" ({comparison.compiled})" if comparison.compiled else ""
         parts.append(f"{fmt.ratio(comparison.speedup.value)} float32's speed{said}")
-    parts.append(f"fp8 in {cell.fp8.coverage()}")
+    parts.append(cell.fp8.coverage())
     judged = against.accuracy
     if against.accuracy_delta_pp is not None:
         said = f" ({judged.word})" if judged is not None else ""
@@ -164,6 +174,8 @@ def fp8_verdict(group: PolicyGroup, policy: str) -> PolicyVerdict:
         parts.append(f"{fmt.percent_change(memory.value - 1)} training memory vs {base}")
     advice = _advice(against.speedup, judged)
     reasons = [explain(cell.fp8.prediction, against.speedup.value)]
+    if against.speedup.no_interval:
+        reasons.append(f"{against.speedup.no_interval}: {MORE_STEPS}")
     found = cell.bottleneck
     if found is not None and found.kind in _NOT_ARITHMETIC:
         # the GEMMs' prediction says nothing of a step they do not set the pace of
@@ -213,15 +225,17 @@ def _speed(speedup: Estimate, than: str = "") -> str:
     """`2.45× faster, 95 % 2.41–2.49×`; `than`: what it is faster than (`than bf16`)."""
     value = speedup.value
     than = f" {than}" if than else ""
+    # the value as its interval writes it (fmt.significant_triple), so it never reads outside
+    ratio, bounds = fmt.ratio_parts(value, speedup.low, speedup.high)
     if value >= 1:
-        text = f"{fmt.ratio(value)} faster{than}"
+        text = f"{ratio} faster{than}"
     else:  # 1 / 0.0031 = 323× slower (0.0031×), never (0.00×)
-        text = f"{fmt.significant(1 / value, decimals=1)}× slower{than} ({fmt.ratio(value)})"
+        text = f"{fmt.significant(1 / value, decimals=1)}× slower{than} ({ratio})"
     if speedup.has_interval:
         mark = fmt.WITHIN_RUN_MARK if speedup.kind == WITHIN_RUN else ""
-        text += f", 95 % {fmt.ratio_range(speedup.low, speedup.high)}{mark}"
+        text += f", 95 % {bounds}×{mark}"
     else:
-        text += ", no interval"
+        text += f", {speedup.no_interval or 'no interval'}"
     return text
 
 
@@ -251,7 +265,14 @@ def _limit(cell: CellSummary, reference: CellSummary | None) -> str | None:
 
 
 def _bounds(speedup: Estimate) -> tuple[float, float]:
-    return (speedup.low, speedup.high) if speedup.has_interval else (speedup.value,) * 2
+    """Where the speed-up may lie: its interval; a single value where there is nothing more
+    to know; anywhere where its interval could not be taken (too few timed steps), so that
+    no advice rests on a point estimate alone."""
+    if speedup.has_interval:
+        return speedup.low, speedup.high
+    if speedup.no_interval:
+        return 0.0, math.inf
+    return (speedup.value,) * 2
 
 
 def _faster(speedup: Estimate) -> bool:
