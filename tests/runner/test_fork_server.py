@@ -5,6 +5,7 @@ as the record it would have been."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -12,7 +13,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -46,32 +49,76 @@ class Cells:
         self.tmp_path = tmp_path
         self.warnings: list[str] = []
         self.servers = ForkServers(tmp_path / "logs", self.warnings.append)
-        self.seen: list[tuple[int, int]] = []  # (pid, parent's pid) of each cell, as it ran
+        # (pid, parent's pid) of each repeat's cell, noted at a step while it ran.
+        self.seen: dict[int, tuple[int, int]] = {}
 
     def run(self, cell: CellSpec, timeout_s: float = 120):
         def on_step(step: int, total: int) -> None:
-            if len(self.seen) <= cell.repeat:
-                running = cell_process()
-                self.seen.append((running.pid, running.ppid()))
+            # A step event may be read after its cell has died (a cell killed with its server
+            # leaves its last events in the pipe), and a cell's rerun steps under the same
+            # repeat: note the cell at a step where exactly one is running, never raise here
+            # (an exception would end the runner's loop, not fail the test).
+            if cell.repeat not in self.seen:
+                found = cell_processes()
+                if len(found) == 1:
+                    with contextlib.suppress(psutil.NoSuchProcess):
+                        self.seen[cell.repeat] = (found[0].pid, found[0].ppid())
 
         log = self.tmp_path / f"{cell.cell_id.replace('/', '__')}.log"
         return run_in_child(cell, timeout_s, log, on_step, fork_servers=self.servers)
 
 
-def cell_process() -> psutil.Process:
-    """The one cell now running under this test process: a fork server's child."""
-    found = [
-        child for child in psutil.Process().children(recursive=True) if child.name() == CELL_NAME
-    ]
-    assert len(found) == 1, found
-    return found[0]
+class InBackground:
+    """A call on a thread of its own whose result, or exception, the test reads back: a
+    worker that died says why, not a KeyError on a result it never set."""
+
+    def __init__(self, call: Callable[[], Any]) -> None:
+        self._result: list[Any] = []
+        self._raised: list[BaseException] = []
+
+        def work() -> None:
+            try:
+                self._result.append(call())
+            except BaseException as exc:  # handed to the test by result()
+                self._raised.append(exc)
+
+        self._thread = threading.Thread(target=work)
+        self._thread.start()
+
+    def join(self, timeout_s: float) -> None:
+        self._thread.join(timeout_s)
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def result(self) -> Any:
+        assert not self._thread.is_alive(), "the call is still running"
+        if self._raised:
+            raise self._raised[0]
+        return self._result[0]
+
+
+def named(name: str, recursive: bool = True) -> list[psutil.Process]:
+    """This test process's live descendants (children alone unless `recursive`) that `ps`
+    calls `name`; one that ends while we look is not there."""
+    found = []
+    for process in psutil.Process().children(recursive=recursive):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if process.name() == name and process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process)
+    return found
+
+
+def cell_processes() -> list[psutil.Process]:
+    """The cells now running under this test process (forked by a server, or new)."""
+    return named(CELL_NAME)
 
 
 def wait_for_cell(within_s: float) -> psutil.Process:
     """The cell running under this test process, once it has started (within `within_s`)."""
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
-        found = [p for p in psutil.Process().children(recursive=True) if p.name() == CELL_NAME]
+        found = cell_processes()
         if found:
             return found[0]
         time.sleep(0.1)
@@ -79,7 +126,7 @@ def wait_for_cell(within_s: float) -> psutil.Process:
 
 
 def server_processes() -> list[psutil.Process]:
-    return [p for p in psutil.Process().children() if p.name() == SERVER_NAME]
+    return named(SERVER_NAME, recursive=False)
 
 
 @needs_torch
@@ -92,7 +139,8 @@ def test_each_cell_is_a_new_fork_of_one_server_and_ends_as_a_new_process_would(
         outcomes = [cells.run(spec(repeat=r)) for r in range(2)]
         (server,) = server_processes()
         assert all(o.status == "ok" for o in outcomes), [o.reason for o in outcomes]
-        (first, by), (second, by_too) = cells.seen
+        assert sorted(cells.seen) == [0, 1], cells.seen  # each cell was seen running
+        (first, by), (second, by_too) = cells.seen[0], cells.seen[1]
         assert first != second
         assert by == by_too == server.pid  # forked by the server, not started by us
     # The same measurements as a cell started as a new interpreter: same steps, same loss
@@ -126,13 +174,11 @@ def test_a_forked_cell_has_its_own_session_descriptors_and_environment(tmp_path,
     monkeypatch.setenv("MPBENCH_MARK", str(tmp_path))
     monkeypatch.setenv("MPBENCH_FAULT", "hang@r1")
     cells = Cells(tmp_path)
-    result = {}
     with cells.servers:
         # A first cell starts the server, whose import (seconds on a busy machine) would
         # otherwise count against the 10 s timeout of the cell under test.
         assert cells.run(spec(repeat=0)).status == "ok"
-        worker = threading.Thread(target=lambda: result.update(o=cells.run(spec(repeat=1), 5)))
-        worker.start()
+        worker = InBackground(lambda: cells.run(spec(repeat=1), 5))
         try:
             cell = wait_for_cell(9)
             time.sleep(0.5)
@@ -148,7 +194,7 @@ def test_a_forked_cell_has_its_own_session_descriptors_and_environment(tmp_path,
             assert b"mpbench: injecting the hang fault" in Path(log).read_bytes()
         finally:
             worker.join(60)
-    outcome = result["o"]
+    outcome = worker.result()
     assert outcome.status == "timeout", outcome.reason
     assert "5 s timeout" in outcome.reason  # the cell's timeout reached the cell's env
 
@@ -179,14 +225,18 @@ def test_a_forked_cells_failure_is_reported_as_a_new_processs_would_be(
 def test_a_timed_out_cell_is_killed_with_its_group_and_the_server_serves_the_next(
     tmp_path, monkeypatch
 ):
-    monkeypatch.setenv("MPBENCH_FAULT", "spawn@r0")  # a grandchild that never ends either
+    monkeypatch.setenv("MPBENCH_FAULT", "spawn@r1")  # a grandchild that never ends either
     monkeypatch.setenv("MPBENCH_MARK", str(tmp_path))
     cells = Cells(tmp_path)
     with cells.servers:
-        hung = cells.run(spec(repeat=0), timeout_s=8)
+        # A first cell starts the server: its import (seconds, over 8 on a busy machine)
+        # would otherwise count against the hung cell's 8 s, whose time could then be up
+        # before the fork had made its own process group.
+        assert cells.run(spec(repeat=0)).status == "ok"
+        hung = cells.run(spec(repeat=1), timeout_s=8)
         (server,) = server_processes()
         left = [p for p in marked(str(tmp_path)) if p.pid != server.pid]
-        after = cells.run(spec(repeat=1))
+        after = cells.run(spec(repeat=2))
     assert hung.status == "timeout" and after.status == "ok", (hung.reason, after.reason)
     assert [p for p in left if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
 
@@ -198,11 +248,9 @@ def test_a_cell_whose_server_is_killed_under_it_runs_again_as_a_new_process(tmp_
     # Slow enough steps that the server dies while the forked cell trains.
     monkeypatch.setenv("MPBENCH_MARK", str(tmp_path))
     cells = Cells(tmp_path)
-    result = {}
     slow = spec(max_steps=200, epochs=30, units=1024)
     with cells.servers:
-        worker = threading.Thread(target=lambda: result.update(o=cells.run(slow, 120)))
-        worker.start()
+        worker = InBackground(lambda: cells.run(slow, 120))
         forked = wait_for_cell(30)
         (server,) = server_processes()
         assert forked.ppid() == server.pid
@@ -211,7 +259,7 @@ def test_a_cell_whose_server_is_killed_under_it_runs_again_as_a_new_process(tmp_
         worker.join(120)
         assert not worker.is_alive()
         after = cells.run(spec(repeat=1))
-    outcome = result["o"]
+    outcome = worker.result()
     assert outcome.status == "ok", outcome.reason
     assert outcome.launcher == "new process"
     said = (
@@ -253,7 +301,10 @@ def test_a_tensorflow_cell_forks_from_its_server_and_trains(tmp_path):
     with cells.servers:
         outcomes = [cells.run(spec("tensorflow", repeat=r)) for r in range(2)]
         (server,) = server_processes()
-        assert [parent for _, parent in cells.seen] == [server.pid, server.pid]
+        assert {r: parent for r, (_, parent) in cells.seen.items()} == {
+            0: server.pid,
+            1: server.pid,
+        }
     assert [o.status for o in outcomes] == ["ok", "ok"], [o.reason for o in outcomes]
     first, second = (o.measurements.epoch_losses for o in outcomes)
     assert first == pytest.approx(second, rel=1e-6)  # float32's rounding, as above

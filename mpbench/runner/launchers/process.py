@@ -74,6 +74,11 @@ def _kill_group(process: subprocess.Popen | ForkedCell) -> None:
         pass
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
+    # A forked cell calls setsid() itself, just after its fork: timed out before that, it has
+    # no group of its own yet, the group kills above miss it, and only its pid reaches it
+    # (the wait below would otherwise wait for a cell nothing stopped).
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(process.pid, signal.SIGKILL)
     process.wait()
 
 
