@@ -100,6 +100,10 @@ if [ "$DRY" = 1 ]; then
     # --compile --also-eager --fp8-eager every policy runs both ways, each its own cell).
     fp8_run=(-f torch -w mnist_dense -p bf16 -p fp8 --compile --also-eager --fp8-eager "${tiny[@]}")
     fp8_large_run=()  # 43 TFLOP a step: not on a CPU
+    # A Hugging Face model by name (transformers needed), tiny here.
+    hf_run=(-f torch -w 'hf:llama?hidden_size=64&intermediate_size=256&num_hidden_layers=1&num_attention_heads=2&num_key_value_heads=2&vocab_size=256&seq_len=32&samples=64'
+        -p bf16 -p fp8 --fp8-eager --device cpu --repeat 1 --max-steps 6 --warmup-steps 2
+        --batch-size 8 --threads 1)  # its own data: no --data
     tests=(tests/test_policies.py)
     rounds=1
 else
@@ -109,6 +113,12 @@ else
         --timeout 180)
     fp8_run=(-w mnist_dense -w transformer_lm "${both_ways[@]}")
     fp8_large_run=(-w transformer_lm_large "${both_ways[@]}" --max-steps 25 --warmup-steps 5)
+    # Your model at a size where fp8 should pay: a 2-block Llama of width 4096 (MLP 14336,
+    # grouped-query attention 32/8 heads), 4 sequences of 2048 tokens: every projection at
+    # M = 8192 with K, N >= 1024; bf16 and fp8 compiled (fp8's default), the prediction beside.
+    hf_run=(-f torch -w 'hf:llama?hidden_size=4096&intermediate_size=14336&num_hidden_layers=2&num_attention_heads=32&num_key_value_heads=8&vocab_size=32000&seq_len=2048&samples=64'
+        -p bf16 -p fp8 --compile --batch-size 4 --repeat 1 --max-steps 20
+        --warmup-steps 5 --timeout 180)
     cores=$(nproc)
     workers="${WORKERS:-$((cores < 8 ? cores : 8))}"
     tests=(-n "$workers" --dist loadfile)
@@ -145,8 +155,13 @@ else
     say "$(printf '%-16s %-34s' run-fp8-large 'skipped: DRY (43 TFLOP a step)')"
 fi
 step run-fp8 170 "$PY" -m mpbench run "${fp8_run[@]}" --out "$dir/run-fp8"
+if "$PY" -c "import transformers" 2>/dev/null; then
+    step run-hf 150 "$PY" -m mpbench run "${hf_run[@]}" --out "$dir/run-hf"
+else
+    say "$(printf '%-16s %-34s' run-hf 'skipped: transformers is not installed (WHEELS)')"
+fi
 step compare 40 bash -c "
-    for run in run-default run-fp8 run-fp8-large; do
+    for run in run-default run-fp8 run-fp8-large run-hf; do
         [ -s '$dir'/\$run/results.jsonl ] || { echo \"\$run: no results\"; continue; }
         mp compare '$dir'/\$run --format markdown -o '$dir'/compare-\$run.md \
             --plot '$dir'/compare-\$run.png || exit 1

@@ -12,7 +12,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from frameworks import needs_torch
+from frameworks import installed, needs_torch
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.sh"
 STEPS = [
@@ -25,6 +25,7 @@ STEPS = [
     "run-default",
     "run-fp8-large",
     "run-fp8",
+    "run-hf",
     "compare",
     "tests",
 ]
@@ -69,6 +70,10 @@ def test_the_dry_check_runs_every_step_and_keeps_what_each_made(tmp_path):
         "run-default": ({"float32", "mixed_bfloat16"}, 2),
         "run-fp8": ({"mixed_bfloat16", "float8"}, 4),
     }
+    if installed("transformers"):  # a Hugging Face Llama by name, bf16 and fp8
+        runs["run-hf"] = ({"mixed_bfloat16", "float8"}, 2)
+    else:
+        assert "transformers is not installed" in steps.pop("run-hf")
     for run, (policies, cells) in runs.items():
         records = [json.loads(line) for line in (out / run / "results.jsonl").open()]
         assert [r["status"] for r in records] == ["ok"] * cells, run
