@@ -87,6 +87,11 @@ def run_mpbench(steps: int, out: Path) -> dict[str, float]:
             raise SystemExit(
                 f"mpbench cell {record['policy']} {record['status']}: {record['reason']}"
             )
+        if record["step_time"]["count"] != steps:  # the same steps as the loop, or no ratio
+            raise SystemExit(
+                f"mpbench timed {record['step_time']['count']} steps, not {steps}: "
+                "an epoch of benchmarks/hf_models.py's data is too short"
+            )
         medians[record["policy"]] = record["step_time"]["median_s"]
         threads = record["threads"]
     return {**medians, "threads": threads.get("intra_op")}
