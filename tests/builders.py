@@ -74,6 +74,41 @@ def cell_spec(**overrides: object) -> CellSpec:
     return CellSpec(**values)
 
 
+# --- a user workload ------------------------------------------------------------------------
+
+
+def torch_only_workload(name: str, docstring: str = "") -> str:
+    """The source of a module defining WORKLOAD, a torch-only UserWorkload called `name` (an
+    MLP 8->16->2 on 640 separable rows): its module imports no framework until a cell builds
+    it. Tests write it where a run, or an installed package, finds it."""
+    head = f'"""{docstring}"""\n' if docstring else ""
+    return (
+        head
+        + f"""import numpy as np
+
+from mpbench.workloads import UserWorkload
+
+
+def data(seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((640, 8)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64)
+    return x[:512], y[:512], x[512:], y[512:]
+
+
+def torch_build(device):
+    import torch
+    from torch import nn
+
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)).to(device)
+    return model, torch.optim.SGD(model.parameters(), lr=0.1), nn.functional.cross_entropy
+
+
+WORKLOAD = UserWorkload(name={name!r}, data=data, torch=torch_build, batch_size=64)
+"""
+    )
+
+
 # --- a run ---------------------------------------------------------------------------------
 
 # The run a test's `mpbench run` does unless it says otherwise: CELL's sizes as run.toml's

@@ -11,6 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from builders import torch_only_workload
 from cli import run_mpbench
 from frameworks import TENSORFLOW_MISSING, installed, needs_tensorflow, needs_torch
 
@@ -147,29 +148,9 @@ def test_an_entry_point_named_like_a_built_in_is_listed_once_and_said_shadowed(
     assert warned.count("warning: workload mnist_dense: the built-in runs;") == 1
 
 
-TINY_PACKAGE = '''"""A workload an installed package offers (mpbench.workloads entry points)."""
-import numpy as np
-
-from mpbench.workloads import UserWorkload
-
-
-def data(seed):
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((640, 8)).astype(np.float32)
-    y = (x[:, 0] > 0).astype(np.int64)
-    return x[:512], y[:512], x[512:], y[512:]
-
-
-def torch_build(device):
-    import torch
-    from torch import nn
-
-    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)).to(device)
-    return model, torch.optim.SGD(model.parameters(), lr=0.1), nn.functional.cross_entropy
-
-
-WORKLOAD = UserWorkload(name="tiny", data=data, torch=torch_build, batch_size=64)
-'''
+TINY_PACKAGE = torch_only_workload(
+    "tiny", "A workload an installed package offers (mpbench.workloads entry points)."
+)
 
 
 @needs_torch

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from builders import tiny_toml
+from builders import tiny_toml, torch_only_workload
 from cli import run_mpbench
 from frameworks import needs_torch
 
@@ -18,28 +18,7 @@ from mpbench.runner.config import RunOptions, build_config
 from mpbench.workloads import describe_workload
 
 # A torch-only user workload: its module imports no framework until a cell builds it.
-TABULAR = """import numpy as np
-
-from mpbench.workloads import UserWorkload
-
-
-def data(seed):
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((640, 8)).astype(np.float32)
-    y = (x[:, 0] > 0).astype(np.int64)
-    return x[:512], y[:512], x[512:], y[512:]
-
-
-def torch_build(device):
-    import torch
-    from torch import nn
-
-    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)).to(device)
-    return model, torch.optim.SGD(model.parameters(), lr=0.1), nn.functional.cross_entropy
-
-
-WORKLOAD = UserWorkload(name="tabular", data=data, torch=torch_build, batch_size=64)
-"""
+TABULAR = torch_only_workload("tabular")
 USER = "tabular_workload:WORKLOAD"
 
 

@@ -8,19 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from refusals import one_line
 
-from mpbench.errors import InvalidInput
 from mpbench.workloads import user, zoo
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def one_line(name: str, call=user.load) -> str:
-    with pytest.raises(InvalidInput) as raised:
-        call(name)
-    said = str(raised.value)
-    assert "\n" not in said and said.startswith(f"--workload {name!r}: "), said
-    return said
 
 
 # --- names ---------------------------------------------------------------------------------

@@ -10,8 +10,8 @@ import json
 import numpy as np
 import pytest
 from frameworks import installed
+from refusals import one_line
 
-from mpbench.errors import InvalidInput
 from mpbench.workloads import user
 
 pytestmark = [
@@ -28,14 +28,6 @@ BERT = (
     "hf:bert?num_hidden_layers=1&hidden_size=32&num_attention_heads=2&intermediate_size=64"
     "&vocab_size=300&seq_len=16&samples=200&labels=3"
 )
-
-
-def one_line(name: str, call=user.load) -> str:
-    with pytest.raises(InvalidInput) as raised:
-        call(name)
-    said = str(raised.value)
-    assert "\n" not in said and said.startswith(f"--workload {name!r}: "), said
-    return said
 
 
 # --- Hugging Face --------------------------------------------------------------------------

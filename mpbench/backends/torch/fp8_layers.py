@@ -35,6 +35,7 @@ SHAPES_SOURCE = (
     "each layer's input in one traced forward at the micro-batch "
     "(M = the product of its leading dimensions)"
 )
+SHARE_SOURCE = f"forward FLOPs per module from one traced forward ({SOURCE})"
 SWAPPED = "transformers Conv1D swapped for nn.Linear (the same weights, transposed)"
 _CONVOLUTIONS = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
 
@@ -144,9 +145,6 @@ def flop_share(trace: ForwardTrace, layers: list[str]) -> float | None:
         return None
     converted = sum(trace.flops.get(name, 0.0) for name in layers)
     return min(1.0, converted / trace.total_flops)
-
-
-SHARE_SOURCE = f"forward FLOPs per module from one traced forward ({SOURCE})"
 
 
 def swap_hf_conv1d(

@@ -40,6 +40,13 @@ def describe(output: Any) -> str:
     return f"a {kind}"
 
 
+def _chosen(output: Any, wanted: str | int | None) -> str | int:
+    """The key or index to read: the workload's, else a mapping's "logits", a tuple's 0."""
+    if wanted is not None:
+        return wanted
+    return DEFAULT_KEY if isinstance(output, Mapping) else DEFAULT_INDEX
+
+
 def take(output: Any, wanted: str | int | None) -> torch.Tensor:
     """The tensor of `output` the cell trains on: the output itself where it is one; a
     ModelOutput's or dict's `wanted` key (default "logits"); a tuple's `wanted` index
@@ -48,13 +55,13 @@ def take(output: Any, wanted: str | int | None) -> torch.Tensor:
         return output
     hint = "return a tensor, or name the one to use with UserWorkload(output=KEY or INDEX)"
     if isinstance(output, Mapping):
-        key = DEFAULT_KEY if wanted is None else wanted
+        key = _chosen(output, wanted)
         found = output.get(key) if isinstance(key, str) else None
         if isinstance(found, torch.Tensor):
             return found
         raise OutputError(f"the model returned {describe(output)}: no tensor under {key!r}; {hint}")
     if isinstance(output, tuple | list):
-        index = DEFAULT_INDEX if wanted is None else wanted
+        index = _chosen(output, wanted)
         if isinstance(index, int) and -len(output) <= index < len(output):
             found = output[index]
             if isinstance(found, torch.Tensor):
@@ -82,11 +89,9 @@ class OutputReader:
     def describe_seen(self, output: Any) -> str:
         if isinstance(output, torch.Tensor):
             return "the tensor the forward returns"
-        if isinstance(output, Mapping):
-            key = DEFAULT_KEY if self.wanted is None else self.wanted
-            return f"{key!r} of the {type(output).__name__} the forward returns"
-        index = DEFAULT_INDEX if self.wanted is None else self.wanted
-        return f"item {index} of the {type(output).__name__} the forward returns"
+        chosen = _chosen(output, self.wanted)
+        part = repr(chosen) if isinstance(output, Mapping) else f"item {chosen}"
+        return f"{part} of the {type(output).__name__} the forward returns"
 
 
 def read_output(model: torch.nn.Module, wanted: str | int | None) -> OutputReader:
