@@ -179,7 +179,8 @@ def _never_fail_on_encoding() -> None:
 
 
 # --- store and history: owned by the history/ package (docs/history.md). ---
-from mpbench.history.cli import history, store_app  # noqa: E402
+from mpbench.history.cli import history  # noqa: E402
+from mpbench.history.store_cli import store_app  # noqa: E402
 
 app.add_typer(store_app, name="store")
 app.command()(history)
