@@ -15,8 +15,8 @@ import typer
 from typer.exceptions import Abort, Exit, TyperException
 
 from mpbench import __version__
-from mpbench.arguments import COMPARE_OPTIONS
 from mpbench.errors import InvalidInput
+from mpbench.result_options import COMPARE_OPTIONS, HISTORY_OPTIONS, Option
 from mpbench.settings import COMMAND_LINE, command_line_default, command_line_type
 
 app = typer.Typer(
@@ -25,6 +25,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 
@@ -142,6 +143,15 @@ run.__signature__ = inspect.Signature(_run_parameters())  # type: ignore[attr-de
 app.command()(run)
 
 
+def _table_parameters(table: tuple[Option, ...]) -> list[inspect.Parameter]:
+    """A command's parameters from its option table (mpbench/result_options.py), which its
+    options class is filled from: an option cannot be declared and then dropped."""
+    return [
+        _keyword(option.field, option.flags, option.help, option.default, option.annotation)
+        for option in table
+    ]
+
+
 # --- compare: owned by the compare/ package; keep this function a thin delegate. ---
 def compare(**given: Any) -> None:
     """Speed-up, memory and accuracy against float32; gates for CI (exit 1 on regression)."""
@@ -151,17 +161,21 @@ def compare(**given: Any) -> None:
     raise typer.Exit(run_compare(options=command_line_options(given)))
 
 
-def _compare_parameters() -> list[inspect.Parameter]:
-    """`mpbench compare`'s parameters: one per entry of mpbench/arguments.py's
-    COMPARE_OPTIONS, the table compare/options.py fills CompareOptions from."""
-    return [
-        _keyword(option.field, option.flags, option.help, option.default, option.annotation)
-        for option in COMPARE_OPTIONS
-    ]
-
-
-compare.__signature__ = inspect.Signature(_compare_parameters())  # type: ignore[attr-defined]
+compare.__signature__ = inspect.Signature(_table_parameters(COMPARE_OPTIONS))  # type: ignore[attr-defined]
 app.command()(compare)
+
+
+# --- store and history: owned by the history/ package (docs/history.md). ---
+def history(**given: Any) -> None:
+    """Step times and speed-ups over commits, with change points; --ci gates on the newest run."""
+    from mpbench.history.options import command_line_options
+    from mpbench.history.run import run_history
+
+    raise typer.Exit(run_history(command_line_options(given)))
+
+
+history.__signature__ = inspect.Signature(_table_parameters(HISTORY_OPTIONS))  # type: ignore[attr-defined]
+app.command()(history)
 
 
 def _one_line(message: str) -> str:
@@ -178,12 +192,9 @@ def _never_fail_on_encoding() -> None:
             reconfigure(errors="replace")
 
 
-# --- store and history: owned by the history/ package (docs/history.md). ---
-from mpbench.history.cli import history  # noqa: E402
 from mpbench.history.store_cli import store_app  # noqa: E402
 
 app.add_typer(store_app, name="store")
-app.command()(history)
 
 
 def main(argv: list[str] | None = None) -> int:

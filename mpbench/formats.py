@@ -1,17 +1,19 @@
-"""`mpbench compare`'s output formats, one row each: the name `--format` takes, what it is
-for, and the function that renders a report in it. The option's check (compare/options.py),
-its help (arguments.py) and the dispatch (compare/run.py) all read this table, so a new format is
-one row here and one renderer module in compare/render/.
+"""The output formats of the commands that read results, one row each: the name `--format`
+takes, whether it is for people or machines, and which commands write it. `--format`'s check
+and help read this table; each command's renderers are its own (compare/run.py's `render`,
+history/render.py), imported by name only when a report is written.
 
-A leaf module: the CLI reads it for `--format`'s help without importing compare (numpy, the
-renderers); a renderer is imported only when a report is rendered in its format.
+A leaf module (it imports errors only): the CLI reads it at start-up without importing
+compare (numpy, the renderers).
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
-from typing import Any
+
+from mpbench.errors import unknown_choice
+
+COMPARE, HISTORY = "compare", "history"
 
 
 @dataclass(frozen=True)
@@ -20,27 +22,34 @@ class OutputFormat:
     # For people (the table, markdown): a failed gate is in what they read. A machine format
     # (or any format written to --output) repeats each failure on stderr for the CI log.
     human: bool
-    renderer: str  # "module:function", the function taking a Report and returning its text
-
-    def render(self, report: Any) -> str:
-        module, function = self.renderer.split(":")
-        return getattr(importlib.import_module(module), function)(report)
+    commands: tuple[str, ...] = (COMPARE, HISTORY)  # the commands that write it
 
 
 OUTPUT_FORMATS: tuple[OutputFormat, ...] = (
-    OutputFormat("table", True, "mpbench.compare.render.terminal:render_table"),
-    OutputFormat("markdown", True, "mpbench.compare.render.markdown:render_markdown"),
-    OutputFormat("json", False, "mpbench.compare.render.json_report:render_json"),
-    OutputFormat("csv", False, "mpbench.compare.render.csv_report:render_csv"),
-    OutputFormat(
-        "benchmark-action", False, "mpbench.compare.render.benchmark_action:render_benchmark_action"
-    ),
+    OutputFormat("table", True),
+    OutputFormat("markdown", True),
+    OutputFormat("json", False),
+    OutputFormat("csv", False),
+    # github-action-benchmark's input: one value per cell of one run, not a history.
+    OutputFormat("benchmark-action", False, (COMPARE,)),
 )
 BY_NAME = {output.name: output for output in OUTPUT_FORMATS}
-FORMATS = tuple(BY_NAME)
+FORMATS = tuple(BY_NAME)  # compare writes every format
 
 
-def help_text() -> str:
+def names(command: str = COMPARE) -> tuple[str, ...]:
+    return tuple(f.name for f in OUTPUT_FORMATS if command in f.commands)
+
+
+def help_text(command: str = COMPARE) -> str:
     """--format's help: `table, markdown, json, csv or benchmark-action.`"""
-    *first, last = FORMATS
+    *first, last = names(command)
     return f"{', '.join(first)} or {last}."
+
+
+def parse_format(text: str, command: str = COMPARE) -> str:
+    """--format's check, whatever made the options: one of the command's format names."""
+    value = text.strip().lower()
+    if value not in names(command):
+        raise unknown_choice("format", text, names(command))
+    return value

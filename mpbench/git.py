@@ -1,5 +1,5 @@
 """Asking git, for `mpbench run` (the commit it measured, recorded in environment.json) and
-`mpbench store` / `history` (mpbench/history/gitinfo.py): one way to call it."""
+`mpbench store` / `history` (mpbench/results/commits.py): one way to call it."""
 
 from __future__ import annotations
 

@@ -5,10 +5,11 @@ value parsers in `mpbench.arguments`); imports neither pandas nor
 matplotlib until a renderer needs them.
 """
 
-from mpbench.compare.options import CompareOptions, parse_format
+from mpbench.compare.options import CompareOptions
 from mpbench.compare.render.terminal import print_run_summary
 from mpbench.compare.report import Report, build_report
 from mpbench.compare.run import compare, latest_run, render, run_compare
+from mpbench.formats import parse_format
 
 __all__ = [
     "CompareOptions",

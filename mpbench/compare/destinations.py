@@ -1,4 +1,5 @@
-"""Where compare writes (--output, --plot, the step summary), checked before anything is read.
+"""Where compare and history write (--output, --plot, the step summary), checked before
+anything is read.
 
 A report must never replace what it reports on: `--output runs/x/results.jsonl` would swap the
 measurements for markdown. So every destination is compared with every input file by identity
@@ -41,7 +42,9 @@ def same_file(a: Path, b: Path) -> bool:
         return a.resolve() == b.resolve()
 
 
-def check_destinations(output: Path | None, plot: Path | None, inputs: Iterable[Path]) -> None:
+def check_destinations(
+    output: Path | None, plot: Path | None, inputs: Iterable[Path], what: str = "comparison"
+) -> None:
     """InvalidInput (exit 2) for a destination that is an input, a directory, under a file,
     unwritable, the other destination, or (--plot) not an image format matplotlib writes."""
     inputs = list(inputs)
@@ -60,7 +63,7 @@ def check_destinations(output: Path | None, plot: Path | None, inputs: Iterable[
                 spelled = os.path.abspath(path) == os.path.abspath(source)
                 also = "" if spelled else f" ({source})"
                 raise InvalidInput(
-                    f"{option} {path} would overwrite an input of this comparison{also}; "
+                    f"{option} {path} would overwrite an input of this {what}{also}; "
                     "write the report elsewhere"
                 )
         _check_writable(option, path)

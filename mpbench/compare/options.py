@@ -1,6 +1,6 @@
 """What `mpbench compare` was asked to do: CompareOptions, filled from the command line
-through the option table (mpbench/arguments.py's COMPARE_OPTIONS, whose parsers read the
-user's spelling of each threshold), and the check of --format against mpbench/formats.py.
+through the option table (mpbench/result_options.py's COMPARE_OPTIONS, whose parsers read the
+user's spelling of each threshold).
 """
 
 from __future__ import annotations
@@ -9,26 +9,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mpbench.arguments import COMPARE_OPTIONS
-from mpbench.errors import unknown_choice
-from mpbench.formats import FORMATS  # the table of formats, for the check here
-from mpbench.results.store import StoreFilter
+from mpbench.result_options import COMPARE_OPTIONS
+from mpbench.results.sources import SourceChoice
 
 
 @dataclass
-class CompareOptions:
+class CompareOptions(SourceChoice):
     """Everything `run_compare` needs; the CLI fills it from its options (command_line_options).
-    Each field is one entry of COMPARE_OPTIONS."""
+    Each field is one entry of COMPARE_OPTIONS; which records to read (devices, frameworks,
+    workloads, policies, commits, since, until) are SourceChoice's, shared with history."""
 
     paths: list[Path] = field(default_factory=list)  # none: the latest run under results_dir
     results_dir: Path = Path("results")
-    # Which records (results.store.StoreFilter's fields); empty: every one.
-    devices: tuple[str, ...] = ()
-    workloads: tuple[str, ...] = ()
-    policies: tuple[str, ...] = ()  # canonical names
-    commits: str | None = None  # a store's runs only, as the three below
-    since: str | None = None
-    until: str | None = None
+    pool: bool = False  # a store's runs (or several commits') pooled as repeats
     baseline: Path | None = None
     max_slowdown: float | None = None  # fraction: 0.10 = 10 % slower step time allowed
     max_memory_increase: float | None = None  # fraction
@@ -46,18 +39,6 @@ class CompareOptions:
     format: str = "table"
     output: Path | None = None
     plot: Path | None = None
-
-    def record_filter(self) -> StoreFilter | None:
-        """The filters as the store reads them; None where none was given."""
-        found = StoreFilter(
-            devices=self.devices,
-            workloads=self.workloads,
-            policies=self.policies,
-            commits=self.commits,
-            since=self.since,
-            until=self.until,
-        )
-        return found.check() if found != StoreFilter() else None
 
     @property
     def has_baseline_gates(self) -> bool:
@@ -82,11 +63,3 @@ def command_line_options(given: dict[str, Any]) -> CompareOptions:
     return CompareOptions(
         **{option.field: option.value(given[option.field]) for option in COMPARE_OPTIONS}
     )
-
-
-def parse_format(text: str) -> str:
-    """--format's check, whatever made the options: one of mpbench/formats.py's names."""
-    value = text.strip().lower()
-    if value not in FORMATS:
-        raise unknown_choice("format", text, FORMATS)
-    return value

@@ -6,9 +6,9 @@ raises `InvalidInput`, which the CLI turns into one line on stderr and exit code
 
 from __future__ import annotations
 
-import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
@@ -18,15 +18,17 @@ from mpbench.compare.destinations import (
     input_files,
     write_text,
 )
-from mpbench.compare.options import CompareOptions, parse_format
+from mpbench.compare.options import CompareOptions
 from mpbench.compare.render.encoding import safe_stream
 from mpbench.compare.report import Report, build_report
+from mpbench.compare.summary.labels import short_fingerprint
 from mpbench.errors import InvalidInput
-from mpbench.formats import BY_NAME
+from mpbench.formats import BY_NAME, parse_format
 from mpbench.results import CellRecord
-from mpbench.results.io import RESULTS_FILE, read_runs, results_file
+from mpbench.results.io import RESULTS_FILE
 from mpbench.results.run_json import AdaptiveBlock
-from mpbench.results.store import StoreFilter, is_store, store_records, stored_runs
+from mpbench.results.sources import Machine, Selection, read_sources, runs_margin
+from mpbench.results.store import StoredRun, StoreFilter
 
 
 def latest_run(results_dir: Path) -> Path:
@@ -45,44 +47,55 @@ def latest_run(results_dir: Path) -> Path:
     return max(runs, key=lambda d: ((d / RESULTS_FILE).stat().st_mtime, d.name))
 
 
-def load(paths: list[Path], filters: StoreFilter | None = None) -> list[CellRecord]:
-    """The records of every path, merged (conflicting duplicates refused: read_runs); a store
-    (mpbench store add) gives those of its runs the filters keep, run directories and files
-    those that pass the record filters (device, workload, policy)."""
-    stores = [p for p in paths if is_store(p)]
-    if filters is not None and not stores and filters.selects_runs:
-        raise InvalidInput(
-            "--commits, --since and --until choose among the runs of a store "
-            "(mpbench store add; docs/history.md): pass one"
-        )
-    files = [p for p in paths if p not in stores]
-    records = read_runs(files) if files else []
-    if filters is not None:
-        records = [r for r in records if filters.keeps(r)]
-    found = {(r.run_id, r.cell_id, r.repeat): r for r in records}
-    for store in stores:
-        for record in store_records(store, filters):
-            identity = (record.run_id, record.cell_id, record.repeat)
-            if identity in found and found[identity] != record:
-                raise InvalidInput(
-                    f"{store}: record {record.cell_id} of run {record.run_id} differs from "
-                    "the copy in the other sources: pass one of them"
-                )
-            if identity not in found:
-                found[identity] = record
-                records.append(record)
-    if filters is not None and not records:
+def read(paths: list[Path], filters: StoreFilter | None = None, pool: bool = False) -> Selection:
+    """The runs and records of every path (results/sources.py's rule): a store's runs, or run
+    directories of several commits, are a history, and only each machine's newest run is read
+    unless `pool` or a filter that picks runs (--commits, --since, --until) says otherwise."""
+    selection = read_sources(paths).select(filters, pool)
+    if filters is not None and not selection.records:
         raise InvalidInput("no record passes --device, --workload, --policy and the run filters")
-    return records
+    return selection
 
 
-def _run_dirs(paths: list[Path], options: CompareOptions) -> dict[str, list[Path]] | None:
-    """Where each run's telemetry side files are; only --plot reads them."""
-    if options.plot is None:
-        return None
-    from mpbench.compare.summary.side_files import run_dirs
+def load(
+    paths: list[Path], filters: StoreFilter | None = None, pool: bool = False
+) -> list[CellRecord]:
+    """The records `read` reads."""
+    return read(paths, filters, pool).records
 
-    return run_dirs([p for p in paths if not is_store(p)])  # a store keeps no side files
+
+def selection_notes(selection: Selection) -> list[str]:
+    """What the report says about the runs it read: each machine whose older runs were left
+    out, and each whose runs of several commits were pooled."""
+    notes = []
+    for machine in selection.machines.values():
+        if machine.left_out:
+            older = machine.left_out
+            commits = list(dict.fromkeys(r.short_commit for r in older if r.short_commit))
+            span = f" ({commits[0]} … {commits[-1]})" if len(commits) > 1 else ""
+            span = f" ({commits[0]})" if len(commits) == 1 else span
+            notes.append(
+                f"{_machine(machine)}: read its newest run only, {_run_name(machine.runs[-1])}; "
+                f"{len(older)} older run{'s' if len(older) != 1 else ''}{span} left out, as a "
+                "history is not repeats of one experiment: choose runs with --commits, --since "
+                "or --until, or pool them with --pool"
+            )
+    for fingerprint, commits in selection.pooled_commits.items():
+        machine = selection.machines[fingerprint]
+        notes.append(
+            f"{_machine(machine)}: {len(machine.runs)} runs of {len(commits)} commits "
+            f"({', '.join(commits)}) pooled as repeats of one experiment"
+        )
+    return notes
+
+
+def _machine(machine: Machine) -> str:
+    return f"{machine.device} [{short_fingerprint(machine.fingerprint)}]"
+
+
+def _run_name(run: StoredRun) -> str:
+    commit = f"commit {run.short_commit}" if run.short_commit else "commit unknown"
+    return f"{run.run_id} ({commit}{', ' + run.when[:10] if run.when else ''})"
 
 
 def run_compare(paths: list[Path] | None = None, **options: object) -> int:
@@ -108,47 +121,16 @@ def compare(options: CompareOptions, stdout: TextIO | None = None) -> int:
             "(within one run, use --min-speedup and --max-accuracy-delta)"
         )
     filters = options.record_filter()
-    records = load(paths, filters)
-    baseline = load([options.baseline]) if options.baseline is not None else None
-    run_jsons = _run_jsons(paths, filters)  # read once: the margin, --repeat auto
+    selection = read(paths, filters, options.pool)
+    baseline = read([options.baseline]).records if options.baseline is not None else None
     if options.accuracy_margin_pp is None:
-        options.accuracy_margin_pp = runs_margin(run_jsons)
-    report = build_report(records, options, baseline, run_dirs=_run_dirs(paths, options))
-    adaptive_repeats(report, run_jsons)
+        options.accuracy_margin_pp = runs_margin(selection.run_jsons)
+    directories = selection.directories if options.plot is not None else None
+    report = build_report(selection.records, options, baseline, run_dirs=directories)
+    report.notes += selection_notes(selection)
+    adaptive_repeats(report, selection.run_jsons)
     write_outputs(report, options, safe_stream(stdout or sys.stdout), inputs)
     return report.exit_code
-
-
-def runs_margin(run_jsons: list[dict]) -> float | None:
-    """The accuracy margin the runs were made with (run.json's config.accuracy_margin), where
-    every run that says one says the same; None otherwise (the default applies)."""
-    margins = set()
-    for raw in run_jsons:
-        config = raw.get("config")
-        margin = config.get("accuracy_margin") if isinstance(config, dict) else None
-        if isinstance(margin, (int, float)) and not isinstance(margin, bool) and margin >= 0:
-            margins.add(float(margin))
-    return margins.pop() if len(margins) == 1 else None
-
-
-def _run_jsons(paths: list[Path], filters: StoreFilter | None) -> list[dict]:
-    """Each run's run.json: a run directory's file, a store's copies of its runs'."""
-    found = []
-    for path in paths:
-        if is_store(path):
-            found += [run.run_json or {} for run in stored_runs(path, filters)]
-        else:
-            found.append(_run_json(path))
-    return found
-
-
-def _run_json(path: Path) -> dict:
-    """A run's run.json, or {} where there is none to read (a bare results.jsonl)."""
-    try:
-        raw = json.loads((results_file(Path(path)).parent / "run.json").read_text("utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return raw if isinstance(raw, dict) else {}
 
 
 def adaptive_repeats(report: Report, run_jsons: list[dict]) -> None:
@@ -219,7 +201,24 @@ def render(report: Report, format: str, terminal: bool = False) -> str:
         buffer = io.StringIO()
         _print_table(report, buffer, terminal=True)
         return buffer.getvalue()
-    return BY_NAME[format].render(report)
+    return _renderer(format)(report)
+
+
+def _renderer(format: str) -> Callable[[Report], str]:
+    """The renderer of a format (mpbench/formats.py's names), imported only when used."""
+    if format == "table":
+        from mpbench.compare.render.terminal import render_table as chosen
+    elif format == "markdown":
+        from mpbench.compare.render.markdown import render_markdown as chosen
+    elif format == "json":
+        from mpbench.compare.render.json_report import render_json as chosen
+    elif format == "csv":
+        from mpbench.compare.render.csv_report import render_csv as chosen
+    elif format == "benchmark-action":
+        from mpbench.compare.render.benchmark_action import render_benchmark_action as chosen
+    else:
+        raise ValueError(f"no renderer for --format {format!r}")
+    return chosen
 
 
 def _print_table(report: Report, out: TextIO, terminal: bool | None = None) -> None:

@@ -1,8 +1,7 @@
-"""Results over time and across machines: the store's readers, `mpbench history` (change
-points over commits, a CI gate against the history) and the fleet (`--by device`).
-docs/history.md says how to use them; each module says why it is as it is."""
+"""Results over time and across machines: `mpbench history` (change points over commits, a CI
+gate against the history), the fleet (`--by device`) and the `mpbench store` commands.
+docs/history.md says how to use them."""
 
-from pathlib import Path
+from mpbench.result_options import DEFAULT_STORE
 
-# Where `mpbench store add` writes and `mpbench history` reads when no path is given.
-DEFAULT_STORE = Path("results") / "store.sqlite"
+__all__ = ["DEFAULT_STORE"]

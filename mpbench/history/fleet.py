@@ -91,31 +91,15 @@ def device_class(record: CellRecord) -> str:
     return f"{device.name} ({device.kind})"
 
 
-def newest_per_machine(records: list[CellRecord], runs: list[StoredRun]) -> list[CellRecord]:
-    """Each machine's records of its newest run (runs in history's order)."""
-    position = {run.run_id: i for i, run in enumerate(runs)}
-    newest: dict[str, int] = {}
-    for record in records:
-        if record.run_id in position:
-            at = position[record.run_id]
-            newest[record.hardware_fingerprint] = max(
-                newest.get(record.hardware_fingerprint, -1), at
-            )
-    return [
-        r
-        for r in records
-        if r.run_id in position and position[r.run_id] == newest[r.hardware_fingerprint]
-    ]
-
-
 def fleet_tables(
     records: list[CellRecord], runs: list[StoredRun], accuracy_margin_pp: float | None = None
 ) -> list[FleetTable]:
-    """One table per workload, a column per machine (each its newest run). A row is a
+    """One table per workload, a column per machine (the records of each machine's newest run:
+    results.sources' Selection with newest=True). A row is a
     framework, its recipe marks and a policy: each machine runs the workload at its own size
     (an accelerator's preset, a CPU's), which the table's config line says, so sizes do not
     split rows; two groups of one machine that would share a row keep compare's full names."""
-    chosen = newest_per_machine(records, runs)
+    chosen = records
     run_of = {run.run_id: run for run in runs}
     margin = {} if accuracy_margin_pp is None else {"accuracy_margin_pp": accuracy_margin_pp}
     sections = build_sections(summarize_all(chosen), **margin)

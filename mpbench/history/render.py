@@ -1,20 +1,21 @@
-"""`mpbench history`'s outputs: terminal tables (rich), markdown, JSON; the fleet's as well.
-
-Both commands' tables are built once as plain text (Table) and then drawn by rich or written
-as markdown, so the two never disagree; JSON keeps full floats. Numbers are spelled by
-compare's own formatting (compare/summary/fmt.py), so a speed-up reads the same in both.
+"""`mpbench history`'s outputs, the history's and the fleet's: its tables in compare's table
+model (TextTable), drawn and written by compare's renderers (terminal, markdown), so the two
+commands never disagree on how a table looks; JSON and CSV keep full floats. Numbers are
+spelled by compare's own formatting (compare/summary/fmt.py): a speed-up reads the same in both.
 """
 
 from __future__ import annotations
 
+import csv
 import io
 import json
-from dataclasses import dataclass, field
 from typing import Any
 
 from mpbench.compare.render.json_report import estimate_json
+from mpbench.compare.render.tables import TextTable
 from mpbench.compare.summary import fmt
 from mpbench.compare.summary.estimate import Estimate
+from mpbench.history.changepoints import MIN_POINTS
 from mpbench.history.ci import FAIL, INCONCLUSIVE, NewestVerdict
 from mpbench.history.fleet import FleetCell, FleetTable
 from mpbench.history.report import BY_DATE, HistoryReport
@@ -22,14 +23,12 @@ from mpbench.history.series import STEP_TIME, Point, Series
 from mpbench.results.store import StoredRun
 
 JSON_VERSION = 1
-
-
-@dataclass
-class Table:
-    title: str
-    headers: list[str]
-    rows: list[list[str]] = field(default_factory=list)
-    styles: list[str | None] = field(default_factory=list)  # per row: None, "red", "yellow"
+_STYLE = {FAIL: "failed", INCONCLUSIVE: "warning"}  # compare's row styles
+# What every history table holds is text but the counts: left-aligned, never cut.
+_HISTORY_TEXT = frozenset(
+    {"series", "points", "first", "newest (95 %)", "change points (95 %)", "newest run", "commit",
+     "started", "run", "value (95 %)", "note"}
+)  # fmt: skip
 
 
 # --- words and numbers ----------------------------------------------------------------------
@@ -70,9 +69,10 @@ def change_text(series: Series, by: str) -> str:
 
 
 def verdict_text(verdict: NewestVerdict) -> str:
-    return (
-        verdict.outcome if verdict.outcome == verdict.text else f"{verdict.outcome}: {verdict.text}"
-    )
+    """`FAIL: regression +23.1 % ...`; the outcome once where the text begins with it."""
+    if verdict.text.startswith(verdict.outcome):
+        return verdict.text
+    return f"{verdict.outcome}: {verdict.text}"
 
 
 def section_title(series: Series) -> tuple[str, str, str]:
@@ -83,10 +83,10 @@ def section_title(series: Series) -> tuple[str, str, str]:
 # --- history tables -------------------------------------------------------------------------
 
 
-def history_tables(report: HistoryReport, points: bool = False) -> list[Table]:
-    tables: list[Table] = []
+def history_tables(report: HistoryReport, points: bool = False) -> list[TextTable]:
+    tables: list[TextTable] = []
     current: tuple[str, str, str] | None = None
-    table: Table | None = None
+    table: TextTable | None = None
     for series, verdict in zip(report.series, report.verdicts, strict=True):
         where = section_title(series)
         if where != current:
@@ -95,7 +95,7 @@ def history_tables(report: HistoryReport, points: bool = False) -> list[Table]:
             runs = {
                 p.run.run_id for s in report.series if section_title(s) == where for p in s.points
             }
-            table = Table(
+            table = TextTable(
                 f"{workload} on {device} ({fingerprint[:12]}), {len(runs)} runs",
                 [
                     "series",
@@ -105,12 +105,14 @@ def history_tables(report: HistoryReport, points: bool = False) -> list[Table]:
                     "change points (95 %)",
                     "newest run",
                 ],
+                text_columns=_HISTORY_TEXT,
+                prose_columns=frozenset({"newest run"}),
             )
             tables.append(table)
         assert table is not None
         first, newest = series.points[0], series.points[-1]
-        detection = series.detection
-        noise = f", noise ±{detection.sigma * 100:.1f} %" if detection else ""
+        noise = _noise(series)
+        noise = f", noise ±{noise * 100:.1f} %" if noise is not None else ""
         table.rows.append(
             [
                 f"{series.label} {series.metric}",
@@ -121,23 +123,26 @@ def history_tables(report: HistoryReport, points: bool = False) -> list[Table]:
                 verdict_text(verdict),
             ]
         )
-        table.styles.append(
-            "red"
-            if verdict.outcome == FAIL
-            else "yellow"
-            if verdict.outcome == INCONCLUSIVE
-            else None
-        )
+        table.styles.append(_STYLE.get(verdict.outcome))
         if points:
             tables.append(points_table(series, report.by))
     return tables
 
 
-def points_table(series: Series, by: str) -> Table:
+def _noise(series: Series) -> float | None:
+    """The series' noise (sigma of one point), where it has the points to estimate it: from
+    fewer, changepoints.py falls back to a floor, which is no measurement."""
+    detection = series.detection
+    return detection.sigma if detection is not None and detection.points >= MIN_POINTS else None
+
+
+def points_table(series: Series, by: str) -> TextTable:
     starts = {after.run.run_id: change for change, _, after in series.changes()}
-    table = Table(
+    table = TextTable(
         f"{series.label} {series.metric} on {series.group.device}: every point",
         ["#", "commit" if by != BY_DATE else "started", "run", "value (95 %)", "note"],
+        text_columns=_HISTORY_TEXT,
+        prose_columns=frozenset({"note"}),
     )
     for i, point in enumerate(series.points, start=1):
         change = starts.get(point.run.run_id)
@@ -153,18 +158,22 @@ def points_table(series: Series, by: str) -> Table:
                 note,
             ]
         )
-        table.styles.append("yellow" if change is not None else "dim" if point.distrust else None)
+        table.styles.append("warning" if change is not None else "dim" if point.distrust else None)
     return table
 
 
 # --- fleet tables ---------------------------------------------------------------------------
 
 
-def fleet_text_tables(tables: list[FleetTable]) -> list[Table]:
+def fleet_text_tables(tables: list[FleetTable]) -> list[TextTable]:
     out = []
     for fleet in tables:
         headers = ["policy", *(m.label for m in fleet.machines)]
-        table = Table(f"{fleet.workload}: each machine's newest run", headers)
+        table = TextTable(
+            f"{fleet.workload}: each machine's newest run",
+            headers,
+            text_columns=frozenset(headers),
+        )
         for row in fleet.rows:
             cells = [_fleet_cell(row.cells.get(m.fingerprint)) for m in fleet.machines]
             table.rows.append([row.name, *cells])
@@ -202,55 +211,6 @@ def _fleet_cell(cell: FleetCell | None) -> str:
     return "\n".join(lines)
 
 
-# --- drawing --------------------------------------------------------------------------------
-
-
-def terminal_text(title: str, tables: list[Table], notes: list[str], width: int = 200) -> str:
-    """The tables as rich draws them, plain text (for --output and pipes)."""
-    from rich.console import Console
-
-    buffer = io.StringIO()
-    print_terminal(title, tables, notes, Console(file=buffer, width=width, no_color=True))
-    return buffer.getvalue()
-
-
-def print_terminal(title: str, tables: list[Table], notes: list[str], console: Any) -> None:
-    from rich import box
-    from rich.markup import escape
-    from rich.table import Table as RichTable
-
-    from mpbench.compare.render.encoding import safe_console
-
-    with safe_console(console):
-        console.print(f"[bold]{escape(title)}[/bold]")
-        for table in tables:
-            rich = RichTable(title=escape(table.title), box=box.SIMPLE_HEAD, title_justify="left")
-            for header in table.headers:
-                rich.add_column(escape(header), overflow="fold")
-            for row, style in zip(table.rows, table.styles, strict=True):
-                rich.add_row(*(escape(c) for c in row), style=style)
-            console.print(rich)
-        for note in notes:
-            console.print(escape(note))
-
-
-def markdown_text(title: str, tables: list[Table], notes: list[str]) -> str:
-    lines = [f"## {title}", ""]
-    for table in tables:
-        lines += [f"**{_md(table.title)}**", ""]
-        lines.append("| " + " | ".join(_md(h) for h in table.headers) + " |")
-        lines.append("|" + "|".join("---" for _ in table.headers) + "|")
-        for row in table.rows:
-            lines.append("| " + " | ".join(_md(c) for c in row) + " |")
-        lines.append("")
-    lines += [f"- {_md(n)}" for n in notes]
-    return "\n".join(lines).rstrip() + "\n"
-
-
-def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", "<br>")
-
-
 # --- JSON -----------------------------------------------------------------------------------
 
 
@@ -278,7 +238,6 @@ def history_json(report: HistoryReport) -> str:
 
 def _series(series: Series, verdict: NewestVerdict) -> dict[str, Any]:
     group = series.group
-    detection = series.detection
     return {
         "metric": series.metric,
         "unit": "s" if series.metric == STEP_TIME else "x",
@@ -291,7 +250,7 @@ def _series(series: Series, verdict: NewestVerdict) -> dict[str, Any]:
         "variant": series.row.variant,
         "config": group.config_dict(),
         "points": [_point(p) for p in series.points],
-        "noise": detection.sigma if detection else None,
+        "noise": _noise(series),
         "change_points": [
             {
                 **_run(after.run),
@@ -366,3 +325,83 @@ def _fleet_json_cell(cell: FleetCell | None) -> dict[str, Any] | None:
         "why": cell.why,
         "status": cell.status,
     }
+
+
+# --- CSV ------------------------------------------------------------------------------------
+
+_POINT_COLUMNS = [
+    "device", "fingerprint", "workload", "framework", "policy", "variant", "series", "metric",
+    "unit", "run_id", "commit", "commit_time", "started_at", "value", "low", "high",
+    "interval", "used", "change_point",
+]  # fmt: skip
+
+
+def history_csv(report: HistoryReport) -> str:
+    """One row per point of every series: what a spreadsheet or pandas plots."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(_POINT_COLUMNS)
+    for series in report.series:
+        group = series.group
+        starts = {after.run.run_id for _, _, after in series.changes()}
+        for point in series.points:
+            estimate = point.estimate
+            writer.writerow(
+                [
+                    group.device, group.fingerprint, group.workload, group.framework,
+                    series.row.policy, series.row.variant or "", series.label, series.metric,
+                    "s" if series.metric == STEP_TIME else "x", point.run.run_id,
+                    point.run.git_commit or "", point.run.commit_time or "",
+                    point.run.started_at or "", _number(estimate.value),
+                    _number(estimate.low if estimate.has_interval else None),
+                    _number(estimate.high if estimate.has_interval else None),
+                    estimate.kind if estimate.has_interval else "",
+                    "no" if point.distrust else "yes",
+                    "yes" if point.run.run_id in starts else "no",
+                ]
+            )  # fmt: skip
+    return buffer.getvalue()
+
+
+_FLEET_COLUMNS = [
+    "workload", "row", "policy", "variant", "machine", "device", "fingerprint", "run_id",
+    "commit", "speedup", "speedup_low", "speedup_high", "memory_ratio", "accuracy_delta_pp",
+    "accuracy_delta_low", "accuracy_delta_high", "step_time_s", "verdict", "status", "why",
+]  # fmt: skip
+
+
+def fleet_csv(tables: list[FleetTable]) -> str:
+    """One row per policy and machine."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(_FLEET_COLUMNS)
+    for table in tables:
+        for row in table.rows:
+            for machine in table.machines:
+                cell = row.cells.get(machine.fingerprint)
+                if cell is None:
+                    continue
+                writer.writerow(
+                    [
+                        table.workload, row.name, row.row.policy, row.row.variant or "",
+                        machine.label, machine.device, machine.fingerprint, machine.run.run_id,
+                        machine.run.git_commit or "", *_triple(cell.speedup),
+                        _number(cell.memory_ratio.value if cell.memory_ratio else None),
+                        *_triple(cell.accuracy_delta_pp),
+                        _number(cell.step_time_s.value if cell.step_time_s else None),
+                        cell.verdict or "", cell.status or "", cell.why or "",
+                    ]
+                )  # fmt: skip
+    return buffer.getvalue()
+
+
+def _triple(estimate: Estimate | None) -> list[str]:
+    if estimate is None:
+        return ["", "", ""]
+    if not estimate.has_interval:
+        return [_number(estimate.value), "", ""]
+    return [_number(estimate.value), _number(estimate.low), _number(estimate.high)]
+
+
+def _number(value: float | None) -> str:
+    return "" if value is None else repr(float(value))

@@ -42,7 +42,7 @@ def store_add(
 ) -> None:
     """Add runs to the store: each in one transaction; adding a run again changes nothing,
     and a run whose records changed since (resumed) replaces its copy."""
-    from mpbench.history.gitinfo import attach_commits, check_commit
+    from mpbench.results.commits import attach_commits, check_commit
     from mpbench.results.store import Store, read_run_dir
 
     if commit is not None:

@@ -52,19 +52,39 @@ def read_runs(paths: Iterable[Path]) -> list[CellRecord]:
     the same run passed twice (a directory and its results.jsonl, an overlapping shell glob) is
     a harmless slip, and refusing it would only make the user edit a command line.
     """
+    return [record for _, record in read_run_files(paths)]
+
+
+def read_run_files(paths: Iterable[Path]) -> list[tuple[Path, CellRecord]]:
+    """As read_runs, each record with the results file it was first read from (where its
+    run's environment.json and run.json are)."""
     seen: dict[tuple[str, str, int], tuple[_Origin, CellRecord]] = {}
-    records: list[CellRecord] = []
+    records: list[tuple[Path, CellRecord]] = []
     for path in paths:
         for origin, record in _read_file(results_file(Path(path))):
             identity = (record.run_id, record.cell_id, record.repeat)
             first = seen.get(identity)
             if first is None:
                 seen[identity] = (origin, record)
-                records.append(record)
+                records.append((origin.file, record))
             elif first[1] != record:
                 raise _conflict(identity, first, (origin, record))
     _check_fallbacks(seen.values())
     return records
+
+
+def read_environment(directory: Path) -> dict[str, Any] | None:
+    """A run directory's environment.json; None where there is none; one line if damaged."""
+    path = Path(directory) / ENVIRONMENT_FILE
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise SchemaError(f"{path}: not readable JSON ({exc})") from None
+    if not isinstance(raw, dict):
+        raise SchemaError(f"{path}: not a JSON object")
+    return raw
 
 
 def _check_fallbacks(found: Iterable[tuple[_Origin, CellRecord]]) -> None:

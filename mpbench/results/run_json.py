@@ -1,14 +1,52 @@
-"""run.json's `adaptive` entry: what `mpbench run --repeat auto` decided and why it stopped.
+"""run.json: the one reader of the file, and its `adaptive` entry.
 
-Written by the runner (runner/adaptive.py, after every round) and read by compare
-(compare/run.py), both through `AdaptiveBlock`, so the two sides name its keys once. The
-entry carries a version from 1 on; an older run.json wrote the same keys without one.
+`read_run_json` is how every command reads a run's run.json (run --resume, compare, store add,
+history), so a damaged file meets one rule everywhere: one line naming it, exit 2; a missing
+one is None (a bare results.jsonl, a run made before run.json existed).
+
+`AdaptiveBlock` is the `adaptive` entry, what `mpbench run --repeat auto` decided and why it
+stopped: written by the runner after every round, read by compare, so both name its keys once.
+The entry carries a version from 1 on; an older run.json wrote the same keys without one.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
+
+from mpbench.errors import InvalidInput
+
+RUN_JSON = "run.json"
+
+
+def read_run_json(directory: Path) -> dict[str, Any] | None:
+    """The run.json of a run directory as a JSON object; None where there is none.
+
+    A file that is not a JSON object is refused rather than ignored: its accuracy margin, its
+    `--repeat auto` account and its settings would otherwise fall back to defaults unseen."""
+    path = Path(directory) / RUN_JSON
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"{path}: cannot read the run's run.json ({_why(exc)})") from None
+    try:
+        raw = json.loads(text)
+    except ValueError as exc:
+        raise InvalidInput(
+            f"{path}: damaged (not JSON: {exc}); restore it from a copy, or move it aside to "
+            "read the run's records without its settings"
+        ) from None
+    if not isinstance(raw, dict):
+        raise InvalidInput(f"{path}: damaged (a JSON {type(raw).__name__}, not an object)")
+    return raw
+
+
+def _why(exc: Exception) -> str:
+    return getattr(exc, "strerror", None) or str(exc)
 
 ADAPTIVE_VERSION = 1
 

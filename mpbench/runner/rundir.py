@@ -20,10 +20,11 @@ from typing import Any, TextIO
 
 from mpbench.errors import InvalidInput
 from mpbench.results.io import RESULTS_FILE
+from mpbench.results.run_json import RUN_JSON, read_run_json
 from mpbench.results.writer import write_atomically
 from mpbench.runner.config import RunConfig
 
-RUN_FILE = "run.json"
+RUN_FILE = RUN_JSON  # one name for the file, results/run_json.py's
 LOCK_FILE = ".mpbench.lock"
 
 try:
@@ -122,14 +123,9 @@ def write_state(run_dir: Path, state: RunState) -> None:
 def read_state(run_dir: Path) -> RunState | None:
     """The stored run, None if the directory holds no run.json; InvalidInput if unreadable."""
     path = run_dir / RUN_FILE
-    if not path.exists():
+    raw = read_run_json(run_dir)
+    if raw is None:
         return None
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise InvalidInput(f"{path}: not a readable run description ({exc})") from None
-    if not isinstance(raw, dict):
-        raise InvalidInput(f"{path}: not a run description (not a JSON object)")
     texts = {}
     for key in ("run_id", "created_at", "command_line", "mpbench_version"):
         value = raw.get(key)

@@ -1,4 +1,4 @@
-"""`mpbench compare`'s option table (mpbench/arguments.py's COMPARE_OPTIONS): every entry is
+"""`mpbench compare`'s option table (mpbench/result_options.py's COMPARE_OPTIONS): every entry is
 a parameter of the command and a field of CompareOptions, every field has its entry, and a
 value given on the command line reaches its field."""
 
@@ -13,7 +13,7 @@ import typer.core
 import typer.main
 
 import mpbench.compare
-from mpbench.arguments import COMPARE_OPTIONS, CompareOption
+from mpbench.result_options import COMPARE_OPTIONS, Option
 from mpbench.cli import app, main
 from mpbench.compare.options import CompareOptions, command_line_options
 from mpbench.formats import FORMATS, help_text
@@ -27,11 +27,13 @@ EXAMPLES: dict[str, tuple[list[str], Any]] = {
     "paths": (["a", "b/c"], [Path("a"), Path("b/c")]),
     "results_dir": (["--results-dir", "elsewhere"], Path("elsewhere")),
     "devices": (["--device", "h200", "--device", "xeon"], ("h200", "xeon")),
+    "frameworks": (["-f", "torch"], ("torch",)),
     "workloads": (["-w", "mnist_dense"], ("mnist_dense",)),
     "policies": (["-p", "fp32", "-p", "bf16"], ("float32", "mixed_bfloat16")),
     "commits": (["--commits", "abc123.."], "abc123.."),
     "since": (["--since", "2026-11-01"], "2026-11-01"),
     "until": (["--until", "2026-11-26"], "2026-11-26"),
+    "pool": (["--pool"], True),
     "baseline": (["-b", "base"], Path("base")),
     "max_slowdown": (["--max-slowdown", "10%"], 0.1),
     "max_memory_increase": (["--max-memory-increase", "0.2"], 0.2),
@@ -131,7 +133,7 @@ def test_each_option_reaches_its_field(field: str, parsed: list[CompareOptions])
 
 @pytest.mark.parametrize("option", [o for o in COMPARE_OPTIONS if o.once], ids=lambda o: o.option)
 def test_a_single_limit_given_twice_exits_2(
-    option: CompareOption, parsed: list[CompareOptions], capsys: pytest.CaptureFixture[str]
+    option: Option, parsed: list[CompareOptions], capsys: pytest.CaptureFixture[str]
 ) -> None:
     value = EXAMPLES[option.field][0][1]
     assert main(["compare", option.option, value, option.option, value]) == 2

@@ -15,7 +15,7 @@ from cli import run_mpbench
 from mpbench.compare import CompareOptions
 from mpbench.compare.run import compare, load
 from mpbench.errors import InvalidInput
-from mpbench.history.gitinfo import attach_commits
+from mpbench.results.commits import attach_commits
 from mpbench.results import write_environment
 from mpbench.results.store import Store, read_run_dir
 
@@ -56,9 +56,16 @@ def test_a_store_compares_as_its_run_directories_do(runs, tmp_path):
     from_store = _json(store, output=tmp_path / "a.json")
     from_dirs = _json(*directories, output=tmp_path / "b.json")
     assert from_store["cells"] == from_dirs["cells"]
-    assert len(from_store["runs"]) == 3
+    # three commits of one machine are a history: its newest run is read, and the report
+    # says which and what it left out
+    assert from_store["runs"] == from_dirs["runs"] == ["20260301-100200-run2"]
+    (note,) = [n for n in from_store["notes"] if "newest run only" in n]
+    assert "20260301-100200-run2 (commit 3333333c" in note and "2 older runs" in note
+    pooled = _json(store, output=tmp_path / "c.json", pool=True)
+    assert len(pooled["runs"]) == 3
+    assert any("3 runs of 3 commits" in n and "pooled" in n for n in pooled["notes"])
     # the same runs from the store and their directories are read once
-    assert load([store, *directories]) == load([store])
+    assert load([store, *directories], pool=True) == load([store], pool=True)
 
 
 def test_filters_choose_records_and_a_stores_runs(runs, tmp_path):
@@ -70,11 +77,13 @@ def test_filters_choose_records_and_a_stores_runs(runs, tmp_path):
     assert {r.run_id for r in middle} == {"20260301-100100-run1"}
     since = load([store], CompareOptions(since="2026-03-02").record_filter())
     assert {r.run_id for r in since} == {"20260301-100100-run1", "20260301-100200-run2"}
-    # run directories take the record filters, not the run filters
     assert {r.workload for r in load(directories, CompareOptions(workloads=("cifar10_cnn",))
                                      .record_filter())} == {"cifar10_cnn"}  # fmt: skip
-    with pytest.raises(InvalidInput, match="choose among the runs of a store"):
-        load(directories, CompareOptions(commits="1111111..").record_filter())
+    # run directories take the run filters too, by the commits their environment.json names
+    later = load(directories, CompareOptions(commits="2222222..").record_filter())
+    assert {r.run_id for r in later} == {"20260301-100100-run1", "20260301-100200-run2"}
+    with pytest.raises(InvalidInput, match="no run of commit '4444444'"):
+        load(directories, CompareOptions(commits="4444444..").record_filter())
 
 
 def test_the_command_line_filters_and_refuses_in_one_line(runs):

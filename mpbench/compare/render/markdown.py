@@ -16,13 +16,16 @@ _VERDICT_MARKDOWN = {"FAIL": "❌ **FAIL**", INCONCLUSIVE: "⚠️ inconclusive"
 
 
 def _md_cell(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|")
+    """One line: a value's lines joined by "; " (a table cell holds no line break)."""
+    lines = [" ".join(line.split()) for line in text.splitlines()]
+    return "; ".join(line for line in lines if line).replace("|", "\\|")
 
 
 def _md_table(table: TextTable) -> list[str]:
     lines = [f"### {_md_cell(table.title)}", ""]
     lines.append("| " + " | ".join(_md_cell(h) for h in table.headers) + " |")
-    aligns = ["---" if h in TEXT_COLUMNS else "---:" for h in table.headers]
+    text = TEXT_COLUMNS | table.text_columns
+    aligns = ["---" if h in text else "---:" for h in table.headers]
     lines.append("| " + " | ".join(aligns) + " |")
     for row in table.rows:
         if table.headers[0] == "result":
@@ -49,4 +52,16 @@ def render_markdown(report: Report) -> str:
     if report.results:
         mark = "❌" if report.failures else "✅"
         lines += [f"**{mark} {report.verdict}**", ""]
+    return "\n".join(lines)
+
+
+def markdown_document(heading: str, tables: list[TextTable], notes: list[str]) -> str:
+    """A report of another command (history) written as compare writes its own."""
+    lines = [f"## {_md_cell(heading)}", ""]
+    for table in tables:
+        lines += _md_table(table)
+    if notes:
+        lines += ["### Notes", ""]
+        lines += [f"- {_md_cell(note)}" for note in notes]
+        lines.append("")
     return "\n".join(lines)

@@ -39,6 +39,10 @@ class TextTable:
     # narrow (the markdown, JSON and CSV formats always keep every column). Empty: all 0.
     priorities: list[int] = field(default_factory=list)
     verdicts: list[str] = field(default_factory=list)  # one line per framework group
+    # Headers of text columns beyond TEXT_COLUMNS (left-aligned), and of prose columns whose
+    # values may wrap between words (history's verdicts); every other column is a number.
+    text_columns: frozenset[str] = frozenset()
+    prose_columns: frozenset[str] = frozenset()
 
     def priority(self, column: int) -> int:
         return self.priorities[column] if self.priorities else 0

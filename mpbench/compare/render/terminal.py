@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 # Prose columns (gate messages, statuses) may wrap between words; numbers and names never do.
 _WRAPPING = {"status: baseline → now", "numbers", "gate"}
-_ROW_STYLE = {"dim": "dim", "failed": "red"}
+_ROW_STYLE = {"dim": "dim", "failed": "red", "warning": "yellow"}
 
 
 def render_table(report: Report) -> str:
@@ -49,6 +49,31 @@ def print_report(report: Report, console: Console) -> None:
         console.print(f"[bold]mpbench compare[/bold] · {escape(report_header(report))}")
         _print_tables(report_tables(report), console)
         _print_notes(report, console)
+
+
+def print_document(
+    heading: str, tables: list[TextTable], notes: list[str], console: Console
+) -> None:
+    """A report of another command (history) drawn as compare draws its own: the heading,
+    the tables fitted to the console, the notes."""
+    from rich.markup import escape
+
+    with safe_console(console):
+        console.print(f"[bold]{escape(heading)}[/bold]")
+        _print_tables(tables, console)
+        _print_note_lines(notes, console)
+
+
+def document_text(heading: str, tables: list[TextTable], notes: list[str]) -> str:
+    """print_document as plain text, 200 columns wide (--output, a pipe)."""
+    import io
+
+    from rich.console import Console
+
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=200, force_terminal=False, no_color=True)
+    print_document(heading, tables, notes, console)
+    return buffer.getvalue()
 
 
 def print_run_summary(
@@ -143,19 +168,20 @@ def _rich_table(text_table: TextTable, left_out: list[str] | None = None) -> Tab
         box=box.SIMPLE_HEAD,
         pad_edge=False,
     )
+    wrapping = _WRAPPING | text_table.prose_columns
     for column, header in enumerate(text_table.headers):
-        numeric = header not in TEXT_COLUMNS
+        numeric = header not in TEXT_COLUMNS | text_table.text_columns
         values = [header, *(row[column] for row in text_table.rows)]
-        longest = max(cell_len(value) for value in values)
+        longest = max(cell_len(line) for value in values for line in value.split("\n"))
         table.add_column(
             escape(header),
             justify="right" if numeric else "left",
             # rich measures a no_wrap column by its longest word, then cuts values with "…";
             # the whole longest value as the minimum makes _fits see what the column needs.
-            min_width=None if header in _WRAPPING else longest,
+            min_width=None if header in wrapping else longest,
             # Values never wrap: a number split over lines is misread. Too wide a table
             # loses whole columns instead (_fit), or becomes blocks (_print_stacked).
-            no_wrap=header not in _WRAPPING,
+            no_wrap=header not in wrapping,
         )
     for index, row in enumerate(text_table.rows):
         style = _ROW_STYLE.get(text_table.styles[index] or "")
@@ -224,12 +250,18 @@ def _verdict_markup(result: str) -> str:
 def _print_notes(report: Report, console: Console) -> None:
     from rich.markup import escape
 
-    if report.notes:
-        console.print()
-        console.print("[bold]Notes[/bold]")
-        for note in report.notes:
-            console.print(f"  • {escape(note)}")
+    _print_note_lines(report.notes, console)
     if report.results:
         style = "bold red" if report.failures else "bold green"
         console.print()
         console.print(f"[{style}]{escape(report.verdict)}[/{style}]")
+
+
+def _print_note_lines(notes: list[str], console: Console) -> None:
+    from rich.markup import escape
+
+    if notes:
+        console.print()
+        console.print("[bold]Notes[/bold]")
+        for note in notes:
+            console.print(f"  • {escape(note)}")

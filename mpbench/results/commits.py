@@ -6,6 +6,8 @@ git is asked for HEAD only with `--commit auto`. The commit's time orders histor
 from `--commit-time`, else environment.json's `git_commit_time` where a run wrote one, else
 `git show` in the repository (`--repo`, default the current directory), else it is unknown and
 the run sits at its start time.
+
+Used by `mpbench store add` and by results/sources.py, which reads run directories as a store.
 """
 
 from __future__ import annotations
@@ -56,8 +58,11 @@ def attach_commits(
     commit: str | None = None,
     when: str | None = None,
     repo: Path | None = None,
+    ask_git: bool = True,
 ) -> None:
-    """Set each run's commit, its time and where the commit came from (module rules)."""
+    """Set each run's commit, its time and where the commit came from (module rules).
+    `ask_git=False`: only what was said or recorded (compare, which orders runs by their
+    recorded times and must not depend on the directory it runs in)."""
     where = repo or Path.cwd()
     given = None
     if commit is not None:
@@ -80,7 +85,7 @@ def attach_commits(
             run.commit_time = given_time
         elif given is None and isinstance(recorded_time, str):
             run.commit_time = parse_time("environment.json git_commit_time", recorded_time)
-        else:
+        elif ask_git:
             run.commit_time = commit_time(run.git_commit, where)
 
 
