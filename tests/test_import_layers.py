@@ -36,8 +36,11 @@ def _imports() -> dict[str, set[str]]:
     for module, (path, is_package) in modules.items():
         here = module if is_package else module.rpartition(".")[0]
         targets = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if _dynamic(node):  # importlib.import_module("mpbench.x"), __import__("mpbench.x")
+                targets.add(resolve(node.args[0].value))
+            elif isinstance(node, ast.Import):
                 targets |= {resolve(a.name) for a in node.names if a.name.startswith("mpbench")}
             elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""
@@ -50,8 +53,49 @@ def _imports() -> dict[str, set[str]]:
                     for alias in node.names:
                         full = f"{base}.{alias.name}"
                         targets.add(full if full in modules else resolve(base))
+        targets |= {resolve(name) for name in _named_modules(tree) if resolve(name) in modules}
         edges[module] = targets - {module}
     return edges
+
+
+def _named_modules(tree: ast.AST) -> set[str]:
+    """In a module that imports by a name it computes (`import_module(module)`), every
+    `"module:function"` string that names an mpbench module
+    (`"mpbench.compare.render.terminal:render_table"`, a registry's row): what such a call can
+    load is in the module's own text, so it counts as an arrow."""
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    computed = any(
+        (n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", ""))
+        in ("import_module", "__import__")
+        and not (n.args and isinstance(n.args[0], ast.Constant))
+        for n in calls
+    )
+    if not computed:
+        return set()
+    return {
+        n.value.partition(":")[0]
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant)
+        and isinstance(n.value, str)
+        and n.value.startswith("mpbench.")
+        and ":" in n.value
+        and " " not in n.value
+    }
+
+
+def _dynamic(node: ast.AST) -> bool:
+    """A call that imports a module named by a string literal of mpbench's: an arrow as much
+    as an import statement (formats.py once dispatched to compare's renderers this way)."""
+    if not isinstance(node, ast.Call) or not node.args:
+        return False
+    name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+    first = node.args[0]
+    return (
+        name in ("import_module", "__import__")
+        and isinstance(first, ast.Constant)
+        and isinstance(first.value, str)
+        and first.value.startswith("mpbench")
+    )
 
 
 def _arrows(source: str, target: str) -> set[tuple[str, str]]:
@@ -96,6 +140,41 @@ def test_settings_never_imports_compare():
     # run's settings read compare's percentages through mpbench/arguments.py, the parsers
     # both commands share; settings.py once imported them from compare/options.py.
     assert _arrows("mpbench.settings", "mpbench.compare") == set()
+
+
+def test_a_dynamic_import_is_an_arrow_too():
+    code = "import importlib\nimportlib.import_module('mpbench.compare.render.terminal')\n"
+    (call,) = [n for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Call)]
+    assert _dynamic(call)
+    # formats.py's old dispatch: the module's name in a table, imported by a variable
+    table = (
+        "import importlib\nRENDERERS = ('mpbench.compare.render.terminal:render_table',)\n"
+        "def render(name):\n    module, _, function = name.partition(':')\n"
+        "    return getattr(importlib.import_module(module), function)\n"
+    )
+    assert _named_modules(ast.parse(table)) == {"mpbench.compare.render.terminal"}
+
+
+def test_the_format_table_and_the_option_tables_are_leaves():
+    # formats.py, result_options.py and arguments.py are read by the CLI at start-up: they
+    # import no command (compare, history, runner) and nothing that imports numpy.
+    edges = _imports()
+    assert edges["mpbench.formats"] <= {"mpbench.errors"}
+    assert edges["mpbench.arguments"] <= {"mpbench.errors", "mpbench.policies"}
+    assert edges["mpbench.result_options"] <= {
+        "mpbench.errors",
+        "mpbench.policies",
+        "mpbench.formats",
+        "mpbench.arguments",
+    }
+
+
+def test_history_sits_above_compare_and_results_below_both():
+    # history is compare's series view: it uses compare's summary and renderers, never the
+    # other way; both read results through results/sources.py.
+    assert _arrows("mpbench.compare", "mpbench.history") == set()
+    for above in ("mpbench.compare", "mpbench.history", "mpbench.runner", "mpbench.cli"):
+        assert _arrows("mpbench.results", above) == set(), above
 
 
 def test_the_shared_parsers_import_no_command():
