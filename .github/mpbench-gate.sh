@@ -186,17 +186,27 @@ if ((rc == 0 && run_rc != 0)); then
     rc="$run_rc"
 fi
 
-# The cells of this run that ran beside other work, one name per line (the report's names):
-# `contended_repeats` in `mpbench compare --format json`, the fact behind the table's
-# `contended` status (docs/compare.md, "Busy machines and implausible figures"). The report is
-# in the job summary already: this one is not appended to it.
+# The cells of this run that ran beside other work, and in how many of their repeats:
+# `contended_repeats` of `repeats` in `mpbench compare --format json`, the fact behind the
+# table's `contended` status (docs/compare.md, "Busy machines and implausible figures"). Two
+# lines, none where no cell was contended: how many cells and repeats (`1 cell contended in 8
+# of 8 repeats`, `2 cells contended in 3 of their 16 repeats`), and the cells by the report's
+# names (with each one's repeats where there are several). The report is in the job summary
+# already: this one is not appended to it.
 contended_cells() {
     GITHUB_STEP_SUMMARY='' mpbench compare "$out" --format json |
         PYTHONIOENCODING=utf-8 python3 -c '
 import json, sys
-for cell in json.load(sys.stdin)["cells"]:
-    if cell["contended_repeats"]:
-        print(cell["cell"])
+busy = [c for c in json.load(sys.stdin)["cells"] if c["contended_repeats"]]
+if busy:
+    hit, of = sum(c["contended_repeats"] for c in busy), sum(c["repeats"] for c in busy)
+    if len(busy) == 1:
+        print(f"1 cell contended in {hit} of {of} repeats")
+        print(busy[0]["cell"])
+    else:
+        print(f"{len(busy)} cells contended in {hit} of their {of} repeats")
+        each = [(c["cell"], c["contended_repeats"], c["repeats"]) for c in busy]
+        print("; ".join(f"{name}: {hit} of {of}" for name, hit, of in each))
 '
 }
 
@@ -208,15 +218,8 @@ if ((save && rc == 0)); then
         rc="$busy_rc"
         save=0
     elif [[ -n "$busy" ]]; then
-        mapfile -t names <<<"$busy"
-        count="${#names[@]} contended cell"
-        if ((${#names[@]} > 1)); then
-            count+="s"
-        fi
-        cells="${names[0]}"
-        for name in "${names[@]:1}"; do
-            cells+="; $name"
-        done
+        count="${busy%%$'\n'*}"
+        cells="${busy#*$'\n'}"
         if ((save_contended)); then
             say "Warning: saving a baseline with $count ($cells), as --save-contended asks: later runs are gated against a busy machine's times."
         else

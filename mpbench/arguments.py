@@ -40,7 +40,8 @@ def parse_fraction(option: str, text: str | float | None) -> float | None:
 
 
 def parse_points(option: str, text: str | float | None) -> float | None:
-    """Percentage points: `0.5` or `0.5pp`. `0.5%` is refused (relative or absolute?)."""
+    """Percentage points: `0.5` or `0.5pp`. `0.5%` is refused (relative or absolute?), and so
+    is more than 100: accuracy is a percentage, so no two differ by more."""
     if text is None:
         return None
     raw = str(text).strip()
@@ -53,6 +54,8 @@ def parse_points(option: str, text: str | float | None) -> float | None:
     number = _number(option, body, "percentage points like 0.5 or 0.5pp")
     if number < 0:
         raise InvalidInput(f"{option} {raw!r}: must not be negative")
+    if number > 100:
+        raise InvalidInput(f"{option} {raw!r}: must be at most 100 (points of accuracy)")
     return number
 
 

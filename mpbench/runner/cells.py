@@ -398,11 +398,18 @@ def recipes(config: RunConfig, framework: str, policy: Policy) -> list[Recipe]:
     the 16-bit policies only (float32 is their reference at 1x), torch.compile to torch only;
     accumulation and the world size to all. The gradient-communication precision marks torch
     cells of more than one replica only. World size is the outer loop: a world-size-1 cell
-    runs before the data-parallel cells that take it as their scaling reference."""
+    runs before the data-parallel cells that take it as their scaling reference.
+
+    A torch float8 cell compiles whatever the axis says unless --fp8-eager
+    (backends/torch/fp8.fp8_compiled): with `--compile --also-eager` its eager cell would
+    train, compile and time exactly what its compiled cell does, so it runs once, as the
+    compiled cell, beside the other policies' compiled cells."""
     sixteen = policy.compute_dtype in ("float16", "bfloat16")
     loss_scales = config.loss_scale if policy.loss_scaling else [None]
     batch_scales = config.batch_scale_16bit if sixteen else [1]
     compiles = config.compile if framework == "torch" else [False]
+    if policy.fp8 and framework == "torch" and not config.fp8_eager and True in compiles:
+        compiles = [True]
     combos = itertools.product(config.nproc, config.accumulate, compiles, batch_scales, loss_scales)
     found = []
     for nproc, acc, comp, bs, ls in combos:

@@ -104,8 +104,8 @@ def test_a_contended_run_is_not_saved_as_the_baseline(tmp_path: Path) -> None:
     log = done.stdout + done.stderr
     assert done.returncode == 1, log
     (refusal,) = _lines(done.stdout, "mpbench-gate: Baseline not saved")
-    cells = "torch/mnist_dense/float32; torch/mnist_dense/mixed_bfloat16"
-    assert f"2 contended cells, run beside other work ({cells})" in refusal
+    cells = "torch/mnist_dense/float32: 2 of 2; torch/mnist_dense/mixed_bfloat16: 2 of 2"
+    assert f"2 cells contended in 4 of their 4 repeats, run beside other work ({cells})" in refusal
     assert "results/ci-baseline is unchanged" in refusal
     assert "--save-contended (MPBENCH_SAVE_CONTENDED=1)" in refusal
     assert "Baseline saved" not in log and "Traceback" not in log
@@ -114,7 +114,7 @@ def test_a_contended_run_is_not_saved_as_the_baseline(tmp_path: Path) -> None:
     assert (repo / "results" / "ci" / "compare.md").is_file()
     summary = Path(env["GITHUB_STEP_SUMMARY"]).read_text(encoding="utf-8")
     assert summary.count("## mpbench compare") == 1
-    assert "Baseline not saved: 2 contended cells" in summary
+    assert "Baseline not saved: 2 cells contended in 4 of their 4 repeats" in summary
 
 
 def test_one_contended_cell_is_enough_and_an_old_baseline_stays(tmp_path: Path) -> None:
@@ -126,7 +126,8 @@ def test_one_contended_cell_is_enough_and_an_old_baseline_stays(tmp_path: Path) 
     assert done.returncode == 1, done.stdout + done.stderr
     assert "Gating against the baseline" in done.stdout
     (refusal,) = _lines(done.stdout, "mpbench-gate: Baseline not saved")
-    assert "1 contended cell, run beside other work (torch/mnist_dense/mixed_bfloat16)" in refusal
+    said = "1 cell contended in 2 of 2 repeats, run beside other work"
+    assert f"{said} (torch/mnist_dense/mixed_bfloat16)" in refusal
     assert (baseline / "results.jsonl").read_bytes() == before
 
 
@@ -142,7 +143,7 @@ def test_save_contended_saves_it_anyway_with_a_warning(
     done = _gate(repo, env, *args, **extra)
     assert done.returncode == 0, done.stdout + done.stderr
     (warning,) = _lines(done.stdout, "mpbench-gate: Warning: saving a baseline with")
-    assert "1 contended cell (torch/mnist_dense/float32)" in warning
+    assert "1 cell contended in 2 of 2 repeats (torch/mnist_dense/float32)" in warning
     assert "Baseline saved" in done.stdout
     saved = repo / "results" / "ci-baseline" / "results.jsonl"
     assert saved.read_bytes() == (repo / "results" / "ci" / "results.jsonl").read_bytes()

@@ -10,7 +10,7 @@ from collections import defaultdict
 from mpbench.compare.render.tables import Footnotes, TextTable, group_names, status_text
 from mpbench.compare.summary import fmt
 from mpbench.compare.summary.cells import CellSummary, PolicyGroup, Section
-from mpbench.compare.summary.comparison import short
+from mpbench.compare.summary.comparison import compile_said, short
 from mpbench.compare.summary.labels import Labeler
 from mpbench.fp8_gemms import explain
 from mpbench.results.schema import Fp8Prediction
@@ -57,7 +57,10 @@ def fp8_table(section: Section, labeler: Labeler) -> TextTable | None:
         if base is not None and base.ok:
             compiled += f" / {'yes' if base.compiled else 'no'}"
         if against is not None and against.compiled:
-            compiled += " " + notes.mark(f"{against.compiled}: add --compile to compile both")
+            said = compile_said(
+                against.compiled, "add --compile to compile both", against.compile_ran
+            )
+            compiled += " " + notes.mark(said)
         if cell.fp8.emulated:
             vs_base = "emulated " + notes.mark("emulated fp8: no speed is measured, only numerics")
         elif against is None:

@@ -9,7 +9,14 @@ from dataclasses import dataclass, field
 from mpbench.compare.gates import GateResult
 from mpbench.compare.report import Report
 from mpbench.compare.summary import fmt
-from mpbench.compare.summary.cells import CellKey, CellSummary, PolicyGroup, Section, memory_text
+from mpbench.compare.summary.cells import (
+    UNKNOWN_BOTTLENECK,
+    CellKey,
+    CellSummary,
+    PolicyGroup,
+    Section,
+    memory_text,
+)
 from mpbench.compare.summary.comparison import Comparison
 from mpbench.compare.summary.estimate import (
     MIN_STEPS,
@@ -21,6 +28,7 @@ from mpbench.compare.summary.estimate import (
 from mpbench.compare.summary.labels import Labeler, short_fingerprint, short_framework
 from mpbench.compare.summary.scaling import NOT_SCALING, ScalingRow
 from mpbench.policies import BASELINE
+from mpbench.results.schema import BottleneckStats
 from mpbench.results.variant import GROUP_RECIPE
 
 REF = "ref"
@@ -99,13 +107,6 @@ def _style(cell: CellSummary) -> str | None:
     return None if cell.ok else "dim"
 
 
-def memory_header(kinds: set[str]) -> tuple[str, bool]:
-    """Say which memory the column holds; tag each cell only when a table mixes kinds."""
-    if len(kinds) == 1:
-        return next(iter(kinds)), False
-    return "memory", len(kinds) > 1
-
-
 def _cells(section: Section) -> list[CellSummary]:
     return [c for g in section.groups for c in g.cells.values()]
 
@@ -123,20 +124,36 @@ EMULATED_NOTE = (
 )
 
 
-def _speedup_cell(group: PolicyGroup, policy: str, value: Estimate | None, notes: Footnotes) -> str:
-    if group.emulated(policy):
+def _speedup_cell(comparison: Comparison, value: Estimate | None, notes: Footnotes) -> str:
+    if comparison.emulated:
         return "emulated " + notes.mark(EMULATED_NOTE)
-    return _ratio_or_ref(policy, value)
+    return _ratio_or_ref(comparison.row, value)
 
 
-def _bound_cell(cell: CellSummary) -> str:
-    """`launch` (the diagnosis's kind without "-bound"), `launch 2/3` where repeats differ."""
+def _bound_cell(cell: CellSummary, notes: Footnotes) -> str:
+    """`launch` (the diagnosis's kind without "-bound"), `launch 2/3` where repeats differ;
+    `unknown [n]` with why no class was decided as footnote n (what JSON and CSV say in the
+    evidence)."""
     found = cell.bottleneck
     if found is None:
         return fmt.DASH
+    if found.kind == UNKNOWN_BOTTLENECK:  # every repeat undiagnosed: no agreement to count
+        return f"{found.kind} " + notes.mark(f"bound {found.kind}: {_not_classified(found)}")
     text = found.kind.removesuffix("-bound")
     agree, diagnosed = cell.bottleneck_agree
     return f"{text} {agree}/{diagnosed}" if agree < diagnosed else text
+
+
+def _not_classified(found: BottleneckStats) -> str:
+    """Why an `unknown` diagnosis has no class: the evidence line's `not classified: ...`
+    (what it lacks, each with its reason), else the whole line, else `unavailable`."""
+    _, said, why = found.evidence.partition("not classified: ")
+    if said and why:
+        return why
+    if found.evidence:
+        return found.evidence
+    missing = "; ".join(f"{name} ({reason})" for name, reason in found.unavailable.items())
+    return missing or "the record does not say why"
 
 
 def _memory_ratio_cell(policy: str, comparison: Comparison, notes: Footnotes) -> str:
@@ -322,7 +339,7 @@ def section_table(section: Section, labeler: Labeler) -> TextTable:
                 STEP: fmt.ms(cell.step_time_s.value if cell.step_time_s else None),
                 SPREAD: fmt.ms_range(cell.p10_s, cell.p90_s) if cell.step_time_s else fmt.DASH,
                 STEP_CI: fmt.ms_interval(estimates[STEP_CI]),
-                SPEEDUP: _speedup_cell(group, policy, estimates[SPEEDUP], notes),
+                SPEEDUP: _speedup_cell(comparison, estimates[SPEEDUP], notes),
                 E2E: _ratio_or_ref(policy, estimates[E2E]),
                 SAMPLES: fmt.throughput(cell.throughput),
                 MEMORY: memory,
@@ -336,7 +353,7 @@ def section_table(section: Section, labeler: Labeler) -> TextTable:
                 GPU_UTIL: fmt.util_percent(cell.gpu_util_pct),
                 POWER: fmt.watts(cell.power_w),
                 ENERGY: fmt.millijoules(cell.energy_per_sample_j),
-                BOUND: _bound_cell(cell),
+                BOUND: _bound_cell(cell, notes),
                 STATUS: _status_cell(cell, notes),
             }
             table.rows.append([values[c] for c in columns])
@@ -608,15 +625,6 @@ def _plain_status_cell(cell: CellSummary, notes: Footnotes) -> str:
         return text
     status = cell.status if not cell.ok else f"{cell.status} {_not_ok(cell)}/{cell.repeats}"
     return f"{status} {notes.mark(cell.reason)}" if cell.reason else status
-
-
-def _step_text(cell: CellSummary) -> str:
-    step = cell.step_time_s
-    median = step.value if step else None
-    text = fmt.ms(median)
-    if median is not None and cell.p10_s is not None and cell.p90_s is not None:
-        text += f" ({fmt.ms_range(cell.p10_s, cell.p90_s)})"
-    return text
 
 
 # The caption names what sizes a cell; the full config is in the JSON and CSV formats.

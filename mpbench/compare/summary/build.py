@@ -54,60 +54,87 @@ def build_sections(
     """The report's sections, every group with its comparisons; accuracy judged against
     float32 at `accuracy_margin_pp` (summary/accuracy.py)."""
     sections = group_sections(cells)
+    # The runs that compiled cells with --compile (the records' config says so): their eager
+    # rows beside a float8 cell, compiled by default, are never told to add --compile.
+    compiled_runs = frozenset(
+        r.run_id for c in cells.values() for r in c.records if r.config.get("compile")
+    )
     for group in (g for s in sections for g in s.groups):
-        compare_group(group, accuracy_margin_pp)
+        compare_group(group, accuracy_margin_pp, compiled_runs)
     for section in sections:
         section.scaling = scaling_rows(section)
     return sections
 
 
-def compare_group(group: PolicyGroup, accuracy_margin_pp: float = DEFAULT_MARGIN_PP) -> None:
+def compare_group(
+    group: PolicyGroup,
+    accuracy_margin_pp: float = DEFAULT_MARGIN_PP,
+    compiled_runs: frozenset[str] = frozenset(),
+) -> None:
     """Every row's estimates first, then the verdicts: a fallback's verdict reads the speed-up
-    of the row it fell back to."""
-    group.comparisons = {row: _compare(group, row, accuracy_margin_pp) for row in group.cells}
+    of the row it fell back to. `compiled_runs`: the runs that used --compile."""
+    group.comparisons = {
+        row: _compare(group, row, accuracy_margin_pp, compiled_runs) for row in group.cells
+    }
     for row in group.cells:
         if row != BASELINE:
             verdict = policy_verdict(group, row)
             group.comparisons[row] = dataclasses.replace(group.comparisons[row], verdict=verdict)
 
 
-def _compare(group: PolicyGroup, row: Row, accuracy_margin_pp: float) -> Comparison:
+def _compare(
+    group: PolicyGroup, row: Row, accuracy_margin_pp: float, compiled_runs: frozenset[str]
+) -> Comparison:
     known = POLICIES.get(row.policy)
     base = known.base if known is not None else None
-    speedup = _speedup(group, row)
+    # An emulated fp8 row: its step time and memory are the emulation's (PolicyGroup.emulated),
+    # decided here once for every estimate of the row.
+    emulated = group.emulated(row)
+    speedup = _speedup(group, row, emulated)
     accuracy = _accuracy_delta_pp(group, row)
+    vs_base = None
+    if base:
+        vs_base = _against_base(group, row, base, accuracy_margin_pp, emulated, compiled_runs)
     return Comparison(
         row=row,
         speedup=speedup,
-        emulation_cost=_emulation_cost(group, row),
-        end_to_end_speedup=_end_to_end_speedup(group, row),
-        memory_ratio=_memory_ratio(group, row),
-        memory_refused=_memory_refused(group, row),
+        emulation_cost=_emulation_cost(group, row, emulated),
+        end_to_end_speedup=_end_to_end_speedup(group, row, emulated),
+        memory_ratio=_memory_ratio(group, row, emulated),
+        memory_refused=_memory_refused(group, row, emulated),
         accuracy_delta_pp=accuracy,
         distrust=_distrust(group, row, speedup),
         accuracy=judge_accuracy(accuracy, accuracy_margin_pp) if row != BASELINE else None,
-        vs_base=_against_base(group, row, base, accuracy_margin_pp) if base else None,
+        vs_base=vs_base,
         compiled=_compiled(group, row, BASELINE),
+        compile_ran=_compile_ran(group, row, BASELINE, compiled_runs),
+        emulated=emulated,
     )
 
 
 def _against_base(
-    group: PolicyGroup, row: Row, base: str, accuracy_margin_pp: float
+    group: PolicyGroup,
+    row: Row,
+    base: str,
+    accuracy_margin_pp: float,
+    emulated: bool,
+    compiled_runs: frozenset[str],
 ) -> AgainstBase | None:
     """The row against the policy it builds on (float8 against bf16), where the group has a
     cell of it: fp8's reference is bf16, whether or not float32 ran beside them."""
     if base not in group.cells:
         return None
     accuracy = _accuracy_delta_pp(group, row, base)
-    speedup = _speedup(group, row, base)
+    speedup = _speedup(group, row, emulated, base)
     return AgainstBase(
         base=base,
         speedup=speedup,
-        memory_ratio=_memory_ratio(group, row, base),
-        memory_refused=_memory_refused(group, row, base),
+        memory_ratio=_memory_ratio(group, row, emulated, base),
+        memory_refused=_memory_refused(group, row, emulated, base),
         accuracy_delta_pp=accuracy,
         accuracy=judge_accuracy(accuracy, accuracy_margin_pp),
         compiled=_compiled(group, row, base),
+        compile_ran=_compile_ran(group, row, base, compiled_runs),
         distrust=_distrust(group, row, speedup, base),
     )
 
@@ -120,6 +147,13 @@ def _compiled(group: PolicyGroup, row: Row, against: str) -> str | None:
         return None
     said = {True: "compiled", False: "eager"}
     return f"{short(row)} {said[cell.compiled]}, {short(against)} {said[ref.compiled]}"
+
+
+def _compile_ran(group: PolicyGroup, row: Row, against: str, compiled_runs: frozenset[str]) -> bool:
+    """Whether a run behind the row or `against` used --compile (with --also-eager, beside
+    these eager cells): then where one of the two is compiled, --compile is no advice."""
+    cells = (group.cells.get(row), group.cells.get(against))
+    return any(r.run_id in compiled_runs for cell in cells if cell for r in cell.records)
 
 
 def _pairs(
@@ -138,12 +172,14 @@ def _pairs(
     return [(a[k], b[k]) for k in sorted(a.keys() & b.keys())]
 
 
-def _speedup(group: PolicyGroup, policy: str, against: str = BASELINE) -> Estimate | None:
+def _speedup(
+    group: PolicyGroup, policy: str, emulated: bool, against: str = BASELINE
+) -> Estimate | None:
     """float32 step time (or `against`'s) / this policy's (above 1: faster). Where the 16-bit
     cells run a larger batch (--batch-scale-16bit) the times are per sample, so this is
     the throughput ratio (samples/s) of the policy at its batch to float32 at its own.
     None for an emulated fp8 cell: _emulation_cost says what its step time is."""
-    if group.emulated(policy):
+    if emulated:
         return None
     pairs = _pairs(group, policy, CellSummary.step_times, against)
     if pairs and group.batch_scaled and against != BASELINE:
@@ -157,10 +193,10 @@ def _speedup(group: PolicyGroup, policy: str, against: str = BASELINE) -> Estima
     return step_ratio(pairs) if pairs else None
 
 
-def _emulation_cost(group: PolicyGroup, policy: str) -> Estimate | None:
+def _emulation_cost(group: PolicyGroup, policy: str, emulated: bool) -> Estimate | None:
     """An emulated fp8 cell's step time / float32's (above 1: slower): what emulating
     fp8 costs here, never a speed; None for any other cell."""
-    if not group.emulated(policy) or group.batch_scaled:
+    if not emulated or group.batch_scaled:
         return None
     pairs = _pairs(group, policy, CellSummary.step_times)
     return step_ratio([(b, a) for a, b in pairs]) if pairs else None
@@ -226,12 +262,14 @@ def _distrust(
     return "; ".join(dict.fromkeys(reasons)) if reasons else None
 
 
-def _memory_ratio(group: PolicyGroup, policy: str, against: str = BASELINE) -> Estimate | None:
+def _memory_ratio(
+    group: PolicyGroup, policy: str, emulated: bool, against: str = BASELINE
+) -> Estimate | None:
     """This policy's memory / float32's (or `against`'s), only between the same kind of
     memory (none for an emulated fp8 cell, whose memory holds the emulation's float32
     copies)."""
     ref, cell = group.cells.get(against), group.cells.get(policy)
-    if group.emulated(policy):
+    if emulated:
         return None
     if ref is None or cell is None or ref.memory_kind != cell.memory_kind:
         return None
@@ -240,11 +278,13 @@ def _memory_ratio(group: PolicyGroup, policy: str, against: str = BASELINE) -> E
     return paired_ratio(pairs) if pairs else None
 
 
-def _memory_refused(group: PolicyGroup, policy: Row, against: str = BASELINE) -> str | None:
+def _memory_refused(
+    group: PolicyGroup, policy: Row, emulated: bool, against: str = BASELINE
+) -> str | None:
     """Why this row's memory is not divided by float32's (or `against`'s) though both
     have a figure: they measure different things (cells.memory_mismatch)."""
     ref, cell = group.cells.get(against), group.cells.get(policy)
-    if group.emulated(policy) or ref is None or cell is None or not (ref.ok and cell.ok):
+    if emulated or ref is None or cell is None or not (ref.ok and cell.ok):
         return None
     return memory_mismatch(ref, short(against), cell, short(policy))
 
@@ -255,10 +295,10 @@ def _accuracy_delta_pp(group: PolicyGroup, policy: str, against: str = BASELINE)
     return paired_difference(pairs).scaled(100) if pairs else None
 
 
-def _end_to_end_speedup(group: PolicyGroup, policy: str) -> Estimate | None:
+def _end_to_end_speedup(group: PolicyGroup, policy: str, emulated: bool) -> Estimate | None:
     """This policy's end-to-end samples/s / float32's, through the same input pipeline
     (none for an emulated fp8 cell, as _speedup)."""
-    if group.emulated(policy):
+    if emulated:
         return None
     pairs = [
         (rate, ref_rate)

@@ -25,6 +25,17 @@ def short(row: str) -> str:
     return f"{name} {variant}" if variant else name
 
 
+# What a mismatch of compiled and eager says where a run behind it used --compile already
+# (--also-eager: the eager rows beside the compiled ones), instead of advice to add it.
+COMPILED_ROWS = "the [compile] rows compile both"
+
+
+def compile_said(compiled: str, advice: str, compile_ran: bool) -> str:
+    """`fp8 compiled, bf16 eager: add --compile to compile bf16 too`: the mismatch and
+    `advice`, or, where the run used --compile already, where both are compiled."""
+    return f"{compiled}: {COMPILED_ROWS if compile_ran else advice}"
+
+
 @dataclass
 class PolicyVerdict:
     policy: str
@@ -50,6 +61,8 @@ class AgainstBase:
     accuracy_delta_pp: Estimate | None  # test accuracy minus the base's, in points
     accuracy: AccuracyVerdict | None  # that difference judged at the margin
     compiled: str | None = None  # "fp8 compiled, bf16 eager" where the two differ
+    # A run behind the two used --compile: `compiled` never advises it (compile_said).
+    compile_ran: bool = False
     distrust: str | None = None  # why the timing cannot be trusted (a busy machine)
     memory_refused: str | None = None  # why no memory ratio: two kinds of memory figure
 
@@ -74,6 +87,10 @@ class Comparison:
     # Against the policy the row builds on (float8's: bf16) where the group has a cell of it.
     vs_base: AgainstBase | None = None
     compiled: str | None = None  # "fp8 compiled, float32 eager" where the two differ
+    compile_ran: bool = False  # a run behind the two used --compile (compile_said)
+    # An emulated fp8 row (PolicyGroup.emulated), decided once: no speed-up, memory ratio or
+    # end-to-end speed-up is taken of it, and its verdict is the emulated one.
+    emulated: bool = False
     # Why there is no memory ratio though both rows have a figure: the two measure different
     # things (summary/cells.memory_mismatch), and a ratio of them would mean nothing.
     memory_refused: str | None = None

@@ -12,7 +12,7 @@ import math
 from mpbench.compare.summary import fmt
 from mpbench.compare.summary.accuracy import INCONCLUSIVE, WORSE, AccuracyVerdict
 from mpbench.compare.summary.cells import CellSummary, PolicyGroup, is_training_memory
-from mpbench.compare.summary.comparison import PolicyVerdict, short
+from mpbench.compare.summary.comparison import PolicyVerdict, compile_said, short
 from mpbench.compare.summary.estimate import MIN_STEPS, WITHIN_RUN, Estimate
 from mpbench.fp8_gemms import explain
 from mpbench.policies import BASELINE, DeviceTraits, Rating, rate
@@ -72,7 +72,7 @@ def policy_verdict(group: PolicyGroup, policy: str) -> PolicyVerdict:
         if story is not None:
             return PolicyVerdict(policy, story, FELL_BACK, why)
         return PolicyVerdict(policy, f"{cell.status}, no numbers", NOT_MEASURED, why)
-    if group.emulated(policy):
+    if comparison.emulated:
         return emulated_verdict(group, policy)
     against = comparison.vs_base
     if cell.fp8 is not None and against is not None and against.speedup is not None:
@@ -114,7 +114,8 @@ def policy_verdict(group: PolicyGroup, policy: str) -> PolicyVerdict:
     elif advice in (CAREFUL, RECOMMENDED) and judged is not None:
         why = f"accuracy {judged.text()}"
     if comparison.compiled:  # a float8 cell compiles by default: its gain holds compile's
-        said = f"{comparison.compiled}: add --compile to compile {short(BASELINE)} too"
+        remedy = f"add --compile to compile {short(BASELINE)} too"
+        said = compile_said(comparison.compiled, remedy, comparison.compile_ran)
         why = f"{why}; {said}" if why else said
     distrust = comparison.distrust
     if distrust is not None:
@@ -181,7 +182,8 @@ def fp8_verdict(group: PolicyGroup, policy: str) -> PolicyVerdict:
         # the GEMMs' prediction says nothing of a step they do not set the pace of
         reasons.append(f"the step is {_limit(cell, group.cells.get(against.base))}")
     if against.compiled:
-        reasons.append(f"{against.compiled}: add --compile to compile {base} too")
+        remedy = f"add --compile to compile {base} too"
+        reasons.append(compile_said(against.compiled, remedy, against.compile_ran))
     if advice == CAREFUL and judged is not None:
         reasons.append(f"accuracy {judged.text()}")
     why = "; ".join(r for r in reasons if r) or None

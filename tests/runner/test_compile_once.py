@@ -1,0 +1,119 @@
+"""A cell compiles at most once (issue 42, item 1): a torch float8 cell compiles by default
+(torchao's float8 training is meant to run under torch.compile), so with `--compile
+--also-eager` its eager cell trained, compiled and timed what its compiled cell did: fp8
+compiled twice, as two cells. The matrix now holds it once, as the compiled cell beside the
+other policies' compiled ones; with --fp8-eager both fp8 cells run, each its own way."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from builders import run_options
+from cli import run_mpbench
+from frameworks import installed, needs_torch
+
+from mpbench.backends.torch.fp8 import fp8_compiled
+from mpbench.policies import POLICIES, DeviceTraits
+from mpbench.runner.cells import expand
+from mpbench.runner.config import RunOptions, build_config
+
+QUICK = Path(__file__).resolve().parents[2] / "configs" / "quick.toml"
+EPYC = DeviceTraits("cpu", "AMD EPYC", cpu_flags=frozenset({"avx512_bf16", "avx512f"}))
+
+
+class _Report:
+    gpus = ()
+
+    def device_traits(self, kind, index=None):
+        return EPYC if kind == "cpu" else None
+
+
+def _cells(**options):
+    defaults = dict(
+        config=QUICK,
+        frameworks=["torch"],
+        workloads=["mnist_dense"],
+        policies=["bf16", "fp8"],
+        device="cpu",
+        repeat=1,
+    )
+    _, _, cells = expand(build_config(RunOptions(**{**defaults, **options})), _Report(), "run")
+    return cells
+
+
+def _ids(cells) -> list[str]:
+    return [c.spec.cell_id.removeprefix("torch/mnist_dense/").removesuffix("/r0") for c in cells]
+
+
+def _compiles(spec) -> bool:
+    """Whether the cell's model runs under torch.compile (backends/torch/backend.py's rule)."""
+    return bool(spec.compile or (POLICIES[spec.policy].fp8 and fp8_compiled(spec)))
+
+
+def test_also_eager_runs_the_float8_cell_once_compiled():
+    cells = _cells(compile=[False, True])
+    assert _ids(cells) == ["mixed_bfloat16", "mixed_bfloat16@compiled", "float8@compiled"]
+    fp8 = cells[-1].spec
+    assert fp8.compile and _compiles(fp8)
+
+
+def test_with_fp8_eager_both_float8_cells_run_each_its_own_way():
+    cells = _cells(compile=[False, True], fp8_eager=True)
+    assert _ids(cells) == [
+        "mixed_bfloat16",
+        "mixed_bfloat16@compiled",
+        "float8",
+        "float8@compiled",
+    ]
+    assert [_compiles(c.spec) for c in cells] == [False, True, False, True]
+
+
+@pytest.mark.parametrize(
+    ("compile_axis", "expected"),
+    [([False], "float8"), ([True], "float8@compiled")],
+)
+def test_one_compile_value_keeps_the_cell_ids_of_earlier_runs(compile_axis, expected):
+    # The float8 cell without --compile compiles too, under the id it always had.
+    assert _ids(_cells(policies=["fp8"], compile=compile_axis)) == [expected]
+
+
+@pytest.mark.parametrize("fp8_eager", [False, True])
+@pytest.mark.parametrize("compile_axis", [[False], [True], [False, True]])
+def test_no_two_cells_of_a_matrix_train_the_same(compile_axis, fp8_eager):
+    cells = _cells(policies=["all"], compile=compile_axis, fp8_eager=fp8_eager, accumulate=["1,2"])
+    trained = [dataclasses.replace(c.spec, cell_id="", compile=_compiles(c.spec)) for c in cells]
+    assert len(trained) == len(set(map(repr, trained))), _ids(cells)
+
+
+def test_a_data_parallel_float8_cell_keeps_its_scaling_reference():
+    cells = _cells(policies=["fp8"], compile=[False, True], nproc=["1,2"])
+    ids = {c.spec.cell_id for c in cells}
+    parallel = [c for c in cells if c.spec.nproc == 2]
+    assert parallel and all(c.scaling_reference in ids for c in parallel)
+
+
+@pytest.mark.slow
+@needs_torch
+@pytest.mark.skipif(not installed("torchao"), reason="torchao is not installed")
+def test_a_tiny_also_eager_run_compiles_float8_once_and_compare_never_says_add_compile(
+    tmp_path: Path,
+):
+    out = tmp_path / "run"
+    policies = ("-f", "torch", "-p", "bf16", "-p", "fp8", "--compile", "--also-eager")
+    done = run_mpbench("run", *run_options(timeout=None), *policies, "--out", out, fork=False)
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert sorted(r["cell_id"] for r in records) == [
+        "torch/mnist_dense/float8@compiled/r0",
+        "torch/mnist_dense/mixed_bfloat16/r0",
+        "torch/mnist_dense/mixed_bfloat16@compiled/r0",
+    ]
+    fp8 = [r for r in records if r["policy"] == "float8"]
+    assert len(fp8) == 1 and fp8[0]["compile"] is not None and fp8[0]["fp8"]["compiled"]
+    assert "add --compile" not in done.stdout + done.stderr
+    compared = run_mpbench("compare", out, "--format", "json")
+    assert compared.returncode == 0, compared.stderr
+    assert "add --compile" not in compared.stdout
