@@ -15,8 +15,8 @@ from cli import run_mpbench
 from mpbench.compare import CompareOptions
 from mpbench.compare.run import compare, load
 from mpbench.errors import InvalidInput
-from mpbench.results.commits import attach_commits
 from mpbench.results import write_environment
+from mpbench.results.commits import attach_commits
 from mpbench.results.store import Store, read_run_dir
 
 COMMITS = ["1111111aaaa", "2222222bbbb", "3333333cccc"]
