@@ -13,10 +13,10 @@ import typer.core
 import typer.main
 
 import mpbench.compare
-from mpbench.result_options import COMPARE_OPTIONS, Option
 from mpbench.cli import app, main
 from mpbench.compare.options import CompareOptions, command_line_options
 from mpbench.formats import FORMATS, help_text
+from mpbench.result_options import COMPARE_OPTIONS, Option
 
 FIELDS = [f.name for f in dataclasses.fields(CompareOptions)]
 DECLARED = [option.field for option in COMPARE_OPTIONS]
