@@ -1,15 +1,20 @@
-"""The `mpbench store` commands (registered in mpbench/cli.py): add, list.
+"""The `mpbench store` commands (registered in mpbench/cli.py): add, list, remove.
 
-Parses, validates, delegates: the store itself is results/store.py.
+Parses, validates, delegates: the store itself is results/store.py, which also says every
+fault of the store (damaged, read-only, locked, a full disk) in one line, exit 2.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from mpbench.history import DEFAULT_STORE
+
+if TYPE_CHECKING:
+    from mpbench.results.store import StoredRun
 
 store_app = typer.Typer(
     name="store",
@@ -39,9 +44,16 @@ def store_add(
     repo: Path | None = typer.Option(
         None, "--repo", help="The git repository commits are looked up in (default: here)."
     ),
+    replace: bool = typer.Option(
+        False,
+        "--replace",
+        help="Replace a stored run even with a copy that has fewer records (refused without).",
+    ),
 ) -> None:
-    """Add runs to the store: each in one transaction; adding a run again changes nothing,
-    and a run whose records changed since (resumed) replaces its copy."""
+    """Add runs to the store, each in one transaction.
+
+    Adding a run again changes nothing, a run whose records changed since (resumed) replaces
+    its copy, and a copy with fewer records than the stored one is refused unless --replace."""
     from mpbench.results.commits import attach_commits, check_commit
     from mpbench.results.store import Store, read_run_dir
 
@@ -51,8 +63,9 @@ def store_add(
     attach_commits(runs, commit, commit_time, repo)
     counts: dict[str, int] = {}
     with Store.create(store) as db:
+        db.check_replacements(runs, replace=replace)  # a smaller copy: nothing is added
         for run in runs:
-            result = db.add(run)
+            result = db.add(run, replace=replace)
             counts[result.outcome] = counts.get(result.outcome, 0) + 1
             what = f"{result.outcome} {run.run_id} ({result.records} records"
             if result.before is not None:
@@ -68,12 +81,40 @@ def store_add(
 def store_list(
     store: Path = typer.Option(DEFAULT_STORE, "--store", help="The store's file."),
 ) -> None:
-    """The store's runs, in history's order (commit time, else the run's start)."""
-    from mpbench.results.store import stored_runs
+    """The store's runs, in history's order, and SQLite's check of the file.
 
-    for run in stored_runs(store):
-        commit = run.short_commit or "-"
-        typer.echo(
-            f"{run.run_id}  {commit:8}  {run.when[:19]:19}  {run.record_count:4} records  "
-            f"{run.devices}"
-        )
+    History's order: commit time, else the run's start. The file is checked first (PRAGMA
+    quick_check): a damaged store is one line and exit 2."""
+    from mpbench.results.store import Store
+
+    with Store.read(store) as db:
+        db.check_integrity()
+        runs = db.runs()
+    for run in runs:
+        typer.echo(_run_line(run))
+    count = f"{len(runs)} run" + ("" if len(runs) == 1 else "s")
+    typer.echo(f"{store}: {count}, integrity ok (quick_check)")
+
+
+@store_app.command("remove")
+def store_remove(
+    run_ids: list[str] = typer.Argument(..., help="Run ids, as 'mpbench store list' shows."),
+    store: Path = typer.Option(DEFAULT_STORE, "--store", help="The store's file."),
+) -> None:
+    """Remove runs from the store, in one transaction.
+
+    A run id the store does not hold removes nothing."""
+    from mpbench.results.store import Store
+
+    with Store.read(store) as db:
+        removed = db.remove(run_ids)
+    for run in removed:
+        typer.echo(f"removed {_run_line(run)}")
+    typer.echo(f"{store}: {len(removed)} removed")
+
+
+def _run_line(run: StoredRun) -> str:
+    commit = run.short_commit or "-"
+    return (
+        f"{run.run_id}  {commit:8}  {run.when[:19]:19}  {run.record_count:4} records  {run.devices}"
+    )

@@ -23,8 +23,14 @@ Rules:
   opened).
 - Idempotent: a run is its run id. Adding it again with the same content (records,
   environment.json, run.json) changes nothing; different content (the run was resumed, or
-  `--repeat auto` ran more rounds) replaces its rows, in one transaction.
+  `--repeat auto` ran more rounds) replaces its rows, in one transaction. A copy with fewer
+  records than the stored one is refused unless `replace=True`: a record lost from a run
+  directory must not silently thin the store.
 - A reader refuses a store of a schema version it does not know, in one line (exit 2).
+- Every fault of the file or the machine (a damaged file, a read-only one, a full disk, a lock
+  held past the busy timeout) is InvalidInput naming the store and what to do: one line and
+  exit 2, never a traceback nor exit 1, which means "a regression" to CI. SQLite's errors are
+  turned into it here, in every read and write, not by the callers.
 
 The module imports no git and no pandas at the top: `mpbench.history` finds commits, and
 `load_store` imports pandas when called.
@@ -38,14 +44,15 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mpbench.errors import InvalidInput
-from mpbench.results.io import ENVIRONMENT_FILE, read_runs, results_file
+from mpbench.results.io import read_environment, read_runs, results_file
+from mpbench.results.run_json import read_run_json
 from mpbench.results.schema import CellRecord, SchemaError
 from mpbench.results.variant import record_variant
 from mpbench.results.versions import load_record
@@ -57,10 +64,15 @@ STORE_VERSION = 1
 READABLE_STORE_VERSIONS = (1,)
 # PRAGMA application_id: says "an mpbench store" to `file(1)` and to us ("mpbs").
 APPLICATION_ID = 0x6D706273
-RUN_JSON = "run.json"
 # Test-only: seconds to sleep inside each run's transaction, before its commit, so that a test
 # can kill `store add` mid-transaction deterministically (tests/results/test_store.py).
 PAUSE_ENV = "MPBENCH_STORE_TEST_PAUSE_S"
+# How long a command waits for another writer's lock before it gives up (SQLite's busy
+# timeout). Test-only override, in seconds, so that a test of a locked store waits ~1 s.
+BUSY_TIMEOUT_S = 60.0
+BUSY_ENV = "MPBENCH_STORE_TEST_BUSY_S"
+# How many of quick_check's lines a damaged store's message quotes.
+QUICK_CHECK_LINES = 3
 
 _SCHEMA = """
 CREATE TABLE runs (
@@ -158,8 +170,8 @@ def read_run_dir(path: str | Path) -> list[RunSource]:
     directory = file.parent
     records = read_runs([file])  # SchemaError (InvalidInput) names the file and line
     by_identity = {(r.run_id, r.cell_id, r.repeat): r for r in records}
-    environment = _json_file(directory / ENVIRONMENT_FILE)
-    run_json = _json_file(directory / RUN_JSON)
+    environment = read_environment(directory)
+    run_json = read_run_json(directory)
     runs: dict[str, RunSource] = {}
     seen: set[tuple[str, str, int]] = set()
     for number, raw_line in enumerate(file.read_bytes().splitlines(), start=1):
@@ -179,19 +191,6 @@ def read_run_dir(path: str | Path) -> list[RunSource]:
             )
         run.records.append((number, record, text))
     return list(runs.values())
-
-
-def _json_file(path: Path) -> dict[str, Any] | None:
-    """A run's environment.json or run.json; None where there is none; one line if broken."""
-    if not path.exists():
-        return None
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise InvalidInput(f"{path}: not readable JSON ({exc})") from None
-    if not isinstance(raw, dict):
-        raise InvalidInput(f"{path}: not a JSON object")
-    return raw
 
 
 # --- times ----------------------------------------------------------------------------------
@@ -447,8 +446,19 @@ class Store:
     def _pragma(self, name: str) -> int:
         try:
             return int(self._db.execute(f"PRAGMA {name}").fetchone()[0])
-        except sqlite3.DatabaseError as exc:  # "file is not a database"
-            raise InvalidInput(f"{self.name}: not an mpbench store ({exc})") from None
+        except sqlite3.DatabaseError as exc:
+            if _code(exc) == _NOTADB:  # a text file, or something else that is no SQLite
+                raise InvalidInput(f"{self.name}: not an mpbench store ({exc})") from None
+            raise _fault(self.name, exc) from None
+
+    @contextlib.contextmanager
+    def _guard(self, writing: str | None = None) -> Iterator[None]:
+        """SQLite's errors as one line naming the store (_fault). `writing`: what the
+        command was changing ("adding run X"), where it writes."""
+        try:
+            yield
+        except sqlite3.DatabaseError as exc:
+            raise _fault(self.name, exc, writing) from None
 
     def _check_version(self) -> None:
         version, app = self._pragma("user_version"), self._pragma("application_id")
@@ -469,34 +479,44 @@ class Store:
         if self._pragma("user_version") != 0 or self._pragma("application_id") != 0:
             self._check_version()
             return
-        tables = self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-        if tables:
-            raise InvalidInput(f"{self.name}: a SQLite database, but not an mpbench store")
-        with self._transaction():
-            for statement in _SCHEMA.split(";\n"):
-                if statement.strip():
-                    self._db.execute(statement)
-            self._db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            self._db.execute(f"PRAGMA user_version = {STORE_VERSION}")
+        with self._guard(writing="making it"):
+            tables = self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+            if tables:
+                raise InvalidInput(f"{self.name}: a SQLite database, but not an mpbench store")
+            with self._transaction():
+                for statement in _SCHEMA.split(";\n"):
+                    if statement.strip():
+                        self._db.execute(statement)
+                self._db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                self._db.execute(f"PRAGMA user_version = {STORE_VERSION}")
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
         """BEGIN IMMEDIATE ... COMMIT: the write lock from the start (two `store add`s wait
-        for each other rather than fail half-way), everything or nothing."""
+        for each other rather than fail half-way), everything or nothing.
+
+        On an error, ROLLBACK only while the transaction is still active: after a full disk
+        or an I/O error SQLite has often rolled it back itself, and a second ROLLBACK would
+        only add "cannot rollback - no transaction is active" to the real error. A ROLLBACK
+        that fails in turn is left unsaid: the journal stays beside the file, and whoever
+        opens it next rolls the transaction back (SQLite's hot journal)."""
         self._db.execute("BEGIN IMMEDIATE")
         try:
             yield
+            self._db.execute("COMMIT")
         except BaseException:
-            self._db.execute("ROLLBACK")
+            if self._db.in_transaction:
+                with contextlib.suppress(sqlite3.DatabaseError):
+                    self._db.execute("ROLLBACK")
             raise
-        self._db.execute("COMMIT")
 
     # -- writing
 
-    def add(self, run: RunSource) -> AddResult:
-        """Add one run in one transaction (see the module's rules)."""
+    def add(self, run: RunSource, *, replace: bool = False) -> AddResult:
+        """Add one run in one transaction (see the module's rules). `replace`: a copy with
+        fewer records than the stored one replaces it too (else: InvalidInput)."""
         content = run.content_sha256()
-        with self._transaction():
+        with self._guard(writing=f"adding run {run.run_id}"), self._transaction():
             old = self._db.execute(
                 "SELECT content_sha256, record_count, git_commit, commit_time, commit_source "
                 "FROM runs "
@@ -505,6 +525,8 @@ class Store:
             ).fetchone()
             if old is not None and old[0] == content:
                 return self._same_content(run, old)
+            if old is not None and len(run.records) < old[1] and not replace:
+                raise InvalidInput(self._smaller([(run, old[1])]))
             self._db.execute("DELETE FROM records WHERE run_id = ?", (run.run_id,))
             self._db.execute("DELETE FROM runs WHERE run_id = ?", (run.run_id,))
             if old is not None and run.git_commit is None:  # keep what was said before
@@ -514,6 +536,75 @@ class Store:
         if old is None:
             return AddResult(run.run_id, "added", len(run.records))
         return AddResult(run.run_id, "replaced", len(run.records), before=old[1])
+
+    def check_replacements(self, runs: Sequence[RunSource], *, replace: bool = False) -> None:
+        """InvalidInput, before anything is added, where a run's copy has fewer records than
+        the store holds of it and not `replace` (the rule `add` keeps, for every run at once:
+        a command that refuses one run adds none)."""
+        if replace or not runs:
+            return
+        with self._guard():
+            stored = dict(self._db.execute("SELECT run_id, record_count FROM runs").fetchall())
+        smaller = [
+            (run, stored[run.run_id])
+            for run in runs
+            if run.run_id in stored and len(run.records) < stored[run.run_id]
+        ]
+        if smaller:
+            raise InvalidInput(self._smaller(smaller) + "; nothing was added")
+
+    def _smaller(self, runs: list[tuple[RunSource, int]]) -> str:
+        said = "; ".join(
+            f"run {run.run_id} from {run.source} has {len(run.records)} records, the store "
+            f"has {had}"
+            for run, had in runs[:3]
+        )
+        more = f" (and {len(runs) - 3} more runs)" if len(runs) > 3 else ""
+        return (
+            f"{self.name}: {said}{more}: a smaller copy does not replace a fuller one (was "
+            "a record lost?); add it with --replace to replace the stored copy anyway"
+        )
+
+    def remove(self, run_ids: Sequence[str]) -> list[StoredRun]:
+        """Remove these runs, all in one transaction; the runs removed, in history's order.
+        An id the store does not hold: InvalidInput naming a few it does, nothing removed."""
+        wanted = list(dict.fromkeys(run_ids))
+        with self._guard(writing="removing runs"), self._transaction():
+            runs = self.runs()
+            known = {run.run_id for run in runs}
+            unknown = [run_id for run_id in wanted if run_id not in known]
+            if unknown:
+                newest = ", ".join(run.run_id for run in runs[-5:])
+                if len(runs) > 5:
+                    holds = f"it holds {len(runs)} runs, the newest {newest}; 'mpbench store list'"
+                else:
+                    holds = f"its runs: {newest}" if runs else "it holds no runs"
+                raise InvalidInput(
+                    f"{self.name}: no run {', '.join(map(repr, unknown))} in the store "
+                    f"({holds}); nothing was removed"
+                )
+            for run_id in wanted:
+                self._db.execute("DELETE FROM records WHERE run_id = ?", (run_id,))
+                self._db.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
+        return [run for run in runs if run.run_id in wanted]
+
+    def check_integrity(self) -> None:
+        """SQLite's `PRAGMA quick_check` of the whole file (every page's structure, not the
+        records' content): InvalidInput quoting its first lines where it finds a fault."""
+        with self._guard():
+            rows = [str(row[0]) for row in self._db.execute("PRAGMA quick_check").fetchall()]
+        lines = [
+            line.strip()
+            for row in rows
+            for line in row.splitlines()
+            if line.strip() and not line.startswith("*** in database")
+        ]
+        if lines == ["ok"]:
+            return
+        quoted = "; ".join(lines[:QUICK_CHECK_LINES])
+        if len(lines) > QUICK_CHECK_LINES:
+            quoted += f" (and {len(lines) - QUICK_CHECK_LINES} more)"
+        raise InvalidInput(_damaged(self.name, f"quick_check: {quoted}"))
 
     def _same_content(self, run: RunSource, old: tuple) -> AddResult:
         """Same records and files: only a commit (or its time) newly given is written."""
@@ -560,15 +651,30 @@ class Store:
 
     # -- reading
 
+    def _json(self, text: str | None, what: str) -> Any:
+        """JSON text the store holds; a damaged store where it is not JSON (a page whose
+        structure quick_check passes can still hold garbage)."""
+        if text is None:
+            return None
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise InvalidInput(_damaged(self.name, f"{what}: not JSON, {exc}")) from None
+
     def runs(self, filters: StoreFilter | None = None) -> list[StoredRun]:
         """The runs the run-level filters keep, in history's order."""
-        rows = self._db.execute(
-            "SELECT run_id, source, added_at, content_sha256, git_commit, commit_time, "
-            "commit_source, started_at, mpbench_version, devices, fingerprints, record_count, "
-            "environment, run_json FROM runs"
-        ).fetchall()
+        with self._guard():
+            rows = self._db.execute(
+                "SELECT run_id, source, added_at, content_sha256, git_commit, commit_time, "
+                "commit_source, started_at, mpbench_version, devices, fingerprints, "
+                "record_count, environment, run_json FROM runs"
+            ).fetchall()
         runs = [
-            StoredRun(*row[:12], environment=_loads(row[12]), run_json=_loads(row[13]))
+            StoredRun(
+                *row[:12],
+                environment=self._json(row[12], f"run {row[0]}: its environment.json"),
+                run_json=self._json(row[13], f"run {row[0]}: its run.json"),
+            )
             for row in rows
         ]
         return (filters or StoreFilter()).runs(runs)
@@ -578,12 +684,15 @@ class Store:
         filters = filters or StoreFilter()
         out: list[CellRecord] = []
         for run in self.runs(filters):
-            rows = self._db.execute(
-                "SELECT line, record FROM records WHERE run_id = ? ORDER BY line", (run.run_id,)
-            )
+            with self._guard():
+                rows = self._db.execute(
+                    "SELECT line, record FROM records WHERE run_id = ? ORDER BY line",
+                    (run.run_id,),
+                ).fetchall()
             for line, text in rows:
+                raw = self._json(text, f"run {run.run_id} line {line}")
                 try:
-                    record = load_record(json.loads(text))
+                    record = load_record(raw)
                 except SchemaError as exc:
                     raise SchemaError(f"{self.name}: run {run.run_id} line {line}: {exc}") from None
                 if filters.keeps(record):
@@ -602,15 +711,18 @@ def _open(path: Path, mode: str) -> sqlite3.Connection:
     """A connection to the store's file; InvalidInput in one line where there is none."""
     try:
         return _connect(f"file:{_uri_path(path)}?mode={mode}")
-    except sqlite3.OperationalError as exc:  # "unable to open database file", a lock, ...
-        raise InvalidInput(f"cannot open the store {path}: {exc}") from None
-    except sqlite3.DatabaseError as exc:  # "file is not a database"
-        raise InvalidInput(f"{path}: not an mpbench store ({exc})") from None
+    except sqlite3.DatabaseError as exc:
+        if _code(exc) == _NOTADB:
+            raise InvalidInput(f"{path}: not an mpbench store ({exc})") from None
+        if _code(exc) in (_CANTOPEN, None):  # "unable to open database file", ...
+            hint = " (can its folder be written?)" if mode == "rwc" else ""
+            raise InvalidInput(f"cannot open the store {path}: {exc}{hint}") from None
+        raise _fault(str(path), exc) from None
 
 
 def _connect(target: str) -> sqlite3.Connection:
     # isolation_level=None: this module says BEGIN and COMMIT itself (one per run).
-    connection = sqlite3.connect(target, uri=True, isolation_level=None, timeout=60.0)
+    connection = sqlite3.connect(target, uri=True, isolation_level=None, timeout=_busy_timeout())
     connection.execute("PRAGMA foreign_keys = ON")
     # FULL: each COMMIT is on disk before it returns (the default of the rollback journal,
     # said here because WAL mode would change it). One file, no -wal beside it to forget.
@@ -618,8 +730,87 @@ def _connect(target: str) -> sqlite3.Connection:
     return connection
 
 
-def _loads(text: str | None) -> dict[str, Any] | None:
-    return None if text is None else json.loads(text)
+def _busy_timeout() -> float:
+    return float(os.environ.get(BUSY_ENV) or BUSY_TIMEOUT_S)
+
+
+# --- SQLite's errors, said for the user -------------------------------------------------------
+
+# SQLite's primary result codes (https://sqlite.org/rescode.html) that are a fault of the file
+# or of the machine. Python 3.11 gives the code (sqlite_errorcode, the extended one: its low
+# byte is the primary); 3.10 only the message, which SQLite words the same for every code.
+_BUSY, _READONLY, _IOERR, _CORRUPT, _FULL, _CANTOPEN, _NOTADB = 5, 8, 10, 11, 13, 14, 26
+_MESSAGES = {
+    "database is locked": _BUSY,
+    "attempt to write a readonly database": _READONLY,
+    "disk I/O error": _IOERR,
+    "database disk image is malformed": _CORRUPT,
+    "database or disk is full": _FULL,
+    "unable to open database file": _CANTOPEN,
+    "file is not a database": _NOTADB,
+}
+
+
+def _code(exc: sqlite3.Error) -> int | None:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF
+    return _MESSAGES.get(str(exc))
+
+
+def _damaged(name: str, said: str) -> str:
+    return (
+        f"the store {name} is damaged ({said}); restore it from a copy (a CI cache or branch), "
+        "or move it aside and add the runs again with 'mpbench store add'"
+    )
+
+
+def _fault(name: str, exc: sqlite3.DatabaseError, writing: str | None = None) -> InvalidInput:
+    """An error SQLite raised on the store `name`, as one line that says what to do.
+    `writing`: what the command was changing, where it writes; the store is then as it was
+    before that change (its transaction rolled back, now or when the file is next opened)."""
+    code, said = _code(exc), str(exc)
+    detail = getattr(exc, "sqlite_errorname", None)
+    said_fully = f"{said}, {detail}" if detail else said
+    doing = f" ({writing})" if writing else ""
+    if code in (_CORRUPT, _NOTADB):
+        return InvalidInput(_damaged(name, said))
+    if said.startswith("Could not decode to UTF-8"):  # text pages holding garbage
+        return InvalidInput(_damaged(name, "text that is not UTF-8"))
+    if code == _BUSY:
+        return InvalidInput(
+            f"the store {name} is locked by another mpbench store add (waited "
+            f"{_busy_timeout():g} s); try again when it finishes"
+        )
+    if code == _READONLY and not writing:  # a hot journal to roll back, in a read-only file
+        return InvalidInput(
+            f"cannot read the store {name}: {said_fully}: it must be written to (an unfinished "
+            "transaction rolled back) but is read-only; make the file and its folder writable"
+        )
+    if code == _READONLY:
+        return InvalidInput(
+            f"cannot write the store {name}{doing}: it is read-only ({said}), nothing was "
+            "changed; make the file and its folder writable (SQLite writes a journal beside "
+            "it), or copy it where you can write"
+        )
+    if code in (_FULL, _IOERR) and writing:
+        said = (
+            f"its disk is full ({said_fully})"
+            if code == _FULL
+            else f"{said_fully} (a full disk, a file size limit, or a failing disk)"
+        )
+        return InvalidInput(
+            f"cannot write the store {name}{doing}: {said}; the store is as it was before "
+            "this change: free space, then run the command again"
+        )
+    if code == _IOERR:
+        return InvalidInput(
+            f"cannot read the store {name}: {said_fully} (a failing disk?); copy it "
+            "elsewhere, or restore it from a copy"
+        )
+    if code == _CANTOPEN:
+        return InvalidInput(f"cannot open the store {name}{doing}: {said}")
+    return InvalidInput(f"the store {name}{doing}: SQLite failed ({said_fully})")
 
 
 def _record_row(line: int, record: CellRecord, text: str) -> tuple:
@@ -655,12 +846,6 @@ def _pause_for_tests() -> None:
 
 
 # --- the functions other layers call ---------------------------------------------------------
-
-
-def add_runs(store: str | Path, runs: Iterable[RunSource]) -> list[AddResult]:
-    """Add runs to the store at `store` (made where missing), each in its own transaction."""
-    with Store.create(store) as db:
-        return [db.add(run) for run in runs]
 
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"

@@ -1,6 +1,7 @@
 """The results store (mpbench/results/store.py, docs/history.md): run directories in, the
 same records out; idempotent; a version it does not know refused in one line; readable by
-pandas; and whole runs only after `mpbench store add` is killed mid-transaction."""
+pandas; whole runs only after `mpbench store add` is killed mid-transaction; a smaller copy
+of a run refused unless --replace; `store remove`. Its faults: test_store_faults.py."""
 
 from __future__ import annotations
 
@@ -20,7 +21,14 @@ from cli import run_mpbench
 from mpbench.errors import InvalidInput
 from mpbench.results import load, load_store, read_records, write_environment
 from mpbench.results.io import read_runs
-from mpbench.results.store import PAUSE_ENV, Store, StoreFilter, store_records, stored_runs
+from mpbench.results.store import (
+    PAUSE_ENV,
+    Store,
+    StoreFilter,
+    read_run_dir,
+    store_records,
+    stored_runs,
+)
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -224,3 +232,57 @@ def test_a_kill_mid_transaction_leaves_whole_runs_and_a_second_add_completes_it(
     assert f"{len(counts)} unchanged" in done.stdout
     assert f"{len(runs) - len(counts)} added" in done.stdout
     assert {r.run_id: r.record_count for r in stored_runs(store)} == expected
+
+
+def test_a_smaller_copy_never_silently_replaces_a_fuller_one(tmp_path):
+    directory = make_run(tmp_path, 0)
+    store = tmp_path / "store.sqlite"
+    assert add(store, directory).returncode == 0
+    run_id = read_records(directory)[0].run_id
+    before = {r.run_id: r.record_count for r in stored_runs(store)}
+    # One record lost from the run directory (a truncated copy, a bad merge): refused, and
+    # nothing of the command is added (another run given beside it neither).
+    results = directory / "results.jsonl"
+    lines = results.read_text().splitlines(keepends=True)
+    results.write_text("".join(lines[:-1]))
+    refused = add(store, directory, make_run(tmp_path, 1))
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert f"run {run_id} from {directory} has {len(lines) - 1} records, the store has " in (
+        refused.stderr
+    )
+    assert "a smaller copy does not replace a fuller one" in refused.stderr
+    assert "--replace" in refused.stderr and "nothing was added" in refused.stderr
+    assert {r.run_id: r.record_count for r in stored_runs(store)} == before
+    # Store.add keeps the rule itself, in its transaction.
+    with Store.create(store) as db, pytest.raises(InvalidInput, match="a smaller copy"):
+        db.add(read_run_dir(directory)[0])
+    # --replace says so, and replaces it.
+    replaced = add(store, directory, extra=("--replace",))
+    assert replaced.returncode == 0, replaced.stderr
+    assert f"replaced {run_id} ({len(lines) - 1} records, had {len(lines)};" in replaced.stdout
+    assert stored_runs(store)[0].record_count == len(lines) - 1
+
+
+def test_store_remove_removes_runs_in_one_transaction(tmp_path):
+    runs = [make_run(tmp_path, i) for i in range(3)]
+    ids = [read_records(d)[0].run_id for d in runs]
+    store = tmp_path / "store.sqlite"
+    assert add(store, *runs).returncode == 0
+    # An id the store does not hold: nothing removed, not even the ids it holds.
+    unknown = run_mpbench("store", "remove", ids[0], "20990101-000000-zzzz", "--store", store)
+    assert unknown.returncode == 2 and unknown.stderr.count("\n") == 1, unknown.stderr
+    assert "no run '20990101-000000-zzzz' in the store" in unknown.stderr
+    assert (
+        f"its runs: {', '.join(ids)}" in unknown.stderr and "nothing was removed" in unknown.stderr
+    )
+    assert [r.run_id for r in stored_runs(store)] == ids
+    done = run_mpbench("store", "remove", ids[2], ids[0], "--store", store)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split()[:2] for line in lines[:-1]] == [["removed", ids[0]], ["removed", ids[2]]]
+    assert lines[-1] == f"{store}: 2 removed"
+    assert [r.run_id for r in stored_runs(store)] == [ids[1]]
+    with sqlite3.connect(store) as con:  # its records went with it
+        assert {r for (r,) in con.execute("SELECT DISTINCT run_id FROM records")} == {ids[1]}
+    missing = run_mpbench("store", "remove", ids[1], "--store", tmp_path / "none.sqlite")
+    assert missing.returncode == 2 and "no such store" in missing.stderr
