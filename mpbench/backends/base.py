@@ -1,6 +1,6 @@
 """What the runner hands a backend (CellSpec) and what a backend hands back (Measurements).
 
-Both frameworks implement one function, `run_cell(spec, progress) -> Measurements`, in
+Both frameworks implement one function, `run_cell(spec, progress, warn) -> Measurements`, in
 `mpbench/backends/<framework>/backend.py`; the runner turns Measurements into a CellRecord.
 Measurements cross from the cell's process to the runner as JSON: the cell writes
 `to_dict()`, the runner reads it back with `Measurements.from_dict`, which says in one line
@@ -33,8 +33,31 @@ from mpbench.results.schema import (
     Status,
 )
 
-# progress(step, total_steps): called after every training step.
+# progress(step, total_steps): called after every training step (a synced step's after its
+# clock read; the end-to-end window's inside it, which costs about 0.3 µs a step).
 Progress = Callable[[int, int], None]
+
+# The phases a cell goes through, said with enter_phase(progress, ...): the runner shows the
+# running cell's phase live beside its step count (runner/progress.py). TRAINING carries the
+# plan (`warmup`, `timed`, `total` steps), from which the runner tells the warm-up steps
+# from the timed ones; END_TO_END is the window after the timed steps.
+LOADING, BUILDING, COMPILING, TRAINING, END_TO_END, EVALUATING = (
+    "loading data",
+    "building",
+    "compiling",
+    "training",
+    "end-to-end",
+    "evaluating",
+)
+
+
+def enter_phase(progress: Progress, phase: str, **plan: int) -> None:
+    """Say that the cell enters `phase` where `progress` can hear it (the cell process's
+    events: launchers/cell.py); a plain callable, as tests pass, hears only steps. Never
+    inside a timed interval."""
+    said = getattr(progress, "phase", None)
+    if said is not None:
+        said(phase, **plan)
 
 
 @dataclass

@@ -457,7 +457,13 @@ def _run_cell(
         reporter.cell_started(spec.cell_id)
         log_path = run_dir / "logs" / (spec.cell_id.replace("/", "__") + ".log")
         outcome = run_in_child(
-            spec, config.timeout, log_path, reporter.step, options.verbose, plan.fork_servers
+            spec,
+            config.timeout,
+            log_path,
+            reporter.step,
+            options.verbose,
+            plan.fork_servers,
+            on_phase=reporter.phase,
         )
     version = package_version(spec.framework)
     side_file = _write_side_file(run_dir, spec, cell_telemetry(outcome), outcome.warnings)

@@ -15,7 +15,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from mpbench.backends import base
-from mpbench.backends.base import BusyEvidence, CellSpec, Measurements, Progress
+from mpbench.backends.base import (
+    BUILDING,
+    END_TO_END,
+    EVALUATING,
+    LOADING,
+    TRAINING,
+    BusyEvidence,
+    CellSpec,
+    Measurements,
+    Progress,
+    enter_phase,
+)
 from mpbench.backends.busy import CPU_DEVICE_BUSY, HostBusyMeter, cpu_threads
 from mpbench.backends.tensorflow import distributed
 from mpbench.backends.tensorflow.device import Placement
@@ -46,6 +57,7 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
     from mpbench.backends.tensorflow import fp8
 
     cell = _set_up(tf, spec)
+    enter_phase(progress, LOADING)
     data, data_layout = _data(spec, cell.workload, warn)
     plan = base.plan_steps(
         len(data.x_train), spec.effective_batch * cell.world, spec.epochs, spec.max_steps,
@@ -58,12 +70,19 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
         tf.device(cell.placement.tf_device) if cell.mirrored is None else contextlib.nullcontext()
     )
     with placed:
+        enter_phase(progress, BUILDING)
         model, jit_compile, state = _build(tf, cell, data, warn)
         step = _training(cell, model, jit_compile, data, plan)
+        # The first step traces (and with jit, compiles) the train function: a warm-up step.
+        enter_phase(
+            progress, TRAINING, warmup=plan.warmup_steps, timed=plan.total_steps, total=total
+        )
         timed = _timed_steps(tf, cell, model, step, plan, progress, total, state)
+        enter_phase(progress, END_TO_END)
         end_to_end, e2e_trained = _end_to_end(
             cell, model, step, data, window, progress, plan.total_steps, total
         )
+        enter_phase(progress, EVALUATING)
         accuracy, test_loss = _evaluate(
             cell, model, data, timed.trained.micro_batches_run + e2e_trained
         )

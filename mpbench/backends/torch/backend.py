@@ -12,6 +12,12 @@ from typing import Any
 import torch
 
 from mpbench.backends.base import (
+    BUILDING,
+    COMPILING,
+    END_TO_END,
+    EVALUATING,
+    LOADING,
+    TRAINING,
     BusyEvidence,
     CellSpec,
     Measurements,
@@ -22,6 +28,7 @@ from mpbench.backends.base import (
     check_finite,
     cpu_device_info,
     end_to_end_window,
+    enter_phase,
     load_dataset,
     peak_rss_bytes,
     plan_steps,
@@ -139,7 +146,9 @@ def _nbytes(*tensors: torch.Tensor) -> int:
 def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) -> Measurements:
     """One cell, as a sequence of steps (docs/measurement.md says what each one measures)."""
     cell = _set_up(spec)
+    enter_phase(progress, LOADING)
     data, tensors = _preload(cell, warn)
+    enter_phase(progress, BUILDING)
     model, optimizer, precision = _build(cell, tensors)
     extra = user_config(cell, model, tensors) if cell.loss else {}
     plan = plan_steps(
@@ -149,17 +158,20 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
     total = plan.total_steps + window.total_steps
     sync = synchronizer(cell.device)
     batches = _batches(cell, tensors, plan)
-    forward, compiler = _trained_forward(cell, model, optimizer, precision, tensors, sync)
+    forward, compiler = _trained_forward(cell, model, optimizer, precision, tensors, sync, progress)
     state: dict[str, Any] = {}  # the precision in effect, read back during the first step
+    enter_phase(progress, TRAINING, warmup=plan.warmup_steps, timed=plan.total_steps, total=total)
     timed = _timed_steps(
         cell, forward, optimizer, precision, batches, plan, total, sync, state, progress
     )
     _steady_window(cell, model, forward, optimizer, precision, tensors, timed, plan, sync)
+    enter_phase(progress, END_TO_END)
     end_to_end = _train_end_to_end(
         forward, optimizer, precision, batches, window, sync, progress, plan.total_steps, total,
         cell.loss,
     )  # fmt: skip
     busy = _device_busy(cell, model, forward, optimizer, precision, batches, sync, timed.busy)
+    enter_phase(progress, EVALUATING)
     test_accuracy, test_loss, compile_stats = _evaluate_cell(
         cell, model, forward, compiler, precision, tensors, warn
     )
@@ -320,6 +332,7 @@ def _trained_forward(
     precision: TorchPrecision,
     tensors: _Tensors,
     sync: Callable[[], None],
+    progress: Progress,
 ) -> tuple[Callable[[torch.Tensor], torch.Tensor], Compiler | None]:
     """What the steps call: the model, wrapped for DDP on a rank, compiled with --compile or
     as a float8 cell (torchao's float8 training is meant to run compiled: fp8_compiled), its
@@ -329,6 +342,7 @@ def _trained_forward(
     trained_module = cell.parallel.wrap(model, cell.device) if cell.parallel else model
     if not (spec.compile or (cell.policy.fp8 and fp8_compiled(spec))):
         return trained_module, None
+    enter_phase(progress, COMPILING)
     compiler = Compiler(trained_module)
     forward = compiler.module
     first = [(tensors.x_train[: spec.batch_size], tensors.y_train[: spec.batch_size])]

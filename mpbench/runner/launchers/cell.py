@@ -38,9 +38,16 @@ PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 class Events:
+    """The cell's events to its parent, one JSON line each. It is the backend's `progress`
+    too (backends/base.py): called with (step, total) after each step's clock read, it sends
+    a `step` event at most every _PROGRESS_INTERVAL_S (and the last step always), keeping
+    the latest one it held back; `phase(name)` sends that one first, then the phase, so the
+    display never shows a stale count through a long phase."""
+
     def __init__(self, fd: int) -> None:
         self._stream = os.fdopen(fd, "w", buffering=1, encoding="utf-8")
         self._last_progress = 0.0
+        self._held: tuple[int, int] | None = None  # a step not sent (too soon after the last)
 
     def send(self, event: str, **payload: Any) -> None:
         self._stream.write(json.dumps({"event": event, **payload}, default=_plain) + "\n")
@@ -50,7 +57,22 @@ class Events:
         now = time.monotonic()
         if step == total or now - self._last_progress >= _PROGRESS_INTERVAL_S:
             self._last_progress = now
+            self._held = None
             self.send("step", step=step, total=total)
+        else:
+            self._held = (step, total)
+
+    def __call__(self, step: int, total: int) -> None:  # the backends' progress(step, total)
+        self.progress(step, total)
+
+    def phase(self, name: str, **plan: int) -> None:
+        """The cell enters phase `name` (backends/base.py's phases; `plan`: TRAINING's
+        warmup, timed and total steps)."""
+        if self._held is not None:
+            step, total = self._held
+            self._held = None
+            self.send("step", step=step, total=total)
+        self.send("phase", phase=name, **plan)
 
 
 def _plain(value: Any) -> Any:
@@ -86,7 +108,7 @@ def run(spec: CellSpec, events: Events) -> None:
             hint = INSTALL_HINTS["torch"]
             events.send("failed", status="skipped", reason=f"torch is not installed: {hint}")
             return
-        run_job(spec, events.send, events.progress)
+        run_job(spec, events.send, events)
         return
     try:
         backend = get_backend(spec.framework)
@@ -97,7 +119,7 @@ def run(spec: CellSpec, events: Events) -> None:
         )
         return
     measurements = backend.run_cell(
-        spec, events.progress, lambda message: events.send("warning", message=message)
+        spec, events, lambda message: events.send("warning", message=message)
     )
     events.send("done", measurements=measurements.to_dict())
 

@@ -30,6 +30,10 @@ from mpbench.runner.launchers.zygote import ForkedCell, ForkServers
 
 # What a `failed` event may say a cell ended as: any status but ok.
 FAILED = frozenset(status.value for status in Status if status is not Status.OK)
+# on_phase(name, plan): the cell entered a phase (backends/base.py's; `plan` holds the
+# training phase's warmup, timed and total steps). STARTING: before the cell's first event.
+OnPhase = Callable[[str, dict[str, int]], None]
+STARTING = "starting"
 
 
 @dataclass
@@ -104,9 +108,11 @@ def run_in_child(
     on_step: Callable[[int, int], None],
     verbose: bool = False,
     fork_servers: ForkServers | None = None,
+    on_phase: OnPhase | None = None,
 ) -> Outcome:
     """Run the cell in a process of its own: forked from its framework's server where
-    `fork_servers` has one for it (launchers/zygote.py), else a new interpreter."""
+    `fork_servers` has one for it (launchers/zygote.py), else a new interpreter.
+    `on_step(step, total)` and `on_phase(name, plan)` hear the cell's progress as it comes."""
     started = time.monotonic()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     cgroup = memory_cgroup()
@@ -152,7 +158,7 @@ def run_in_child(
                 first_step.append(time.monotonic() - started)
             on_step(done, total)
 
-        outcome = _collect(process, read_fd, started + timeout_s, step)
+        outcome = _collect(process, read_fd, started + timeout_s, step, on_phase)
     except BaseException:
         # Ctrl-C (KeyboardInterrupt) or anything else: never leave an orphaned cell running.
         if process is not None and process.poll() is None:
@@ -170,7 +176,9 @@ def run_in_child(
         # (the server is gone), so that nothing is lost and the record says why.
         assert fork_servers is not None
         why = fork_servers.lost(process)
-        again = run_in_child(spec, timeout_s, log_path, on_step, verbose)
+        if on_phase is not None:
+            on_phase(STARTING, {})  # from the start again: its steps count from 0
+        again = run_in_child(spec, timeout_s, log_path, on_step, verbose, on_phase=on_phase)
         again.warnings.insert(0, f"{why}: it ran again as a new process")
         again.rerun = why
         return again
@@ -188,6 +196,7 @@ def _collect(
     read_fd: int,
     deadline: float,
     on_step: Callable[[int, int], None],
+    on_phase: OnPhase | None = None,
 ) -> Outcome | None:
     buffer = b""
     warnings: list[str] = []
@@ -211,6 +220,10 @@ def _collect(
             kind = event["event"]
             if kind == "step":
                 on_step(event["step"], event["total"])
+            elif kind == "phase":
+                if on_phase is not None:
+                    plan = {k: v for k, v in event.items() if k not in ("event", "phase")}
+                    on_phase(event["phase"], plan)
             elif kind == "warning":
                 warnings.append(event["message"])
             elif kind in ("done", "failed"):

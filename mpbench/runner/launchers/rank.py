@@ -63,7 +63,8 @@ def _alive(pid: int) -> bool:
 
 
 class RankEvents(Events):
-    """Events into this rank's file; progress from the node's first rank only (one bar)."""
+    """Events into this rank's file; progress and phases from the node's first rank only
+    (one line on the display)."""
 
     def __init__(self, path: Path, rank: int, world: int, speaks: bool) -> None:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -77,6 +78,10 @@ class RankEvents(Events):
             print(f"mpbench: rank {self.rank} of {self.world} training", flush=True)
         if self.speaks:
             super().progress(step, total)
+
+    def phase(self, name: str, **plan: int) -> None:
+        if self.speaks:
+            super().phase(name, **plan)
 
 
 def main() -> NoReturn:
@@ -93,7 +98,7 @@ def main() -> NoReturn:
         from mpbench.backends.torch import backend
 
         measurements = backend.run_cell(
-            spec, events.progress, lambda message: events.send("warning", message=message)
+            spec, events, lambda message: events.send("warning", message=message)
         )
         figures = measurements.to_dict()
         if spec.nnodes > 1:

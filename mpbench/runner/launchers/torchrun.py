@@ -6,7 +6,7 @@ the engine (rendezvous, one process per rank, tearing the job down when a rank f
 a launcher of mpbench's making. torchrun starts each rank in a session of its own, and
 closes every descriptor but stdin/out/err, so the ranks report through files in a private
 directory instead of the events pipe: global rank R appends JSON lines to `rank<R>.jsonl`, the same
-events the single-process cell sends (each node's first rank alone sends progress and the
+events the single-process cell sends (each node's first rank alone sends progress, phases and the
 final `done`, with rank 0's figures).
 This module forwards them, and when the job ends it names what failed: a rank, the
 torchrun agent itself, or the rendezvous where a node waited for the others.
@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mpbench.backends.base import CellSpec
+from mpbench.backends.base import CellSpec, Progress, enter_phase
 from mpbench.runner.config import endpoint_parts
 from mpbench.runner.launchers.cell_timeout import CELL_TIMEOUT_ENV
 from mpbench.runner.launchers.exits import how_it_ended
@@ -201,10 +201,11 @@ def rank_spec(spec: CellSpec) -> CellSpec:
 def run_job(
     spec: CellSpec,
     send: Callable[..., None],
-    progress: Callable[[int, int], None],
+    progress: Progress,
 ) -> None:
     """Run the cell as a torchrun job; `send(event, **payload)` the events the cell process
-    sends its parent: progress and warnings as they come, then one final done or failed."""
+    sends its parent: warnings as they come, then one final done or failed; `progress` (the
+    cell's Events) the steps and phases of this node's first rank."""
     rdzv_timeout = rendezvous_timeout() if spec.nnodes > 1 else None
     rank_dir = Path(tempfile.mkdtemp(prefix="mpbench-ranks-"))
     cgroup = memory_cgroup()  # the ranks run in this cell's cgroup, as the cell does
@@ -244,7 +245,7 @@ def _watch(
     rank_dir: Path,
     command: list[str],
     send: Callable[..., None],
-    progress: Callable[[int, int], None],
+    progress: Progress,
 ) -> _Job:
     """Start torchrun, forward this node's progress and every rank's warnings (and torchrun's
     output, into the cell's log) until it exits."""
@@ -272,6 +273,9 @@ def _watch(
                     kind = event["event"]
                     if kind == "step":
                         progress(event["step"], event["total"])
+                    elif kind == "phase":
+                        plan = {k: v for k, v in event.items() if k not in ("event", "phase")}
+                        enter_phase(progress, event["phase"], **plan)
                     elif kind == "warning":
                         send("warning", message=event["message"])
                     elif kind in ("done", "failed"):
