@@ -8,7 +8,7 @@ declared and then dropped on its way, and the two commands cannot drift apart. c
 its gates, history its series and its CI gate.
 
 A leaf under cli.py, compare/ and history/ (it imports errors, policies, formats and the value
-parsers of arguments.py only): the CLI reads the tables at start-up without importing compare
+parsers of thresholds.py only): the CLI reads the tables at start-up without importing compare
 (numpy, the renderers).
 """
 
@@ -20,16 +20,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mpbench.arguments import (
+from mpbench.errors import InvalidInput
+from mpbench.formats import COMPARE, HISTORY, help_text
+from mpbench.policies import SELECTORS, resolve, valid_names
+from mpbench.thresholds import (
     parse_fraction,
     parse_min_scaling_efficiency,
     parse_min_speedup,
     parse_points,
     single,
 )
-from mpbench.errors import InvalidInput
-from mpbench.formats import COMPARE, HISTORY, help_text
-from mpbench.policies import SELECTORS, resolve, valid_names
 
 # Where `mpbench store add` writes and `mpbench history` reads when no path is given.
 DEFAULT_STORE = Path("results") / "store.sqlite"

@@ -17,11 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mpbench.arguments import parse_fraction
 from mpbench.errors import InvalidInput, unknown_choice
 from mpbench.fp8 import FP8_MODES, TORCH_RECIPES
 from mpbench.policies import SELECTORS as POLICY_SELECTORS
 from mpbench.policies import help_names, valid_names
+from mpbench.thresholds import parse_fraction
 
 DATA_MODES = ("auto", "real", "synthetic")
 # What a user workload's cells record as their data mode: the workload's own data(seed),

@@ -137,7 +137,7 @@ def test_compare_imports_down_its_layers_only():
 
 
 def test_settings_never_imports_compare():
-    # run's settings read compare's percentages through mpbench/arguments.py, the parsers
+    # run's settings read compare's percentages through mpbench/thresholds.py, the parsers
     # both commands share; settings.py once imported them from compare/options.py.
     assert _arrows("mpbench.settings", "mpbench.compare") == set()
 
@@ -156,16 +156,16 @@ def test_a_dynamic_import_is_an_arrow_too():
 
 
 def test_the_format_table_and_the_option_tables_are_leaves():
-    # formats.py, result_options.py and arguments.py are read by the CLI at start-up: they
+    # formats.py, result_options.py and thresholds.py are read by the CLI at start-up: they
     # import no command (compare, history, runner) and nothing that imports numpy.
     edges = _imports()
     assert edges["mpbench.formats"] <= {"mpbench.errors"}
-    assert edges["mpbench.arguments"] <= {"mpbench.errors", "mpbench.policies"}
+    assert edges["mpbench.thresholds"] <= {"mpbench.errors", "mpbench.policies"}
     assert edges["mpbench.result_options"] <= {
         "mpbench.errors",
         "mpbench.policies",
         "mpbench.formats",
-        "mpbench.arguments",
+        "mpbench.thresholds",
     }
 
 
@@ -178,9 +178,9 @@ def test_history_sits_above_compare_and_results_below_both():
 
 
 def test_the_shared_parsers_import_no_command():
-    # mpbench/arguments.py sits under settings.py, compare/ and the CLI, which all read it.
+    # mpbench/thresholds.py sits under settings.py, compare/ and the CLI, which all read it.
     for above in ("mpbench.settings", "mpbench.compare", "mpbench.runner", "mpbench.cli"):
-        assert _arrows("mpbench.arguments", above) == set(), above
+        assert _arrows("mpbench.thresholds", above) == set(), above
 
 
 def test_telemetry_never_imports_compare_or_the_runner():

@@ -1,7 +1,7 @@
 """`mpbench compare`: tables, CI gates and renderers over result files (docs/compare.md).
 
 Depends only on `mpbench.results` (and the policy names, and the option table and
-value parsers in `mpbench.arguments`); imports neither pandas nor
+value parsers in `mpbench.thresholds`); imports neither pandas nor
 matplotlib until a renderer needs them.
 """
 

@@ -12,7 +12,6 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mpbench.arguments import split_reference, split_world
 from mpbench.compare.options import CompareOptions
 from mpbench.compare.summary import fmt
 from mpbench.compare.summary.accuracy import INCONCLUSIVE, NO_WORSE, WORSE
@@ -37,6 +36,7 @@ from mpbench.compare.summary.scaling import ScalingRow, all_scaling_rows
 from mpbench.errors import InvalidInput
 from mpbench.policies import BASELINE, POLICIES
 from mpbench.results.identity import Row
+from mpbench.thresholds import split_reference, split_world
 
 ADD_REPEATS = "inconclusive — add repeats"
 MORE_STEPS = "inconclusive — time more steps or add repeats"  # no interval (too few steps)

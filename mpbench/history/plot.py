@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from mpbench.errors import InvalidInput
+from mpbench.history.findings import HistoryReport
 from mpbench.history.render import run_name
-from mpbench.history.report import HistoryReport
 from mpbench.history.series import STEP_TIME, Series
 
 MAX_PANELS = 24  # more series than this: the first ones, and a note in the title

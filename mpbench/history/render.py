@@ -17,8 +17,8 @@ from mpbench.compare.summary import fmt
 from mpbench.compare.summary.estimate import Estimate
 from mpbench.history.changepoints import MIN_POINTS
 from mpbench.history.ci import FAIL, INCONCLUSIVE, NewestVerdict
+from mpbench.history.findings import BY_DATE, HistoryReport
 from mpbench.history.fleet import FleetCell, FleetTable
-from mpbench.history.report import BY_DATE, HistoryReport
 from mpbench.history.series import STEP_TIME, Point, Series
 from mpbench.results.store import StoredRun
 

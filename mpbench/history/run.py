@@ -16,8 +16,8 @@ from mpbench.compare.destinations import check_destinations, input_files, write_
 from mpbench.compare.render.encoding import safe_stream
 from mpbench.errors import InvalidInput
 from mpbench.formats import HISTORY, parse_format
+from mpbench.history.findings import BY_DEVICE, HistoryReport, build_history
 from mpbench.history.options import HistoryOptions
-from mpbench.history.report import BY_DEVICE, HistoryReport, build_history
 from mpbench.result_options import DEFAULT_STORE, METRICS
 from mpbench.results.sources import Sources, read_sources, runs_margin
 

@@ -12,7 +12,6 @@ import json
 import pytest
 from builders import record
 
-from mpbench.arguments import parse_min_speedup
 from mpbench.compare import CompareOptions, build_report
 from mpbench.compare.render.csv_report import render_csv
 from mpbench.compare.render.json_report import render_json
@@ -21,6 +20,7 @@ from mpbench.compare.summary.verdict import AVOID, NO_RATIO, RECOMMENDED, group_
 from mpbench.errors import InvalidInput
 from mpbench.results import CompileStats, DeviceInfo, Fp8Stats
 from mpbench.results.schema import BottleneckStats, Fp8GemmRow, Fp8Prediction
+from mpbench.thresholds import parse_min_speedup
 
 H100 = DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", "9.0", 0)
 # mnist_dense at batch 8192 on the H200 of the first GPU run: bf16 2.12 ms, fp8 eager 6.02 ms.

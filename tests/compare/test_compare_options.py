@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from mpbench.arguments import parse_fraction, parse_min_speedup, parse_points
 from mpbench.compare import parse_format
 from mpbench.errors import InvalidInput
+from mpbench.thresholds import parse_fraction, parse_min_speedup, parse_points
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,6 @@ from builders import TF32_SKIP, cpu_run, record, write_run
 from cli import run_mpbench
 from compare_helpers import run_inprocess
 
-from mpbench.arguments import parse_min_scaling_efficiency, parse_min_speedup
 from mpbench.cli import main
 from mpbench.compare import CompareOptions, build_report
 from mpbench.compare.render.tables import group_names, scaling_table
@@ -27,6 +26,7 @@ from mpbench.compare.summary.scaling import scaling_rows
 from mpbench.errors import InvalidInput
 from mpbench.results import DistributedStats, Status
 from mpbench.results.scaling import weak_scaling_efficiency
+from mpbench.thresholds import parse_min_scaling_efficiency, parse_min_speedup
 
 BATCH = 128  # each replica's batch (weak scaling)
 PLUMBING = "ranks share one CPU: these figures measure plumbing, not scaling"

@@ -15,7 +15,6 @@ from builders import BUSY, QUIET, record, write_run
 from cli import run_mpbench
 from compare_helpers import FIXTURES
 
-from mpbench.arguments import parse_points
 from mpbench.compare import CompareOptions, build_report
 from mpbench.compare.render import tables
 from mpbench.compare.render.fp8_tables import fp8_table
@@ -27,6 +26,7 @@ from mpbench.errors import InvalidInput
 from mpbench.results import CompileStats, DeviceInfo, Fp8Stats
 from mpbench.results.schema import BottleneckStats
 from mpbench.runner.config import RunOptions, build_config
+from mpbench.thresholds import parse_points
 
 H100 = DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", "9.0", 0)
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
