@@ -97,8 +97,8 @@ def data(
 
 def run(**given: Any) -> None:
     """Train the reference workloads under each precision policy, one process per cell."""
-    from mpbench.runner import run_matrix
     from mpbench.runner.config import command_line_options
+    from mpbench.runner.loop import run_matrix
 
     options = command_line_options(given, " ".join(["mpbench", *sys.argv[1:]]))
     raise typer.Exit(run_matrix(options, _run_summary))

@@ -19,7 +19,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from mpbench.fp8 import LinearLayer
+from mpbench.fp8_rules import LinearLayer
 from mpbench.results.schema import Fp8GemmRow, Fp8Prediction
 
 FORWARD, GRAD_INPUT, GRAD_WEIGHT = "forward", "grad_input", "grad_weight"

@@ -34,7 +34,7 @@ class Policy:
     # first that the device supports is taken. Empty: nothing below it.
     fallbacks: tuple[str, ...] = ()
     # The policy it builds on, its nearest accuracy reference after float32: float8's ops other
-    # than its fp8 GEMMs run under mixed_bfloat16 (mpbench.fp8). None: it builds on none.
+    # than its fp8 GEMMs run under mixed_bfloat16 (mpbench.fp8_rules). None: it builds on none.
     base: str | None = None
     # float8: Linear/Dense GEMMs in fp8 on top of the compute dtype (docs/policies.md, "fp8");
     # an opt-in policy (an optional extra for torch): `--policy auto` never picks it.

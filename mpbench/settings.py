@@ -18,14 +18,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from mpbench.errors import InvalidInput, unknown_choice
-from mpbench.fp8 import FP8_MODES, TORCH_RECIPES
+from mpbench.fp8_rules import FP8_MODES, TORCH_RECIPES
 from mpbench.policies import SELECTORS as POLICY_SELECTORS
 from mpbench.policies import help_names, valid_names
 from mpbench.thresholds import parse_fraction
 
 DATA_MODES = ("auto", "real", "synthetic")
 # What a user workload's cells record as their data mode: the workload's own data(seed),
-# whatever --data says (--data chooses the built-ins' data: runner/cells.py, runner/config.py).
+# whatever --data says (--data chooses the built-ins' data: runner/matrix.py, runner/config.py).
 USER_DATA = "user"
 LOOPS = ("fit", "custom")
 ON_DIVERGE = ("stop", "fallback")  # docs/telemetry.md
@@ -56,9 +56,9 @@ class Setting:
     `home` is where the resolved value lives: "run" (a RunConfig field), "workload" (a field of
     every workload's WorkloadSettings; the command line sets it for all of them) or "command"
     (only this invocation's RunOptions: --config, --resume, ...). `cell` marks a setting whose
-    value every cell takes as it is: runner/cells.py copies it into the CellSpec field of the
+    value every cell takes as it is: runner/matrix.py copies it into the CellSpec field of the
     same name (`target`), and tests/runner/test_cell_answer.py holds every CellSpec field to
-    being either such a setting or one cells.py works out per cell.
+    being either such a setting or one runner/matrix.py works out per cell.
     """
 
     name: str  # the RunOptions field, the TOML key and (unless `field`) the RunConfig field
@@ -588,7 +588,7 @@ SETTINGS: tuple[Setting, ...] = (
         choices=ON_DIVERGE,
         example="fallback",
     ),
-    # The float8 policy (docs/policies.md, "fp8"; the rules: mpbench/fp8.py).
+    # The float8 policy (docs/policies.md, "fp8"; the rules: mpbench/fp8_rules.py).
     Setting(
         "fp8_mode",
         str,

@@ -9,7 +9,6 @@ import math
 
 import pytest
 
-from mpbench.fp8 import LinearLayer, plan_layers
 from mpbench.fp8_gemms import (
     EAGER_CAST_BYTES,
     FUSED_CAST_BYTES,
@@ -27,6 +26,7 @@ from mpbench.fp8_gemms import (
     unique_shapes,
     untimed,
 )
+from mpbench.fp8_rules import LinearLayer, plan_layers
 
 PLAN = plan_layers(
     [

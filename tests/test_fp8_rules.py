@@ -1,4 +1,4 @@
-"""The float8 policy's rules (mpbench.fp8, mpbench.policies): the layer filter, the FLOP
+"""The float8 policy's rules (mpbench.fp8_rules, mpbench.policies): the layer filter, the FLOP
 share, the hardware/emulated label, the device ratings, and the record's fp8 field."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from mpbench.fp8 import (
+from mpbench.fp8_rules import (
     EMULATED,
     HARDWARE,
     Fp8Refused,

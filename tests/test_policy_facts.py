@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mpbench import fp8
+from mpbench import fp8_rules as fp8
 from mpbench.backends import FRAMEWORKS
 from mpbench.compare.plot import style
 from mpbench.compare.summary.comparison import short
@@ -25,8 +25,8 @@ from mpbench.policies import (
 )
 from mpbench.results.identity import Row
 from mpbench.runner import fallback
-from mpbench.runner.cells import recipes
 from mpbench.runner.config import RunOptions, build_config
+from mpbench.runner.matrix import recipes
 
 CI = Path(__file__).resolve().parents[1] / "configs" / "ci.toml"
 DEVICES = [

@@ -99,7 +99,7 @@ class CellSpec:
     node_rank: int | None = None  # this node's (several nodes); None: the rendezvous assigns it
     rdzv_endpoint: str | None = None  # HOST:PORT where the nodes meet (several nodes)
     grad_comm: str = "fp32"  # torch DDP: the gradient all-reduce's precision (comm hook)
-    # The float8 policy (mpbench.fp8): auto | hardware | emulated, and torchao's recipe. They
+    # The float8 policy (mpbench.fp8_rules): auto | hardware | emulated, and torchao's recipe. They
     # are not in config(): the record's `fp8` says what ran.
     fp8_mode: str = "auto"
     fp8_recipe: str = "tensorwise"
@@ -237,7 +237,7 @@ class Measurements:
     # record adds the derived ones (per-device throughput, straggler ratio, share, efficiency).
     # step_times_s are then the job's (per step, the slowest rank) and samples_per_step global.
     distributed: dict[str, Any] | None = None
-    # A float8 cell: results.Fp8Stats' fields (mpbench.fp8 builds them), None for the rest.
+    # A float8 cell: results.Fp8Stats' fields (mpbench.fp8_rules builds them), None for the rest.
     fp8: dict[str, Any] | None = None
     # How busy the device and the host were (the bottleneck's evidence); None: not measured.
     busy: BusyEvidence | None = None

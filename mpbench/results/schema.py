@@ -325,7 +325,7 @@ class Fp8Prediction:
 
 @dataclass
 class Fp8Stats:
-    """v9: a float8 cell's fp8, as it ran (docs/policies.md, "fp8"; the rules: mpbench.fp8).
+    """v9: a float8 cell's fp8, as it ran (docs/policies.md, "fp8"; the rules: mpbench.fp8_rules).
     `mode` is what executed, never what was asked: `emulated` step times are the cost of
     emulation, and compare shows no speed-up for them."""
 

@@ -27,7 +27,7 @@ from typing import Any
 from mpbench.results.schema import CellRecord
 
 # Recipe entries that apply to every policy, at the default a record leaves them out with
-# (runner/cells.py, Recipe): a cell is marked with each one that is not at its default.
+# (runner/matrix.py, Recipe): a cell is marked with each one that is not at its default.
 GROUP_RECIPE: dict[str, Any] = {"accumulate": 1, "compile": False}
 # Entries whose default a label leaves unsaid when it names them (TensorFlow's --jit: `tf [jit]`
 # beside `tf`).

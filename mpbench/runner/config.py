@@ -95,7 +95,7 @@ class RunConfig(_dataclass("RunConfig", RUN, first=[("source", Any)], last=[("wo
 
     A field per setting of SETTINGS whose home is the run, plus `source` (the config file,
     absolute) and `workloads` (every known workload's WorkloadSettings). The recipe axes
-    (docs/recipes.md) and nproc hold lists: every value a cell of its own (runner/cells.py).
+    (docs/recipes.md) and nproc hold lists: every value a cell of its own (runner/matrix.py).
     """
 
     @property
@@ -359,7 +359,7 @@ def apply_options(config: RunConfig, options: RunOptions) -> RunConfig:
 
 def check_data_mode(config: RunConfig) -> None:
     """--data chooses the built-in workloads' data (real, or the synthetic stand-in); a user
-    workload trains on its own (data(seed)) and its records say "user" (runner/cells.py
+    workload trains on its own (data(seed)) and its records say "user" (runner/matrix.py
     cell_data). Given on the command line where every workload of the run is a user's, a
     mode other than the default would change nothing: refused rather than ignored. A config
     file's mode is a default for the built-ins it may name, and is not refused."""

@@ -5,7 +5,7 @@ with no data, a corrupt or hostile data file, or more replicas per node than the
 hold would otherwise fail in every cell's child process, one `error` record at a time. Here
 they are one line and exit 2, and no run directory is created. Settings that change no cell
 of this run (a loss scale without an fp16 cell, ...) are said once, as warnings, after the
-plan's own notes (the policies `--policy auto` left out, runner/cells.py).
+plan's own notes (the policies `--policy auto` left out, runner/matrix.py).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from mpbench.detect.system import busy_at_start
 from mpbench.errors import InvalidInput
 from mpbench.policies import resolve
 from mpbench.results.contention import busy_warning
-from mpbench.runner.cells import Cell, available_cores
 from mpbench.runner.config import RunConfig
+from mpbench.runner.matrix import Cell, available_cores
 from mpbench.workloads import describe_workload, shadowed_entry_point
 
 

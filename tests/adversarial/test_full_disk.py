@@ -96,7 +96,7 @@ def test_a_csv_that_cannot_be_written_says_what_is_kept_and_how_to_write_it(tmp_
     """The second way a full disk shows (above): every record saved, results.csv not."""
     from builders import cpu_run
 
-    from mpbench.runner import _write_csv_if_possible
+    from mpbench.runner.loop import _write_csv_if_possible
 
     records = cpu_run()
     (tmp_path / "results.csv").mkdir()  # a directory where the CSV goes: the rename fails

@@ -21,8 +21,8 @@ from frameworks import needs_tensorflow, needs_torch
 
 from mpbench.errors import InvalidInput
 from mpbench.policies import DeviceTraits
-from mpbench.runner.cells import expand
 from mpbench.runner.config import RunOptions, build_config
+from mpbench.runner.matrix import expand
 
 pytestmark = needs_torch  # its cells import torch, in their own processes
 

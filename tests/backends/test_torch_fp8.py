@@ -15,7 +15,7 @@ from builders import cell_spec
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchao")
 
-from mpbench import fp8 as rules  # noqa: E402
+from mpbench import fp8_rules as rules  # noqa: E402
 from mpbench.backends.base import CellSpec, Unsupported  # noqa: E402
 from mpbench.backends.torch import fp8 as tfp8  # noqa: E402
 from mpbench.backends.torch import fp8_layers  # noqa: E402

@@ -13,8 +13,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from mpbench.backends.torch import fp8_gemm_timing as timing  # noqa: E402
-from mpbench.fp8 import LinearLayer  # noqa: E402
 from mpbench.fp8_gemms import training_gemms  # noqa: E402
+from mpbench.fp8_rules import LinearLayer  # noqa: E402
 
 CPU = torch.device("cpu")
 SHAPES = [(32, 64, 48), (48, 32, 64), (32, 64, 48)]  # the repeat is timed once

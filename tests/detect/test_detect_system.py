@@ -325,8 +325,8 @@ class _Report:
 
 
 def _plan():
-    from mpbench.runner.cells import expand
     from mpbench.runner.config import RunOptions, build_config
+    from mpbench.runner.matrix import expand
 
     options = RunOptions(
         config=QUICK, frameworks=["torch"], workloads=["mnist_dense"], policies=["fp32"],
@@ -355,7 +355,7 @@ def test_run_warns_before_the_first_cell_when_busy(monkeypatch, reading):
 
 
 def test_environment_json_holds_the_tuning(monkeypatch):
-    from mpbench.runner import environment
+    from mpbench.runner.loop import environment
 
     monkeypatch.setattr(system, "measure_now", lambda seconds=0.5: busy(2, 1.5))
     monkeypatch.setattr(system, "_RECENT", None)

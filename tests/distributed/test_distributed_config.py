@@ -12,8 +12,8 @@ from frameworks import TENSORFLOW_MISSING, needs_tensorflow, without_tensorflow
 
 from mpbench.errors import InvalidInput
 from mpbench.policies import DeviceTraits
-from mpbench.runner.cells import expand
 from mpbench.runner.config import RunOptions, build_config, contradictions
+from mpbench.runner.matrix import expand
 
 QUICK = Path(__file__).resolve().parents[2] / "configs" / "quick.toml"
 

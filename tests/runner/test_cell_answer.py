@@ -1,4 +1,4 @@
-"""A cell's settings in (the settings marked `cell`, runner/cells.py) and its answer out
+"""A cell's settings in (the settings marked `cell`, runner/matrix.py) and its answer out
 (Measurements.to_dict in the cell's process, Measurements.from_dict in the runner's)."""
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from mpbench.results.schema import (
     Status,
 )
 from mpbench.results.versions import load_record
-from mpbench.runner.cells import PASSED_FROM_RUN, PASSED_FROM_WORKLOAD, WORKED_OUT, expand
 from mpbench.runner.config import RunOptions, build_config
 from mpbench.runner.launchers import process as execute
+from mpbench.runner.matrix import PASSED_FROM_RUN, PASSED_FROM_WORKLOAD, WORKED_OUT, expand
 from mpbench.runner.records import build_record
 from mpbench.settings import SETTINGS, Setting
 
@@ -44,7 +44,7 @@ def declaration_problems(
     spec: type, settings: tuple[Setting, ...], worked_out: frozenset[str]
 ) -> list[str]:
     """What is wrong between CellSpec's fields, the settings marked `cell` and the fields
-    runner/cells.py works out per cell: each field must be exactly one of the two."""
+    runner/matrix.py works out per cell: each field must be exactly one of the two."""
     fields = {f.name for f in dataclasses.fields(spec)}
     marked = [s for s in settings if s.cell]
     problems = []

@@ -11,9 +11,9 @@ import pytest
 from mpbench.detect.cuda_order import CudaMapping
 from mpbench.errors import InvalidInput
 from mpbench.policies import DeviceTraits
-from mpbench.runner import cells as cells_module
-from mpbench.runner.cells import expand, resolve_device
+from mpbench.runner import matrix as cells_module
 from mpbench.runner.config import RunOptions, build_config
+from mpbench.runner.matrix import expand, resolve_device
 
 QUICK = Path(__file__).resolve().parents[2] / "configs" / "quick.toml"
 

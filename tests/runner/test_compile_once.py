@@ -17,8 +17,8 @@ from frameworks import installed, needs_torch
 
 from mpbench.backends.torch.fp8 import fp8_compiled
 from mpbench.policies import POLICIES, DeviceTraits
-from mpbench.runner.cells import expand
 from mpbench.runner.config import RunOptions, build_config
+from mpbench.runner.matrix import expand
 
 QUICK = Path(__file__).resolve().parents[2] / "configs" / "quick.toml"
 EPYC = DeviceTraits("cpu", "AMD EPYC", cpu_flags=frozenset({"avx512_bf16", "avx512f"}))

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from mpbench.detect import collect
-from mpbench.runner.cells import expand
 from mpbench.runner.config import RunOptions, build_config
+from mpbench.runner.matrix import expand
 from mpbench.runner.preflight import preflight
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,8 +13,8 @@ from pathlib import Path
 from mpbench.cli import main
 from mpbench.detect import collect
 from mpbench.policies import DeviceTraits
-from mpbench.runner.cells import expand, left_out_note
 from mpbench.runner.config import RunOptions, build_config
+from mpbench.runner.matrix import expand, left_out_note
 from mpbench.runner.preflight import preflight, unused_settings
 from mpbench.runner.rundir import RunState, write_state
 

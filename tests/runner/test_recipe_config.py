@@ -12,7 +12,6 @@ import pytest
 
 from mpbench.errors import InvalidInput
 from mpbench.policies import DeviceTraits
-from mpbench.runner.cells import expand
 from mpbench.runner.config import (
     RunConfig,
     RunOptions,
@@ -20,6 +19,7 @@ from mpbench.runner.config import (
     compile_axis,
     contradictions,
 )
+from mpbench.runner.matrix import expand
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 QUICK = CONFIGS / "quick.toml"

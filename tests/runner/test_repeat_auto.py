@@ -29,7 +29,6 @@ from mpbench.runner.adaptive import (
     required_rounds,
     stop_reason,
 )
-from mpbench.runner.cells import expand
 from mpbench.runner.config import (
     RunConfig,
     RunOptions,
@@ -37,6 +36,7 @@ from mpbench.runner.config import (
     contradictions,
     parse_file,
 )
+from mpbench.runner.matrix import expand
 from mpbench.runner.progress import pilot_line, round_line
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"

@@ -45,7 +45,7 @@ def parsed(monkeypatch):
     def parse(argv: list[str]) -> RunOptions:
         seen: list[RunOptions] = []
         monkeypatch.setattr(
-            "mpbench.runner.run_matrix", lambda options, summary=None: seen.append(options)
+            "mpbench.runner.loop.run_matrix", lambda options, summary=None: seen.append(options)
         )
         assert main(["run", *argv]) == 0
         return seen[0]

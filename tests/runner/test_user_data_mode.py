@@ -13,8 +13,8 @@ from builders import tiny_toml, torch_only_workload
 from cli import run_mpbench
 from frameworks import needs_torch
 
-from mpbench.runner.cells import cell_data
 from mpbench.runner.config import RunOptions, build_config
+from mpbench.runner.matrix import cell_data
 from mpbench.workloads import describe_workload
 
 # A torch-only user workload: its module imports no framework until a cell builds it.

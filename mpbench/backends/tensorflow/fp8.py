@@ -1,5 +1,5 @@
 """The float8 policy in Keras 3: Keras' float8 training (`layer.quantize("float8")`) on the Dense
-and EinsumDense layers that mpbench.fp8's rules allow, labelled by what ran (hardware or
+and EinsumDense layers that mpbench.fp8_rules's rules allow, labelled by what ran (hardware or
 emulated), and the record's `fp8` field.
 
 What this relies on in Keras 3.15 (keras/src/layers/core/dense.py and einsum_dense.py):
@@ -40,9 +40,9 @@ from typing import Any
 
 import keras
 
-from mpbench import fp8 as rules
+from mpbench import fp8_rules as rules
 from mpbench.backends.base import Unsupported
-from mpbench.fp8 import (
+from mpbench.fp8_rules import (
     HARDWARE,
     Execution,
     Fp8Refused,
@@ -271,7 +271,7 @@ def _as_linear(
 
 def layer_plan(model: keras.Model) -> tuple[LayerPlan, dict[str, keras.layers.Layer], list[str]]:
     """Every Dense and EinsumDense of the model (nested ones included: a MultiHeadAttention's
-    query, key, value and attention_output) as a LinearLayer, planned by mpbench.fp8's rules;
+    query, key, value and attention_output) as a LinearLayer, planned by mpbench.fp8_rules's rules;
     convolutions and embeddings listed as staying in the base policy. Also the layers by
     name, and the planned names whose rows per sample are unknown."""
     linears, other, by_name, unknown = [], {}, {}, []

@@ -1,5 +1,6 @@
-"""The float8 policy in torch: torchao float8 training on the nn.Linear layers that mpbench.fp8's
-rules allow, labelled by what ran (hardware or emulated), and the record's `fp8` field.
+"""The float8 policy in torch: torchao float8 training on the nn.Linear layers that
+mpbench/fp8_rules.py allows, labelled by what ran (hardware or emulated), and the record's
+`fp8` field.
 
 torchao is imported only for a float8 cell (the `fp8` extra)."""
 
@@ -17,7 +18,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_leaves
 
-from mpbench import fp8 as rules
+from mpbench import fp8_rules as rules
 from mpbench.backends.base import Unsupported
 from mpbench.backends.torch.fp8_gemm_timing import measure
 from mpbench.backends.torch.fp8_layers import (
@@ -30,7 +31,8 @@ from mpbench.backends.torch.fp8_layers import (
     trace_forward,
 )
 from mpbench.backends.torch.precision import TorchPrecision
-from mpbench.fp8 import (
+from mpbench.fp8_gemms import Fp8Prediction, no_hardware, training_gemms, untimed
+from mpbench.fp8_rules import (
     HARDWARE,
     Execution,
     Fp8Refused,
@@ -38,7 +40,6 @@ from mpbench.fp8 import (
     device_refusal,
     execution,
 )
-from mpbench.fp8_gemms import Fp8Prediction, no_hardware, training_gemms, untimed
 from mpbench.policies import FLOAT8
 
 INSTALL_HINT = "float8 in torch needs torchao: pip install 'mpbench[fp8]'"

@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterable
 import torch
 
 from mpbench.backends.timing import StepTimer
-from mpbench.fp8 import TORCH_RECIPES
 from mpbench.fp8_gemms import (
     EAGER_CAST_BYTES,
     FUSED_CAST_BYTES,
@@ -35,6 +34,7 @@ from mpbench.fp8_gemms import (
     unique_shapes,
     untimed,
 )
+from mpbench.fp8_rules import TORCH_RECIPES
 
 Shape = tuple[int, int, int]
 FP8 = torch.float8_e4m3fn

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from mpbench.backends.torch.flops import SOURCE, counted
-from mpbench.fp8 import LayerPlan, LinearLayer, plan_layers
+from mpbench.fp8_rules import LayerPlan, LinearLayer, plan_layers
 
 CONV_REASON = "convolution: torchao converts nn.Linear only"
 NOT_LINEAR = "not nn.Linear ({kind}): torchao converts nn.Linear only"

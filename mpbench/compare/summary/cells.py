@@ -184,7 +184,7 @@ class Fp8Summary:
 
     mode: str  # "emulated" when any finished repeat was: no speed-up is shown then
     why: str
-    gemm: str  # how its fp8 GEMMs ran, the record's words (from what ran: mpbench.fp8)
+    gemm: str  # how its fp8 GEMMs ran, the record's words (from what ran: mpbench.fp8_rules)
     layers_fp8: int
     layers_total: int  # fp8 and kept in the base precision
     flop_share: float | None  # the fp8 GEMMs' share of the step's matmul FLOPs
