@@ -1,4 +1,4 @@
-"""Predict before you run, explain after (issue 36): an fp8 cell's GEMMs, their predicted gain
+"""Predict before you run, explain after: an fp8 cell's GEMMs, their predicted gain
 from bf16 and fp8 GEMM times measured at exactly those shapes, and the verdict's words.
 
 No framework: the backend times the shapes (backends/torch/fp8_gemm_timing.py) and hands the
@@ -37,7 +37,7 @@ FUSED_CAST_BYTES = 5
 # (read 4, write 4), clamp (read 4, write 4), .to(float8) (read 4, write 1) = 33 B. A float32
 # master weight comes to the same 33 B (.to(float32) is then a no-op, the rest read 4 B).
 EAGER_CAST_BYTES = 33
-# The brief's default (issue 36): the fused figure.
+# The fused figure: what torch.compile's fused casts cost, the path an fp8 cell takes by default.
 CAST_BYTES_PER_ELEMENT = FUSED_CAST_BYTES
 
 # A predicted or measured gain within 1 ± BREAK_EVEN_BAND "breaks even": a few per cent is

@@ -22,7 +22,7 @@ weight's cast made once by autocast's cache, as in a step's forward, so no cast 
 torch.mm on 16-bit tensors: the kernel can differ. On an AVX2-only CPU torch.mm on two bf16
 row-major tensors ran a slow reference kernel (0.0013 TFLOP/s) while the bf16 training step,
 through autocast's linear, achieved 0.0072 TFLOP/s, and a "peak" below what the step reached
-voided MFU there (issue 41); on a 2-core AVX2-only CPU, F.linear under autocast ran 0.016
+voided MFU there; on a 2-core AVX2-only CPU, F.linear under autocast ran 0.016
 TFLOP/s at n = 512 where that torch.mm ran 0.0013.
 
 CPU and MPS time with perf_counter (MPS synchronised); CUDA with CUDA events around each multiply

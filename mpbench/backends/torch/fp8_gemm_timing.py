@@ -1,4 +1,4 @@
-"""The fp8 prediction's measurements in torch (issue 36, mpbench/fp8_gemms.py): bf16 torch.mm
+"""The fp8 prediction's measurements in torch (mpbench/fp8_gemms.py): bf16 torch.mm
 against torch._scaled_mm at exactly a cell's GEMM shapes, and the device's copy bandwidth for
 the cast overhead. Short, before training: a budget stops the timing, a refused shape is an
 error in its row, and no random number is drawn from the global RNG (the cell's seeded RNG is

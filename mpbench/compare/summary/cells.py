@@ -204,7 +204,7 @@ class Fp8Summary:
     def coverage(self) -> str:
         """`fp8 covers 98 % of the step's matmul FLOPs`, or why that share is unknown. A
         count of layers is never the answer: GPT-2's one converted head is 1 of 3 layers and
-        7 % of its FLOPs (issue 41)."""
+        7 % of its FLOPs."""
         if self.share() is not None:
             return f"fp8 covers {self.share()} of the step's matmul FLOPs"
         why = self.flop_share_note or "the records do not say why"
