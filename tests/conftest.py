@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import signal
 import sys
@@ -35,6 +36,47 @@ from frameworks import needs_tensorflow, needs_torch
 # children get Python's usual KeyboardInterrupt.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _one_core_per_worker() -> None:
+    """Under pytest-xdist, each worker (and every process it starts: the cells, their fork
+    servers, torchrun's ranks) runs on a core of its own. A cell sizes its thread pools by
+    the cores it may use (runner/matrix.py's available_cores, the CPU affinity), so two
+    workers no longer run 2 x 2 threads on 2 cores and wait on each other; a test about
+    threads states its own. MPBENCH_TEST_PIN=0 leaves the workers unpinned."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw") or os.environ.get("MPBENCH_TEST_PIN") == "0":
+        return
+    try:
+        cores = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # macOS: no affinity to set
+        return
+    if len(cores) > 1:
+        _WORKER_CORES.update(cores)
+        os.sched_setaffinity(0, {cores[int(worker[2:]) % len(cores)]})
+
+
+_WORKER_CORES: set[int] = set()  # every core, where this worker was pinned to one
+
+
+_one_core_per_worker()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _all_cores_where_asked(request: pytest.FixtureRequest):
+    """A module marked `pytestmark = pytest.mark.all_cores` (data-parallel runs: a CPU
+    replica needs a core of its own) runs on every core the machine gave the test run, its
+    module fixtures included (an autouse fixture is set up first in its scope)."""
+    if request.node.get_closest_marker("all_cores") is None or not _WORKER_CORES:
+        yield
+        return
+    mine = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, _WORKER_CORES)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, mine)
+
 
 FAKE_PYNVML = Path(__file__).with_name("fakes") / "pynvml_fake.py"
 

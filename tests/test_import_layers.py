@@ -5,6 +5,7 @@ the top of a module (it is an arrow all the same, only a later one)."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "mpbench"
@@ -22,6 +23,7 @@ def _modules() -> dict[str, tuple[Path, bool]]:
     return found
 
 
+@functools.cache  # read once per process: every test asks for the same arrows
 def _imports() -> dict[str, set[str]]:
     """Module -> the mpbench modules it imports (a name imported from a package counts as
     its submodule where there is one)."""

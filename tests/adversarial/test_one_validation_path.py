@@ -24,7 +24,8 @@ from mpbench.policies import DeviceTraits
 from mpbench.runner.config import RunOptions, build_config
 from mpbench.runner.matrix import expand
 
-pytestmark = needs_torch  # its cells import torch, in their own processes
+# its cells import torch, in their own processes; its run is data-parallel (--nproc 2)
+pytestmark = [needs_torch, pytest.mark.all_cores]
 
 TORCH = ["--framework", "torch", "--workload", "mnist_dense", "--device", "cpu"]
 

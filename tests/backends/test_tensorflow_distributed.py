@@ -25,7 +25,8 @@ from mpbench.backends.tensorflow import device as tf_device
 if importlib.util.find_spec("tensorflow") is None:
     pytest.skip("TensorFlow is not installed", allow_module_level=True)
 
-pytestmark = pytest.mark.tensorflow
+# two logical replicas: a core each
+pytestmark = [pytest.mark.tensorflow, pytest.mark.all_cores]
 
 CONFIG = """
 [run]

@@ -15,6 +15,8 @@ from mpbench.policies import DeviceTraits
 from mpbench.runner.config import RunOptions, build_config, contradictions
 from mpbench.runner.matrix import expand
 
+pytestmark = pytest.mark.all_cores  # --nproc 2 on a CPU is checked against the cores
+
 QUICK = Path(__file__).resolve().parents[2] / "configs" / "quick.toml"
 
 

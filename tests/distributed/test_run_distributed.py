@@ -17,7 +17,8 @@ import pytest
 from frameworks import needs_torch
 from processes import marked
 
-pytestmark = needs_torch  # its cells import torch, in their own processes
+# its cells import torch, in their own processes; a CPU replica needs a core of its own
+pytestmark = [needs_torch, pytest.mark.all_cores]
 
 # mnist_dense trains long enough to be killed mid-job; cifar10_cnn is the short cell after it.
 CONFIG = """

@@ -13,7 +13,9 @@ import pytest
 from cli import run_mpbench
 from frameworks import needs_torch
 
-pytestmark = needs_torch  # its cells import torch, in their own processes
+# its cells import torch, in their own processes; two busy processes beside a cell, on every
+# core the machine has
+pytestmark = [needs_torch, pytest.mark.all_cores]
 
 HOG = "while True: pass"
 CELLS = [

@@ -14,7 +14,7 @@ from frameworks import needs_tensorflow, needs_torch
 
 from mpbench.workloads import get_workload
 
-pytestmark = [needs_torch, needs_tensorflow]
+pytestmark = [needs_torch, needs_tensorflow, pytest.mark.all_cores]  # Keras replicas
 
 SIZES = {"units": 32, "heads": 2, "layers": 1, "seq_len": 16}
 TINY = """

@@ -62,6 +62,7 @@ def test_the_example_trains_in_both_frameworks_and_names_its_source(tmp_path: Pa
 
 
 @needs_torch
+@pytest.mark.runs_without_tensorflow
 def test_a_torch_only_workload_skips_its_tensorflow_cells_with_the_reason(tmp_path: Path) -> None:
     found = run_records(tmp_path / "run", "-w", "examples.tabular_mlp:TORCH_ONLY", "-f", "all",
                         "-p", "fp32")  # fmt: skip
