@@ -46,10 +46,10 @@ import time
 from pathlib import Path
 
 from mpbench.detect import collect
-from mpbench.runner.cells import expand
 from mpbench.runner.config import RunOptions, build_config
 from mpbench.runner.launchers.process import run_in_child
 from mpbench.runner.launchers.zygote import ForkServers
+from mpbench.runner.matrix import expand
 
 IMPORTS = {
     "torch": "import torch",
