@@ -31,6 +31,7 @@ from mpbench.results import (
     DeviceInfo,
     DivergenceInfo,
     EndToEndStats,
+    Fp8Stats,
     LossScaleStats,
     MemoryStats,
     Status,
@@ -487,3 +488,24 @@ def variant_run(run_id: str = "20260305-120000-cpu") -> list[CellRecord]:
     fallback.cell_id = "torch/mnist_dense/mixed_float16@ls1e+30~fallback-mixed_bfloat16/r0"
     fallback.fallback_of = diverged.cell_id
     return [*records, diverged, fallback]
+
+
+def fp8_stats(**overrides: object) -> Fp8Stats:
+    """An fp8 cell's `fp8` block as torchao on an H100 records it (hardware fp8, compiled, the
+    MNIST dense model's two inner layers converted); `overrides` by field."""
+    fields = dict(
+        mode="hardware",
+        why="fp8 GEMMs on fp8 Tensor Cores (compute capability >= 8.9)",
+        requested="auto",
+        backend="torchao 0.18.0 float8 training",
+        gemm="torch._scaled_mm on fp8 Tensor Cores (cuBLASLt tensorwise)",
+        recipe="tensorwise",
+        scaling="dynamic (current) scaling, per tensor",
+        formats={"input": "float8_e4m3fn"},
+        base_policy="mixed_bfloat16",
+        layers_fp8=["0", "2"],
+        skipped_layers={},
+        flop_share_fp8=0.998,
+        compiled=True,
+    )
+    return Fp8Stats(**{**fields, **overrides})

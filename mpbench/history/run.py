@@ -20,6 +20,7 @@ from mpbench.history.findings import BY_DEVICE, HistoryReport, build_history
 from mpbench.history.options import HistoryOptions
 from mpbench.result_options import DEFAULT_STORE, METRICS
 from mpbench.results.sources import Sources, read_sources, runs_margin
+from mpbench.results.store import StoreFilter
 
 
 def run_history(options: HistoryOptions, stdout: TextIO | None = None) -> int:
@@ -32,12 +33,14 @@ def run_history(options: HistoryOptions, stdout: TextIO | None = None) -> int:
     paths = options.paths or [_default_store()]
     # Before anything is read: a report must never be written over what it reports on.
     check_destinations(options.output, options.plot, input_files(paths), what="history")
-    options.record_filter()  # a bad date or range: one line before anything is read
+    # Checked before anything is read: a bad date or range is one line. Policies pick the
+    # series shown, not the records read (a speed-up needs float32's).
+    filters = options.record_filter(by_policy=False)
     sources = read_sources(paths, options.repo, ask_git=True)
     if options.by == BY_DEVICE:
-        _fleet(sources, options, out)
+        _fleet(sources, filters, options, out)
         return 0
-    return _history(sources, options, out)
+    return _history(sources, filters, options, out)
 
 
 def _default_store() -> Path:
@@ -49,12 +52,14 @@ def _default_store() -> Path:
     return DEFAULT_STORE
 
 
-def _fleet(sources: Sources, options: HistoryOptions, out: TextIO) -> None:
+def _fleet(
+    sources: Sources, filters: StoreFilter | None, options: HistoryOptions, out: TextIO
+) -> None:
     from mpbench.history import render
     from mpbench.history.fleet import fleet_tables
     from mpbench.policies import BASELINE
 
-    selection = sources.select(options.record_filter(by_policy=False), newest=True)
+    selection = sources.select(filters, newest=True)
     # Each machine's accuracy judged at the margin its run was made with, as compare does.
     margin = runs_margin(selection.run_jsons)
     tables = fleet_tables(selection.records, selection.runs, margin)
@@ -79,14 +84,15 @@ def _fleet(sources: Sources, options: HistoryOptions, out: TextIO) -> None:
     _show(heading, render.fleet_text_tables(tables), notes, options, out)
 
 
-def _history(sources: Sources, options: HistoryOptions, out: TextIO) -> int:
+def _history(
+    sources: Sources, filters: StoreFilter | None, options: HistoryOptions, out: TextIO
+) -> int:
     """Show the history; return the exit code (1: --ci and the newest run failed)."""
     from mpbench.history import render
     from mpbench.history.ci import FAIL, INCONCLUSIVE
     from mpbench.history.series import METRICS as ALL_METRICS
 
     chosen = ALL_METRICS if METRICS[options.metric] is None else (METRICS[options.metric],)
-    filters = options.record_filter(by_policy=False)
     report = build_history(
         sources, filters, options.policies, chosen, options.by, options.threshold, options.penalty
     )

@@ -83,14 +83,13 @@ class Sources:
         either all of them (`pool`, or a filter that picks runs) or, where they are a history
         (several commits, or a store's), its newest run only. `newest`: each machine's newest
         run whatever its runs are (the fleet)."""
-        chosen = (filters or StoreFilter()).runs(self.runs)
-        keeps = filters.keeps if filters is not None else (lambda record: True)
-        records = [r for r in self.records if keeps(r)]
+        filters = filters or StoreFilter()
+        chosen = filters.runs(self.runs)
         ids = {run.run_id for run in chosen}
-        records = [r for r in records if r.run_id in ids]
+        records = [r for r in self.records if r.run_id in ids and filters.keeps(r)]
         by_machine = _machine_runs(chosen, records)
         left_out: dict[str, list[StoredRun]] = {}
-        picked = filters is not None and filters.selects_runs
+        picked = filters.selects_runs
         for fingerprint, runs in by_machine.items():
             history = not pool and not picked and self._a_history(runs)
             if len(runs) > 1 and (newest or history):

@@ -10,7 +10,7 @@ import io
 import json
 
 import pytest
-from builders import record
+from builders import fp8_stats, record
 
 from mpbench.compare import CompareOptions, build_report
 from mpbench.compare.render.csv_report import render_csv
@@ -38,19 +38,8 @@ def _prediction(gain: float) -> Fp8Prediction:
 
 
 def _fp8(gain: float | None, compiled: bool) -> Fp8Stats:
-    return Fp8Stats(
-        mode="hardware",
-        why="fp8 GEMMs on fp8 Tensor Cores (compute capability >= 8.9)",
-        requested="auto",
-        backend="torchao 0.18.0 float8 training",
-        gemm="torch._scaled_mm on fp8 Tensor Cores (cuBLASLt tensorwise)",
-        recipe="tensorwise",
-        scaling="dynamic (current) scaling, per tensor",
-        formats={"input": "float8_e4m3fn"},
-        base_policy="mixed_bfloat16",
-        layers_fp8=["0", "2"],
+    return fp8_stats(
         skipped_layers={"4": "out 10 not a multiple of 16"},
-        flop_share_fp8=0.998,
         compiled=compiled,
         prediction=_prediction(gain) if gain is not None else None,
     )

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
-from builders import BUSY, QUIET, record, write_run
+from builders import BUSY, QUIET, fp8_stats, record, write_run
 from cli import run_mpbench
 from compare_helpers import FIXTURES
 
@@ -40,21 +40,7 @@ def _report(records: list):
 
 
 def _fp8(mode: str = "hardware") -> Fp8Stats:
-    return Fp8Stats(
-        mode=mode,
-        why="fp8 GEMMs on fp8 Tensor Cores (compute capability >= 8.9)",
-        requested="auto",
-        backend="torchao 0.18.0 float8 training",
-        gemm="torch._scaled_mm on fp8 Tensor Cores (cuBLASLt tensorwise)",
-        recipe="tensorwise",
-        scaling="dynamic (current) scaling, per tensor",
-        formats={"input": "float8_e4m3fn"},
-        base_policy="mixed_bfloat16",
-        layers_fp8=["0", "2"],
-        skipped_layers={},
-        flop_share_fp8=0.998,
-        compiled=True,
-    )
+    return fp8_stats(mode=mode)
 
 
 def _fp8_run(also_eager: bool) -> list:
