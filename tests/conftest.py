@@ -6,9 +6,9 @@ It also files every test into a tier, automatically (README, "Development"):
 - `slow`: the test took at least SLOW_S seconds (setup, call and teardown) when last
   measured, or it shares a fixture whose setup took that long (module- or session-scoped:
   whichever of its tests runs first pays for it). The measurements live in
-  tests/tiers.json, written by `python -m pytest --record-tiers` (the whole suite, on a
-  quiet machine). A test not yet
-  measured is filed by where it lives: slow if its module starts processes or trains.
+  tests/tiers.json, written by `python -m pytest -n 2 --dist loadfile --record-tiers` (the
+  whole suite as CI runs it, on a quiet machine). A test not yet measured is filed by where
+  it lives: slow if its module starts processes or trains.
 - `torch`, `tensorflow`: the test uses the framework: its module imports it (read from its
   source, without importing anything), or the test or module says so (the marker itself, or
   needs_torch / needs_tensorflow). They select; what skips a test where a framework is missing
@@ -24,7 +24,6 @@ import os
 import re
 import signal
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -190,6 +189,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         *(_shared_fixtures(by_id[i]) for i in tiers.get("slow_setup", []) if i in by_id)
     )
     unmeasured = 0
+    module_s: dict[Path, float] = {}
     for item in items:
         source = _source(item.path)
         for marker, pattern in _FRAMEWORKS.items():
@@ -199,36 +199,49 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if seconds is None:
             unmeasured += 1
             slow = bool(_SLOW_SOURCE.search(source))
+            seconds = UNMEASURED_S[slow]
         else:
             slow = seconds >= SLOW_S or bool(costly & _shared_fixtures(item))
         if slow and not item.get_closest_marker("slow"):
             item.add_marker("slow")
+        module_s[item.path] = module_s.get(item.path, 0.0) + seconds
     config.stash[_UNMEASURED] = unmeasured
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        _longest_modules_first(items, module_s)
+
+
+# What an unmeasured test is guessed to take, by whether its module looks slow (above).
+UNMEASURED_S = {True: 2.0, False: 0.02}
+
+
+def _longest_modules_first(items: list[pytest.Item], module_s: dict[Path, float]) -> None:
+    """pytest-xdist hands its workers one module at a time, in the order collected (CI's
+    `--dist loadfile`): the longest modules go first, so that no long module starts last
+    while the other worker has nothing left to do (longest-processing-time-first). Every
+    worker collects, and sorts, the same way; a module's tests keep their own order."""
+    rank = {path: n for n, path in enumerate(sorted(module_s, key=lambda p: (-module_s[p], p)))}
+    items.sort(key=lambda item: rank[item.path])
 
 
 _UNMEASURED = pytest.StashKey[int]()
-_TIMES = pytest.StashKey[dict[str, float]]()
-_slow_setups: set[str] = set()  # tests whose setup took SLOW_S or more, this session
+# Each test's setup, call and teardown, summed, and the tests whose setup took SLOW_S or more.
+# Reports reach this hook in the process that writes tiers.json: pytest-xdist's controller
+# receives every worker's, so `--record-tiers -n 2` times the suite as CI runs it.
+_times: dict[str, float] = {}
+_slow_setups: set[str] = set()
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _times[report.nodeid] = round(_times.get(report.nodeid, 0.0) + report.duration, 3)
     if report.when == "setup" and report.duration >= SLOW_S:
         _slow_setups.add(report.nodeid)
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
-    started = time.perf_counter()
-    try:
-        return (yield)
-    finally:
-        times = item.config.stash.setdefault(_TIMES, {})
-        times[item.nodeid] = round(time.perf_counter() - started, 3)
-
-
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
-    times = config.stash.get(_TIMES, {})
+    times = _times
+    if hasattr(config, "workerinput"):
+        return  # an xdist worker: its controller has its reports, and writes the file
     if config.getoption("--record-tiers") and times:
         # A partial run updates its own tests and keeps the others' times; a test whose file
         # is gone is dropped (renamed tests: the whole suite's run drops their old names).
