@@ -14,6 +14,7 @@
 #   MPBENCH_SAVE_BASELINE  1/true: same as --save-baseline        (off)
 #   MPBENCH_SAVE_CONTENDED 1/true: same as --save-contended       (off)
 #   MPBENCH_BASELINE_FROM  where the baseline came from, for the messages (the cache key)
+#   MPBENCH_PLOT           0/false: no compare.png (a few seconds less; no matplotlib needed)  (on)
 # Limits, each as `mpbench compare` takes it; an empty value turns that gate off:
 #   MPBENCH_MAX_SLOWDOWN         step time vs the baseline        5%
 #   MPBENCH_MAX_MEMORY_INCREASE  training memory vs the baseline  25%
@@ -88,6 +89,10 @@ max_accuracy_delta="${MPBENCH_MAX_ACCURACY_DELTA-5}"
 min_speedup="${MPBENCH_MIN_SPEEDUP:-}"
 allow_different_hardware="${MPBENCH_ALLOW_DIFFERENT_HARDWARE-1}"
 require_conclusive="${MPBENCH_REQUIRE_CONCLUSIVE:-0}"
+plot="$out/compare.png"
+case "${MPBENCH_PLOT:-1}" in
+    0 | false | False | FALSE | no | off) plot="" ;;
+esac
 
 if [[ "${out%/}" == "${baseline%/}" ]]; then
     echo "mpbench-gate: MPBENCH_OUT and MPBENCH_BASELINE are the same directory ($out)" >&2
@@ -140,7 +145,10 @@ print("\n".join(sorted(p for p in seen if p)))
 ' "$out/results.jsonl"
 }
 
-args=("$out" --format markdown --output "$out/compare.md" --plot "$out/compare.png")
+args=("$out" --format markdown --output "$out/compare.md")
+if [[ -n "$plot" ]]; then
+    args+=(--plot "$plot")
+fi
 if [[ -n "$max_accuracy_delta" ]]; then
     ran="$(finished_policies 2>/dev/null || true)"
     if [[ "$ran" == float32 ]]; then
@@ -179,7 +187,7 @@ fi
 
 compare_rc=0
 mpbench compare "${args[@]}" || compare_rc=$?
-echo "mpbench-gate: report $out/compare.md, plot $out/compare.png"
+echo "mpbench-gate: report $out/compare.md, plot ${plot:-none (MPBENCH_PLOT=${MPBENCH_PLOT:-})}"
 
 rc="$compare_rc"
 if ((rc == 0 && run_rc != 0)); then

@@ -51,6 +51,21 @@ def _report(records: list[CellRecord], tmp_path: Path | None = None):
     return build_report(records, CompareOptions())
 
 
+@pytest.fixture(scope="module")
+def cpu_run_plotted(tmp_path_factory: pytest.TempPathFactory):
+    """A default run on this CPU (builders.cpu_run), written, read back, compared and drawn
+    once for the tests that only inspect it (a figure takes seconds to lay out)."""
+    report = _report(cpu_run(), tmp_path_factory.mktemp("cpu_run"))
+    return report, build_figure(report)
+
+
+@pytest.fixture(scope="module")
+def three_repeats_plotted(tmp_path_factory: pytest.TempPathFactory):
+    """_three_repeats(), written, read back, compared and drawn once."""
+    report = _report(_three_repeats(), tmp_path_factory.mktemp("three_repeats"))
+    return report, build_figure(report)
+
+
 def _axes(fig) -> dict[str, object]:
     """Axes by title (first line), in drawing order; a repeated title gets a #n suffix."""
     out: dict[str, object] = {}
@@ -72,9 +87,8 @@ def _figure_texts(fig) -> list[str]:
     return [t.get_text() for sub in fig.subfigs for t in sub.texts]
 
 
-def test_the_figure_has_every_panel_per_workload(tmp_path: Path) -> None:
-    report = _report(cpu_run(), tmp_path)
-    fig = build_figure(report)
+def test_the_figure_has_every_panel_per_workload(cpu_run_plotted) -> None:
+    _, fig = cpu_run_plotted
     titles = [ax.get_title() for ax in fig.axes]
     # Two workloads x (speed-up, memory, accuracy, step time, one loss panel per framework).
     assert len(fig.axes) == 2 * 6
@@ -95,8 +109,8 @@ def test_the_figure_has_every_panel_per_workload(tmp_path: Path) -> None:
     assert legend_texts == ["torch", "tf"]  # the tables' row names (labels.Labeler.group)
 
 
-def test_skipped_and_failed_cells_are_named_not_drawn(tmp_path: Path) -> None:
-    fig = build_figure(_report(cpu_run(), tmp_path))
+def test_skipped_and_failed_cells_are_named_not_drawn(cpu_run_plotted) -> None:
+    _, fig = cpu_run_plotted
     axes = _axes(fig)
     speedup = axes["speed-up vs fp32 (synced step)"]
     assert _texts(speedup).count("skipped") == 2  # tf32 in torch and in tensorflow
@@ -108,10 +122,9 @@ def test_skipped_and_failed_cells_are_named_not_drawn(tmp_path: Path) -> None:
     assert all(abs(bar.get_x() + bar.get_width() / 2 - 1) > 0.3 for bar in speedup.patches)
 
 
-def test_whiskers_are_the_reports_95_percent_intervals(tmp_path: Path) -> None:
-    report = _report(_three_repeats(), tmp_path)
+def test_whiskers_are_the_reports_95_percent_intervals(three_repeats_plotted) -> None:
+    report, fig = three_repeats_plotted
     group = report.sections[0].groups[0]
-    fig = build_figure(report)
     axes = _axes(fig)
     # Policies on the axis: fp32 (0), tf32 (1), bf16 (2); one framework: no offset.
     speedup = group.comparisons["mixed_bfloat16"].speedup
@@ -129,9 +142,8 @@ def test_whiskers_are_the_reports_95_percent_intervals(tmp_path: Path) -> None:
     assert f"{speedup.value:.2f}×" in _texts(axes["speed-up vs fp32 (synced step)"])
 
 
-def test_one_repeat_whiskers_are_within_run_and_marked(tmp_path: Path) -> None:
-    report = _report(cpu_run(), tmp_path)
-    fig = build_figure(report)
+def test_one_repeat_whiskers_are_within_run_and_marked(cpu_run_plotted) -> None:
+    report, fig = cpu_run_plotted
     speedup = _axes(fig)["speed-up vs fp32 (synced step)"]
     group = report.sections[0].groups[0]  # torch, mnist_dense
     estimate = group.comparisons["mixed_bfloat16"].speedup
@@ -143,8 +155,8 @@ def test_one_repeat_whiskers_are_within_run_and_marked(tmp_path: Path) -> None:
     assert "within-run only" in " ".join(_figure_texts(fig))
 
 
-def test_loss_curves_per_policy_with_each_repeat_and_the_mean(tmp_path: Path) -> None:
-    fig = build_figure(_report(_three_repeats(), tmp_path))
+def test_loss_curves_per_policy_with_each_repeat_and_the_mean(three_repeats_plotted) -> None:
+    _, fig = three_repeats_plotted
     (loss,) = [ax for ax in fig.axes if "training loss per epoch" in ax.get_title()]
     assert loss.get_title().startswith("torch\n")
     assert loss.get_xlabel() == "epoch" and loss.get_ylabel() == "training loss"
@@ -165,13 +177,15 @@ def test_one_epoch_is_points_and_says_so(tmp_path: Path) -> None:
     assert "skipped" in _texts(loss)
 
 
-def test_log_axes_when_policies_differ_tenfold_linear_otherwise(tmp_path: Path) -> None:
-    wide = _axes(build_figure(_report(cpu_run(), tmp_path / "a")))
+def test_log_axes_when_policies_differ_tenfold_linear_otherwise(
+    cpu_run_plotted, three_repeats_plotted
+) -> None:
+    wide = _axes(cpu_run_plotted[1])
     # On this CPU fp16 is ~5x slower and bf16 ~2.5x faster than float32: a 13x spread.
     assert wide["speed-up vs fp32 (synced step)"].get_yscale() == "log"
     assert wide["step time per policy"].get_yscale() == "log"
     assert "log scale" in wide["step time per policy"].get_ylabel()
-    narrow = _axes(build_figure(_report(_three_repeats(), tmp_path / "b")))
+    narrow = _axes(three_repeats_plotted[1])
     assert narrow["speed-up vs fp32 (synced step)"].get_yscale() == "linear"
     assert narrow["step time per policy"].get_yscale() == "linear"
     assert narrow["step time per policy"].get_ylabel() == "ms per synced step"
@@ -327,8 +341,8 @@ def test_a_contended_float32_hatches_the_speedups_that_rest_on_it(tmp_path: Path
     assert [p.get_hatch() is not None for p in steps.patches] == [True, False]  # fp32, bf16
 
 
-def test_a_quiet_run_has_no_hatching_and_no_contended_entry(tmp_path: Path) -> None:
-    fig = build_figure(_report(cpu_run(), tmp_path))
+def test_a_quiet_run_has_no_hatching_and_no_contended_entry(cpu_run_plotted) -> None:
+    _, fig = cpu_run_plotted
     assert not any(p.get_hatch() for ax in fig.axes for p in ax.patches)
     assert _legend_texts(fig) == ["torch", "tf"]
 

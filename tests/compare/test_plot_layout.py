@@ -56,8 +56,14 @@ def _long_run():
     return records
 
 
-def test_policy_tick_labels_never_overlap(tmp_path: Path) -> None:
-    fig, renderer = _figure(tmp_path, _long_run())
+@pytest.fixture(scope="module")
+def long_run(tmp_path_factory: pytest.TempPathFactory):
+    """_long_run()'s figure, drawn once for the tests that only read it."""
+    return _figure(tmp_path_factory.mktemp("long_run"), _long_run())
+
+
+def test_policy_tick_labels_never_overlap(long_run) -> None:
+    fig, renderer = long_run
     checked = 0
     for ax in fig.axes:
         labels = [t for t in ax.get_xticklabels() if t.get_visible() and t.get_text()]
@@ -89,8 +95,8 @@ def test_each_variant_of_a_policy_has_its_own_colour(tmp_path: Path) -> None:
     assert not set(fp16) & set(bf16)
 
 
-def test_every_title_and_the_legend_fit_inside_the_figure(tmp_path: Path) -> None:
-    fig, renderer = _figure(tmp_path, _long_run())
+def test_every_title_and_the_legend_fit_inside_the_figure(long_run) -> None:
+    fig, renderer = long_run
     inside = fig.bbox
     texts = [sub._suptitle for sub in fig.subfigs if sub._suptitle is not None]
     texts += [ax.title for ax in fig.axes if ax.get_title()]
