@@ -29,7 +29,6 @@ its end; it dies with the run (parent-death signal) like a cell.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import importlib
 import json
@@ -407,6 +406,8 @@ def _become_cell(channel: socket.socket, fds: list[int], env: dict[str, str], pa
     the cell's own main (launchers/cell.py); never returns."""
     code = 1
     try:
+        from mpbench.runner.launchers.cell import exit_now, main
+
         channel.close()
         os.setsid()  # its own process group, as start_new_session gives a new process
         stdin, events, stdout, stderr = fds
@@ -419,8 +420,6 @@ def _become_cell(channel: socket.socket, fds: list[int], env: dict[str, str], pa
         # As a new process buffers: by line on a terminal (--verbose), else by block.
         sys.stdout.reconfigure(line_buffering=os.isatty(1))
         sys.stderr.reconfigure(line_buffering=True)
-        from mpbench.runner.launchers.cell import main
-
         code = main(["cell", str(events), str(parent)])
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
@@ -428,10 +427,8 @@ def _become_cell(channel: socket.socket, fds: list[int], env: dict[str, str], pa
         traceback.print_exc()
     finally:
         with contextlib.suppress(BaseException):
-            atexit._run_exitfuncs()  # what a new process does at exit
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(code)
+            exit_now(code)  # as a new cell process ends; never returns
+        os._exit(code)  # only if exit_now could not even be imported
 
 
 def _send(channel: socket.socket, message: dict[str, Any]) -> None:
@@ -440,4 +437,8 @@ def _send(channel: socket.socket, message: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(serve(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])))
+    from mpbench.runner.launchers.cell import exit_now
+
+    # The server built nothing and holds nothing to save: no teardown of the framework
+    # (about 1 s with torch), which the run's end waits for.
+    exit_now(serve(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])))
