@@ -12,6 +12,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
@@ -45,24 +46,106 @@ synthetic_test_size = 512
 """
 
 
-def run_cli(tmp_path: Path, name: str, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
-    config = tmp_path / "tf_dist.toml"
-    config.write_text(CONFIG)
-    out = tmp_path / name
-    args = [
-        sys.executable, "-m", "mpbench", "run", "--config", str(config), "-f", "tensorflow",
-        "-w", "mnist_dense", "--device", "cpu", "--out", str(out), *extra,
-    ]  # fmt: skip
-    done = subprocess.run(args, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    lines = (out / "results.jsonl").read_text().splitlines()
-    return done, {r["cell_id"]: r for r in map(json.loads, lines)}
+class Run:
+    """A process started in the background, its output read once it ends."""
+
+    def __init__(self, args: list[str]) -> None:
+        self.process = subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+
+    def done(self, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        """What subprocess.run(args, capture_output=True, text=True, timeout=timeout) gives."""
+        try:
+            stdout, stderr = self.process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.communicate()
+            raise
+        return subprocess.CompletedProcess(
+            self.process.args, self.process.returncode, stdout, stderr
+        )
+
+
+class CliRun(Run):
+    def __init__(self, tmp_path: Path, name: str, *extra: str) -> None:
+        config = tmp_path / "tf_dist.toml"
+        config.write_text(CONFIG)
+        self.out = tmp_path / name
+        super().__init__([
+            sys.executable, "-m", "mpbench", "run", "--config", str(config), "-f", "tensorflow",
+            "-w", "mnist_dense", "--device", "cpu", "--out", str(self.out), *extra,
+        ])  # fmt: skip
+
+    def result(self) -> tuple[subprocess.CompletedProcess, dict]:
+        done = self.done()
+        assert done.returncode == 0, done.stdout + done.stderr
+        lines = (self.out / "results.jsonl").read_text().splitlines()
+        return done, {r["cell_id"]: r for r in map(json.loads, lines)}
+
+
+def selected(request: pytest.FixtureRequest, key) -> set:
+    """`key(item)` of each of this module's tests that this session runs (not deselected)."""
+    path = request.node.path
+    return {key(item) for item in request.session.items if item.path == path} - {None}
+
+
+# Which process each test reads (None: none).
+PROCESS = {
+    "test_two_logical_replicas_train_and_are_recorded": "ok",
+    "test_xla_with_a_strategy_is_skipped_with_the_reason": "jit",
+    "test_several_nodes_are_skipped_with_the_reason": "nodes",
+    "test_two_replicas_train_as_one_device_with_the_global_batch": "child",
+}
+
+
+def process_of(item: pytest.Item):
+    name = getattr(item, "originalname", None)
+    if name == "test_float8_trains_emulated_on_two_logical_replicas":
+        return item.callspec.params["loop"]
+    return PROCESS.get(name)
+
+
+@pytest.fixture(scope="module")
+def started(request, tmp_path_factory) -> Iterator[dict[str, Run]]:
+    """The processes of this module's tests that this session runs, started at once when the
+    first of them asks: each imports TensorFlow (seconds, on one core) and they are
+    independent, so their imports and trainings overlap instead of following each other.
+    Each test waits for its own process and asserts on it alone (its output folder is its
+    own)."""
+
+    # Each CLI run's options after the module's own (CliRun).
+    options = {
+        "ok": "-p fp32 -p bf16 --nproc 2 --grad-comm bf16 --accumulate 1,2",
+        "fit": "-p fp8 --nproc 2 --loop fit",
+        "custom": "-p fp8 --nproc 2 --loop custom",
+        "jit": "-p fp32 --nproc 2 --jit on",
+        "nodes": "-p fp32 --nproc 2 --nnodes 2 --rdzv-endpoint 127.0.0.1:29555",
+    }
+
+    def start(name: str) -> Run:
+        if name == "child":
+            return Run([sys.executable, "-c", CHILD, json.dumps(GLOBAL_BATCH_REQUESTS)])
+        return CliRun(tmp_path_factory.mktemp(name), name, *options[name].split())
+
+    wanted = selected(request, process_of)
+    runs: dict[str, Run] = {}
+    try:
+        for name in ("ok", "child", "fit", "custom", "jit", "nodes"):
+            if name in wanted:
+                runs[name] = start(name)
+        yield runs
+    finally:
+        for run in runs.values():
+            if run.process.poll() is None:
+                run.process.kill()
+            run.process.communicate()
 
 
 @pytest.mark.slow
-def test_two_logical_replicas_train_and_are_recorded(tmp_path):
-    args = ["-p", "fp32", "-p", "bf16", "--nproc", "2", "--grad-comm", "bf16"]
-    done, found = run_cli(tmp_path, "ok", *args, "--accumulate", "1,2")
+def test_two_logical_replicas_train_and_are_recorded(started):
+    # -p fp32 -p bf16 --nproc 2 --grad-comm bf16 --accumulate 1,2 (the fixture's)
+    done, found = started["ok"].result()
     assert "plumbing, not scaling" in done.stdout + done.stderr  # logical CPUs share cores
     ids = {
         "float32": "tensorflow/mnist_dense/float32@np2/r0",
@@ -106,10 +189,10 @@ def test_two_logical_replicas_train_and_are_recorded(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("loop", ["fit", "custom"])
-def test_float8_trains_emulated_on_two_logical_replicas(tmp_path, loop):
+def test_float8_trains_emulated_on_two_logical_replicas(started, loop):
     """The float8 layers' scales and amax histories are trainable variables that the
     optimizer overwrites (overwrite_with_gradient): under the strategy too, in both loops."""
-    _, found = run_cli(tmp_path, loop, "-p", "fp8", "--nproc", "2", "--loop", loop)
+    _, found = started[loop].result()  # -p fp8 --nproc 2 --loop <loop>
     (record,) = found.values()
     assert record["cell_id"] == "tensorflow/mnist_dense/float8@np2/r0"
     assert record["status"] == "ok", record["reason"]
@@ -120,17 +203,21 @@ def test_float8_trains_emulated_on_two_logical_replicas(tmp_path, loop):
     assert record["accuracy"]["test_accuracy"] > 0.2  # 10 classes: above chance, it learnt
 
 
-def test_xla_with_a_strategy_is_skipped_with_the_reason(tmp_path):
-    _, found = run_cli(tmp_path, "jit", "-p", "fp32", "--nproc", "2", "--jit", "on")
+# slow: its process starts with the module's others, so its own time can read 0 s
+@pytest.mark.slow
+def test_xla_with_a_strategy_is_skipped_with_the_reason(started):
+    _, found = started["jit"].result()  # -p fp32 --nproc 2 --jit on
     (record,) = found.values()
     assert record["status"] == "skipped"
     assert "XLA" in record["reason"] and "MirroredStrategy" in record["reason"]
     assert record["distributed"] is None
 
 
-def test_several_nodes_are_skipped_with_the_reason(tmp_path):
-    extra = ["--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:29555"]
-    _, found = run_cli(tmp_path, "nodes", "-p", "fp32", "--nproc", "2", *extra)
+# slow: its process starts with the module's others, so its own time can read 0 s
+@pytest.mark.slow
+def test_several_nodes_are_skipped_with_the_reason(started):
+    # -p fp32 --nproc 2 --nnodes 2 --rdzv-endpoint 127.0.0.1:29555
+    _, found = started["nodes"].result()
     (record,) = found.values()
     assert record["cell_id"] == "tensorflow/mnist_dense/float32@np2@nodes2/r0"
     assert record["status"] == "skipped"
@@ -166,22 +253,22 @@ def spec(**changes) -> dict:
     return asdict(cell_spec(**{**values, **changes}))
 
 
-def test_two_replicas_train_as_one_device_with_the_global_batch():
+# Two replicas at batch 64 and one device at 128, in fit and in the custom loop.
+GLOBAL_BATCH_REQUESTS = [
+    spec(nproc=2, loop="fit"),
+    spec(nproc=2, loop="custom"),
+    spec(batch_size=128, loop="fit"),
+    spec(batch_size=128, loop="custom"),
+]
+
+
+# slow: its process starts with the module's others, so its own time can read 0 s
+@pytest.mark.slow
+def test_two_replicas_train_as_one_device_with_the_global_batch(started):
     """N replicas of batch b average their gradients over the global batch: in float32 they
     follow the same trajectory as one device at batch N x b (same init, same batches), in
     fit and in the custom loop (strategy.run + compute_average_loss)."""
-    requests = [
-        spec(nproc=2, loop="fit"),
-        spec(nproc=2, loop="custom"),
-        spec(batch_size=128, loop="fit"),
-        spec(batch_size=128, loop="custom"),
-    ]
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, json.dumps(requests)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = started["child"].done(timeout=300)  # CHILD with GLOBAL_BATCH_REQUESTS
     assert done.returncode == 0, done.stderr[-3000:]
     line = next(x for x in done.stdout.splitlines() if x.startswith("MPBENCH_TEST_RESULT "))
     fit2, custom2, fit1, custom1 = json.loads(line.removeprefix("MPBENCH_TEST_RESULT "))

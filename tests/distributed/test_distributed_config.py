@@ -3,11 +3,10 @@ ids and config identity, the scaling reference, --resume contradictions, one-lin
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli import run_mpbench
 from frameworks import TENSORFLOW_MISSING, needs_tensorflow, without_tensorflow
 
 from mpbench.errors import InvalidInput
@@ -121,11 +120,10 @@ def test_resume_refuses_another_world_or_precision_but_not_another_endpoint(tmp_
 
 
 def test_a_batch_the_world_cannot_fill_is_refused_before_anything_runs(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-m", "mpbench", "run", "-f", "torch", "-w", "mnist_dense",
-         "-p", "fp32", "--data", "synthetic", "--batch-size", "40000", "--nproc", "1,2",
-         "--device", "cpu", "--out", str(tmp_path / "run")],
-        capture_output=True, text=True, timeout=120,
+    done = run_mpbench(
+        "run", "-f", "torch", "-w", "mnist_dense", "-p", "fp32", "--data", "synthetic",
+        "--batch-size", "40000", "--nproc", "1,2", "--device", "cpu",
+        "--out", tmp_path / "run", timeout=120,
     )  # fmt: skip
     assert done.returncode == 2, done.stdout + done.stderr
     assert "batch size 80000 exceeds the training set (60000)" in done.stderr

@@ -4,11 +4,14 @@ run it. A node left alone at the rendezvous, and a two-node job that trains."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -35,10 +38,13 @@ synthetic_test_size = 128
 CELL = "torch/mnist_dense/float32@nodes2/r0"
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free ports (every probe held open until all are found)."""
+    with contextlib.ExitStack() as stack:
+        probes = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for probe in probes:
+            probe.bind(("127.0.0.1", 0))
+        return [probe.getsockname()[1] for probe in probes]
 
 
 def node_command(tmp_path: Path, node_rank: int | None, port: int, *extra: str) -> list[str]:
@@ -59,26 +65,105 @@ def record(out: Path) -> dict:
     return json.loads(line)
 
 
+# Every test's nodes start at once, when the module's first test asks for them: the lonely
+# nodes mostly wait out their rendezvous timeout, which then overlaps the two-node job's
+# training instead of following it. Each test waits for its own processes and asserts on
+# them alone (their ports, output folders and process marks are their own).
+LONELY = [
+    (0, "for 1 more node (1 of 2 joined)", "1/2 clients joined"),  # it holds the store
+    (1, "for node 0, which holds it: nothing answered there", "client socket has timed out"),
+    (None, "for the other nodes (fewer than 2 of 2 joined)", "RendezvousTimeoutError"),
+]
+
+
+@dataclass
+class Started:
+    """A test's node processes, started; `tmp` is its folder (and its processes' mark)."""
+
+    tmp: Path
+    port: int
+    processes: list[subprocess.Popen]
+
+    def outputs(self, timeout: float) -> list[tuple[int, str, str]]:
+        """Each process's exit code, stdout and stderr, once it ended (killed past
+        `timeout`, as subprocess.run's timeout does)."""
+        found = []
+        for process in self.processes:
+            try:
+                stdout, stderr = process.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.communicate()
+                raise
+            found.append((process.returncode, stdout, stderr))
+        return found
+
+
+def selected(request: pytest.FixtureRequest) -> set:
+    """The runs of this module's tests that this session runs (not deselected): a lonely
+    node's rank, or "pair"."""
+    wanted = set()
+    for item in request.session.items:
+        name = getattr(item, "originalname", None)
+        if item.path != request.node.path:
+            continue
+        if name == "test_a_node_alone_at_the_rendezvous_says_what_it_waited_for":
+            wanted.add(item.callspec.params["node_rank"])
+        elif name == "test_two_nodes_on_loopback_train_one_job_and_record_the_same_figures":
+            wanted.add("pair")
+    return wanted
+
+
+@pytest.fixture(scope="module")
+def started(request, tmp_path_factory) -> Iterator[dict[object, Started]]:
+    """The three lonely nodes (by node rank) and the two-node job ("pair"), all started (those
+    whose tests this session runs)."""
+    wanted = selected(request)
+    ports = free_ports(len(LONELY) + 1)
+    runs: dict[object, Started] = {}
+    try:
+        for (node_rank, _, _), port in zip(LONELY, ports, strict=False):
+            if node_rank not in wanted:
+                continue
+            tmp = tmp_path_factory.mktemp(f"lonely{node_rank}")
+            env = {**os.environ, "MPBENCH_RDZV_TIMEOUT_S": "5", "MPBENCH_MARK": str(tmp)}
+            command = node_command(tmp, node_rank, port, "--timeout", "60")
+            process = subprocess.Popen(
+                command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+            )
+            runs[node_rank] = Started(tmp, port, [process])
+        if "pair" in wanted:
+            tmp = tmp_path_factory.mktemp("pair")
+            env = {**os.environ, "MPBENCH_MARK": str(tmp)}
+            nodes = [
+                subprocess.Popen(
+                    node_command(tmp, rank, ports[-1]),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    env=env,
+                )
+                for rank in (0, 1)
+            ]
+            runs["pair"] = Started(tmp, ports[-1], nodes)
+        yield runs
+    finally:
+        for run in runs.values():
+            for process in run.processes:
+                if process.poll() is None:
+                    process.kill()
+                process.communicate()
+
+
 @pytest.mark.slow  # no training, but the wait and two processes' start: 10-20 s here
-@pytest.mark.parametrize(
-    ("node_rank", "waited_for", "torchrun_said"),
-    [
-        (0, "for 1 more node (1 of 2 joined)", "1/2 clients joined"),  # it holds the store
-        (1, "for node 0, which holds it: nothing answered there", "client socket has timed out"),
-        (None, "for the other nodes (fewer than 2 of 2 joined)", "RendezvousTimeoutError"),
-    ],
-)
+@pytest.mark.parametrize(("node_rank", "waited_for", "torchrun_said"), LONELY)
 def test_a_node_alone_at_the_rendezvous_says_what_it_waited_for(
-    tmp_path, node_rank, waited_for, torchrun_said
+    started, node_rank, waited_for, torchrun_said
 ):
-    port = free_port()
-    mark = str(tmp_path)
-    env = {**os.environ, "MPBENCH_RDZV_TIMEOUT_S": "5", "MPBENCH_MARK": mark}
-    done = subprocess.run(
-        node_command(tmp_path, node_rank, port, "--timeout", "60"),
-        capture_output=True, text=True, timeout=90, env=env,
-    )  # fmt: skip
-    assert done.returncode == 1, done.stdout + done.stderr
+    run = started[node_rank]
+    tmp_path, port, mark = run.tmp, run.port, str(run.tmp)
+    ((returncode, stdout, stderr),) = run.outputs(timeout=90)
+    assert returncode == 1, stdout + stderr
     out = tmp_path / f"node{node_rank}"
     found = record(out)
     assert found["status"] == "timeout"
@@ -90,23 +175,12 @@ def test_a_node_alone_at_the_rendezvous_says_what_it_waited_for(
 
 
 @pytest.mark.slow
-def test_two_nodes_on_loopback_train_one_job_and_record_the_same_figures(tmp_path):
-    port = free_port()
-    mark = str(tmp_path)
-    env = {**os.environ, "MPBENCH_MARK": mark}
-    nodes = [
-        subprocess.Popen(
-            node_command(tmp_path, rank, port),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=env,
-        )
-        for rank in (0, 1)
-    ]
-    outputs = [node.communicate(timeout=240)[0] for node in nodes]
-    for node, output in zip(nodes, outputs, strict=True):
-        assert node.returncode == 0, output
+def test_two_nodes_on_loopback_train_one_job_and_record_the_same_figures(started):
+    run = started["pair"]
+    tmp_path, mark = run.tmp, str(run.tmp)
+    outputs = run.outputs(timeout=240)
+    for returncode, output, _ in outputs:
+        assert returncode == 0, output
     first, second = (record(tmp_path / f"node{rank}") for rank in (0, 1))
     assert first["status"] == second["status"] == "ok", (first["reason"], second["reason"])
     assert first["cell_id"] == second["cell_id"] == CELL

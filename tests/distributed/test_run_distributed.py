@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -62,13 +63,81 @@ def records(out: Path) -> dict[str, dict]:
     return {r["cell_id"]: r for r in map(json.loads, lines)}
 
 
+class Started:
+    """A run started in the background: `done()` waits for it, as subprocess.run would."""
+
+    def __init__(self, tmp_path: Path, *extra: str, env: dict[str, str] | None = None) -> None:
+        self.out = tmp_path / "run"
+        self.process = subprocess.Popen(
+            arguments(config(tmp_path), self.out, *extra),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
+
+    def done(self, timeout: float) -> subprocess.CompletedProcess[str]:
+        try:
+            stdout, stderr = self.process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.communicate()
+            raise
+        return subprocess.CompletedProcess(
+            self.process.args, self.process.returncode, stdout, stderr
+        )
+
+
+# The runs that end on their own, by the test that reads each.
+RUNS = {
+    "test_a_hanging_rank_times_the_job_out_and_no_rank_is_left": "hang",
+    "test_world_sizes_one_and_two_with_a_bf16_all_reduce": "world_sizes",
+    "test_a_float8_job_trains_emulated_on_two_ranks": "fp8",
+}
+
+
+@pytest.fixture(scope="module")
+def started(request, tmp_path_factory) -> Iterator[dict[str, Started]]:
+    """The runs that end on their own (those whose tests this session runs), all started when
+    the first of their tests asks: the hanging rank's run mostly waits for its timeout, and
+    the others' single-core phases (starting the CLI, the cell, torchrun's agent) overlap.
+    Each test waits for its own run and asserts on it alone (its output folder and process
+    mark are its own)."""
+    wanted = {
+        RUNS.get(getattr(item, "originalname", None))
+        for item in request.session.items
+        if item.path == request.node.path
+    }
+    runs: dict[str, Started] = {}
+    try:
+        if "hang" in wanted:
+            hang = tmp_path_factory.mktemp("hang")
+            runs["hang"] = Started(
+                hang, "-w", "mnist_dense", "-p", "fp32", "--nproc", "2", "--timeout", "18",
+                env={"MPBENCH_FAULT": "hang@#rank1", "MPBENCH_MARK": str(hang / "run")},
+            )  # fmt: skip
+        if "world_sizes" in wanted:
+            runs["world_sizes"] = Started(
+                tmp_path_factory.mktemp("world_sizes"),
+                "-w", "mnist_dense", "-p", "bf16", "--nproc", "1,2", "--grad-comm", "bf16",
+            )  # fmt: skip
+        if "fp8" in wanted:
+            runs["fp8"] = Started(
+                tmp_path_factory.mktemp("fp8"), "-w", "mnist_dense", "-p", "fp8", "--nproc", "2"
+            )
+        yield runs
+    finally:
+        for run in runs.values():
+            if run.process.poll() is None:
+                run.process.kill()
+            run.process.communicate()
+
+
 @pytest.mark.slow
-def test_world_sizes_one_and_two_with_a_bf16_all_reduce(tmp_path):
-    out = tmp_path / "run"
-    args = ["-w", "mnist_dense", "-p", "bf16", "--nproc", "1,2", "--grad-comm", "bf16"]
-    done = subprocess.run(
-        arguments(config(tmp_path), out, *args), capture_output=True, text=True, timeout=300
-    )
+def test_world_sizes_one_and_two_with_a_bf16_all_reduce(started):
+    run = started["world_sizes"]
+    out = run.out
+    done = run.done(timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     found = records(out)
     single = found["torch/mnist_dense/mixed_bfloat16/r0"]
@@ -105,13 +174,11 @@ def test_world_sizes_one_and_two_with_a_bf16_all_reduce(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_float8_job_trains_emulated_on_two_ranks(tmp_path):
+def test_a_float8_job_trains_emulated_on_two_ranks(started):
     """torchao converts the model before DDP wraps it: both ranks train the same fp8 layers."""
-    out = tmp_path / "run"
-    args = ["-w", "mnist_dense", "-p", "fp8", "--nproc", "2"]
-    done = subprocess.run(
-        arguments(config(tmp_path), out, *args), capture_output=True, text=True, timeout=300
-    )
+    run = started["fp8"]
+    out = run.out
+    done = run.done(timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     (job,) = records(out).values()
     assert job["cell_id"] == "torch/mnist_dense/float8@np2/r0"
@@ -238,14 +305,10 @@ def test_ctrl_c_during_a_job_leaves_no_rank_behind(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_hanging_rank_times_the_job_out_and_no_rank_is_left(tmp_path):
-    out = tmp_path / "run"
-    done = subprocess.run(
-        arguments(config(tmp_path), out, "-w", "mnist_dense", "-p", "fp32", "--nproc", "2",
-                  "--timeout", "18"),
-        capture_output=True, text=True, timeout=120,
-        env={**os.environ, "MPBENCH_FAULT": "hang@#rank1", "MPBENCH_MARK": str(out)},
-    )  # fmt: skip
+def test_a_hanging_rank_times_the_job_out_and_no_rank_is_left(started):
+    run = started["hang"]  # --timeout 18, MPBENCH_FAULT=hang@#rank1 (the fixture's)
+    out = run.out
+    done = run.done(timeout=120)
     assert done.returncode == 1, done.stdout + done.stderr
     record = records(out)["torch/mnist_dense/float32@np2/r0"]
     assert record["status"] == "timeout" and "18 s timeout" in record["reason"]
