@@ -19,6 +19,13 @@ from builders import tiny_toml
 from cli import run_mpbench
 from frameworks import needs_tensorflow, needs_torch
 
+# What `mpbench run` and `compare` import as they start, imported once here: each command
+# forked from this process (tests/cli.py) then starts without them (about 1 s a command).
+import mpbench.compare
+import mpbench.compare.options
+import mpbench.detect
+import mpbench.runner.loop
+import mpbench.runner.signals  # noqa: F401
 from mpbench.errors import InvalidInput
 from mpbench.policies import DeviceTraits
 from mpbench.runner.config import RunOptions, build_config

@@ -62,7 +62,7 @@ class Run:
         while not (self.records() and log.exists() and "injecting the" in log.read_text()):
             assert self.process.poll() is None, self.process.communicate()
             assert time.monotonic() < deadline, "the second cell never reached its fault"
-            time.sleep(0.1)
+            time.sleep(0.05)
         time.sleep(0.2)
 
     def temp_files(self) -> list[str]:
@@ -89,7 +89,7 @@ def gone_within(mark: str, seconds: float) -> list[psutil.Process]:
     """The marked processes still alive after `seconds` (polling); [] as soon as none is."""
     deadline = time.monotonic() + seconds
     while (left := marked(mark)) and time.monotonic() < deadline:
-        time.sleep(0.1)
+        time.sleep(0.05)
     return left
 
 
@@ -150,7 +150,7 @@ def test_a_run_started_with_sighup_ignored_ignores_it(tmp_path, tiny_config):
     deadline = time.monotonic() + 120
     while not run.records():
         assert run.process.poll() is None and time.monotonic() < deadline
-        time.sleep(0.1)
+        time.sleep(0.05)
     run.process.send_signal(signal.SIGHUP)
     returncode, output = run.finish()
     assert returncode == 0, output
@@ -175,7 +175,7 @@ def test_sigkill_of_the_parent_leaves_no_cell_running(tmp_path, tiny_config, fau
         deadline = time.monotonic() + 10
         while len(marked(run.mark)) == len(cell_processes(run.mark)):
             assert time.monotonic() < deadline, "the cell started no grandchild"
-            time.sleep(0.1)
+            time.sleep(0.05)
     run.process.kill()
     run.process.communicate(timeout=10)
     assert gone_within(run.mark, 10) == [], f"the {fault} cell outlived its parent"

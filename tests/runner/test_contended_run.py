@@ -13,6 +13,15 @@ import pytest
 from cli import run_mpbench
 from frameworks import needs_torch
 
+# What `mpbench run` and `compare` import as they start, imported once here: each command
+# forked from this process (tests/cli.py) then starts without them (about 1 s a command,
+# more beside the two busy processes).
+import mpbench.compare
+import mpbench.compare.options
+import mpbench.detect
+import mpbench.runner.loop
+import mpbench.runner.signals  # noqa: F401
+
 # its cells import torch, in their own processes; two busy processes beside a cell, on every
 # core the machine has
 pytestmark = [needs_torch, pytest.mark.all_cores]
@@ -31,7 +40,7 @@ def test_cells_beside_two_busy_processes_are_contended_and_get_no_verdict(tmp_pa
     out = tmp_path / "run"
     hogs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(2)]
     try:
-        run = run_mpbench("run", *CELLS, "--out", str(out), fork=False)
+        run = run_mpbench("run", *CELLS, "--out", str(out))
     finally:
         for hog in hogs:
             hog.kill()
@@ -46,7 +55,7 @@ def test_cells_beside_two_busy_processes_are_contended_and_get_no_verdict(tmp_pa
         assert contention["contended"], contention
         assert contention["other_cores"] > 0.5
         assert any("other processes used" in why for why in contention["why"])
-    compare = run_mpbench("compare", str(out), "--format", "json", timeout=120, fork=False)
+    compare = run_mpbench("compare", str(out), "--format", "json", timeout=120)
     assert compare.returncode == 0, compare.stderr
     cells = json.loads(compare.stdout)["cells"]
     assert all(c["contended_repeats"] == 1 for c in cells)
@@ -54,7 +63,7 @@ def test_cells_beside_two_busy_processes_are_contended_and_get_no_verdict(tmp_pa
     assert verdicts, cells
     for verdict in verdicts:
         assert verdict["advice"] == "re-measure on a quiet machine", verdict
-    text = run_mpbench("compare", str(out), timeout=120, env={"COLUMNS": "200"}, fork=False).stdout
+    text = run_mpbench("compare", str(out), timeout=120, env={"COLUMNS": "200"}).stdout
     assert "recommended here" not in text and "→ avoid" not in text
     assert "contended" in text
     # a speed-up gate on these cells is inconclusive, so --require-conclusive fails it
@@ -65,7 +74,6 @@ def test_cells_beside_two_busy_processes_are_contended_and_get_no_verdict(tmp_pa
         "bf16=0.01",
         "--require-conclusive",
         timeout=120,
-        fork=False,
     )
     assert gate.returncode == 1, gate.stdout + gate.stderr
     assert "re-measure on a quiet machine" in " ".join(gate.stdout.split())

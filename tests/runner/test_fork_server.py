@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import psutil
@@ -114,14 +115,14 @@ def cell_processes() -> list[psutil.Process]:
     return named(CELL_NAME)
 
 
-def wait_for_cell(within_s: float) -> psutil.Process:
+def wait_for_cell(within_s: float, poll_s: float = 0.1) -> psutil.Process:
     """The cell running under this test process, once it has started (within `within_s`)."""
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
         found = cell_processes()
         if found:
             return found[0]
-        time.sleep(0.1)
+        time.sleep(poll_s)
     raise AssertionError(f"no cell started within {within_s:g} s")
 
 
@@ -129,25 +130,61 @@ def server_processes() -> list[psutil.Process]:
     return named(SERVER_NAME, recursive=False)
 
 
+@pytest.fixture(scope="module")
+def one_run(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+    """One set of servers, as one run has them, read by several tests: a cell whose
+    environment has a variable the others lack (its own server), then two cells of the
+    run's environment (a new server, forking both), the servers closed; then the first of
+    those cells again, started as a new interpreter. What each test checks is noted here, as
+    it was when it happened."""
+    tmp_path = tmp_path_factory.mktemp("one_run")
+    seen = SimpleNamespace(server_ended=False)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setenv("MPBENCH_MARK", str(tmp_path))
+        cells = Cells(tmp_path)
+        with cells.servers:
+            monkeypatch.setenv("MPBENCH_SOMETHING_THE_IMPORT_READS", "1")
+            seen.other_env = cells.run(spec(repeat=2))
+            seen.servers_other_env = server_processes()
+            monkeypatch.delenv("MPBENCH_SOMETHING_THE_IMPORT_READS")
+            seen.outcomes = [cells.run(spec(repeat=r)) for r in range(2)]
+            seen.servers_after = server_processes()
+            seen.cells_seen = {r: cells.seen.get(r) for r in (0, 1)}
+            server = seen.servers_after[0] if seen.servers_after else None
+            if server is not None:
+                environ = Path(f"/proc/{server.pid}/environ").read_bytes().split(b"\0")
+                seen.server_environ = environ
+                # What the run hands the server's forks: the cell's environment, not its own.
+                seen.server_env = dict(cells.servers._servers["torch"].env)
+        seen.server = server
+        # The same cell started as a new interpreter.
+        seen.new = run_in_child(spec(repeat=0), 120, tmp_path / "new.log", lambda *_: None)
+        # The run is over: the server and everything it forked are gone.
+        with contextlib.suppress(psutil.TimeoutExpired):
+            seen.server_ended = server is not None and (
+                server.wait(10) is not None or not server.is_running()
+            )
+        deadline = time.monotonic() + 10
+        while marked(str(tmp_path)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        seen.left_running = marked(str(tmp_path))
+    return seen
+
+
 @needs_torch
-def test_each_cell_is_a_new_fork_of_one_server_and_ends_as_a_new_process_would(
-    tmp_path, monkeypatch
-):
-    monkeypatch.setenv("MPBENCH_MARK", str(tmp_path))
-    cells = Cells(tmp_path)
-    with cells.servers:
-        outcomes = [cells.run(spec(repeat=r)) for r in range(2)]
-        (server,) = server_processes()
-        assert all(o.status == "ok" for o in outcomes), [o.reason for o in outcomes]
-        assert sorted(cells.seen) == [0, 1], cells.seen  # each cell was seen running
-        (first, by), (second, by_too) = cells.seen[0], cells.seen[1]
-        assert first != second
-        assert by == by_too == server.pid  # forked by the server, not started by us
+def test_each_cell_is_a_new_fork_of_one_server_and_ends_as_a_new_process_would(one_run):
+    outcomes = one_run.outcomes
+    (server,) = one_run.servers_after
+    assert all(o.status == "ok" for o in outcomes), [o.reason for o in outcomes]
+    assert None not in one_run.cells_seen.values(), one_run.cells_seen  # each seen running
+    (first, by), (second, by_too) = one_run.cells_seen[0], one_run.cells_seen[1]
+    assert first != second
+    assert by == by_too == server.pid  # forked by the server, not started by us
     # The same measurements as a cell started as a new interpreter: same steps, same loss
     # (same seed, fresh framework state), the same kinds of figures. The loss to float32's
     # rounding, not bit for bit: two processes may sum in another order (CI, loaded machine:
     # 2.2953649361928306 forked, 2.2953648964564004 new).
-    new = run_in_child(spec(repeat=0), 120, tmp_path / "new.log", lambda *_: None)
+    new = one_run.new
     assert new.status == "ok", new.reason
     for outcome in outcomes:
         pair = (outcome.measurements, new.measurements)
@@ -159,11 +196,8 @@ def test_each_cell_is_a_new_fork_of_one_server_and_ends_as_a_new_process_would(
         )
         assert 0 < outcome.startup_s <= outcome.wall_s
     # The run is over: the server and everything it forked are gone.
-    assert server.wait(10) is not None or not server.is_running()
-    deadline = time.monotonic() + 10
-    while marked(str(tmp_path)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert marked(str(tmp_path)) == []
+    assert one_run.server_ended
+    assert one_run.left_running == []
 
 
 @needs_torch
@@ -176,16 +210,19 @@ def test_a_forked_cell_has_its_own_session_descriptors_and_environment(tmp_path,
     cells = Cells(tmp_path)
     with cells.servers:
         # A first cell starts the server, whose import (seconds on a busy machine) would
-        # otherwise count against the 10 s timeout of the cell under test.
+        # otherwise count against the 4 s timeout of the cell under test.
         assert cells.run(spec(repeat=0)).status == "ok"
-        worker = InBackground(lambda: cells.run(spec(repeat=1), 5))
+        worker = InBackground(lambda: cells.run(spec(repeat=1), 4))
         try:
-            cell = wait_for_cell(9)
-            time.sleep(0.5)
+            cell = wait_for_cell(9, poll_s=0.02)
+            log = str(tmp_path / "torch__mnist_dense__float32__r1.log")
+            deadline = time.monotonic() + 3
+            while b"injecting the hang fault" not in Path(log).read_bytes():
+                assert time.monotonic() < deadline, "the cell never reached its fault"
+                time.sleep(0.02)
             assert os.getpgid(cell.pid) == cell.pid  # a session of its own
             fds = {e.name: os.readlink(e) for e in os.scandir(f"/proc/{cell.pid}/fd")}
             assert not [t for t in fds.values() if t.startswith("socket:")], fds
-            log = str(tmp_path / "torch__mnist_dense__float32__r1.log")
             assert fds["1"] == log and fds["2"] == log
             pipes = {fd for fd, target in fds.items() if target.startswith("pipe:")}
             assert "0" in pipes and len(pipes) == 2, fds
@@ -196,7 +233,7 @@ def test_a_forked_cell_has_its_own_session_descriptors_and_environment(tmp_path,
             worker.join(60)
     outcome = worker.result()
     assert outcome.status == "timeout", outcome.reason
-    assert "5 s timeout" in outcome.reason  # the cell's timeout reached the cell's env
+    assert "4 s timeout" in outcome.reason  # the cell's timeout reached the cell's env
 
 
 @needs_torch
@@ -230,10 +267,10 @@ def test_a_timed_out_cell_is_killed_with_its_group_and_the_server_serves_the_nex
     cells = Cells(tmp_path)
     with cells.servers:
         # A first cell starts the server: its import (seconds, over 8 on a busy machine)
-        # would otherwise count against the hung cell's 8 s, whose time could then be up
-        # before the fork had made its own process group.
+        # would otherwise count against the hung cell's 4 s, whose time could then be up
+        # before the fork had made its own process group (the warm server forks in ms).
         assert cells.run(spec(repeat=0)).status == "ok"
-        hung = cells.run(spec(repeat=1), timeout_s=8)
+        hung = cells.run(spec(repeat=1), timeout_s=4)
         (server,) = server_processes()
         left = [p for p in marked(str(tmp_path)) if p.pid != server.pid]
         after = cells.run(spec(repeat=2))
@@ -245,16 +282,18 @@ def test_a_timed_out_cell_is_killed_with_its_group_and_the_server_serves_the_nex
 def test_a_cell_whose_server_is_killed_under_it_runs_again_as_a_new_process(tmp_path, monkeypatch):
     """The cell died with its server, unmeasured: it is not recorded as an error of its own
     but runs again, as a new process (the server is gone), and says why; so do the next."""
-    # Slow enough steps that the server dies while the forked cell trains.
     monkeypatch.setenv("MPBENCH_MARK", str(tmp_path))
     cells = Cells(tmp_path)
-    slow = spec(max_steps=200, epochs=30, units=1024)
     with cells.servers:
-        worker = InBackground(lambda: cells.run(slow, 120))
-        forked = wait_for_cell(30)
+        worker = InBackground(lambda: cells.run(spec(max_steps=40), 120))
+        forked = wait_for_cell(30, poll_s=0.005)
+        # Stopped where it is, the forked cell is still running whenever the server dies, on
+        # a machine however busy, and its rerun need not be slow: a stopped process still
+        # gets the kernel's SIGKILL when its parent dies (PR_SET_PDEATHSIG).
+        with contextlib.suppress(psutil.NoSuchProcess):
+            forked.suspend()
         (server,) = server_processes()
         assert forked.ppid() == server.pid
-        time.sleep(0.5)
         server.send_signal(signal.SIGKILL)
         worker.join(120)
         assert not worker.is_alive()
@@ -311,14 +350,10 @@ def test_a_tensorflow_cell_forks_from_its_server_and_trains(tmp_path):
 
 
 @needs_torch
-def test_a_cell_whose_environment_differs_gets_a_new_server(tmp_path, monkeypatch):
-    cells = Cells(tmp_path)
-    with cells.servers:
-        first = cells.run(spec(repeat=0))
-        (server,) = server_processes()
-        monkeypatch.setenv("MPBENCH_SOMETHING_THE_IMPORT_READS", "1")
-        second = cells.run(spec(repeat=1))
-        (new_server,) = server_processes()
+def test_a_cell_whose_environment_differs_gets_a_new_server(one_run):
+    first, second = one_run.other_env, one_run.outcomes[0]
+    (server,) = one_run.servers_other_env
+    (new_server,) = one_run.servers_after
     assert (first.status, second.status) == ("ok", "ok")
     assert new_server.pid != server.pid
 
@@ -429,13 +464,9 @@ def test_the_torch_server_touches_no_cuda_and_starts_no_process(tmp_path):
 
 
 @pytest.mark.torch  # the server imports torch, in its own process
-def test_the_torch_server_asks_nvml_not_cuda_whether_a_gpu_is_there(tmp_path):
+def test_the_torch_server_asks_nvml_not_cuda_whether_a_gpu_is_there(one_run):
     """torch.cuda.is_available() initialises CUDA unless PYTORCH_NVML_BASED_CUDA_CHECK=1
     (torch's docs): a torch server gets it in its own environment, a cell never does."""
-    server = ForkServer("torch", {**os.environ, "MPBENCH_X": "1"}, tmp_path / "fs.log")
-    try:
-        environ = Path(f"/proc/{server.process.pid}/environ").read_bytes().split(b"\0")
-        assert f"{NVML_CHECK_ENV}=1".encode() in environ
-        assert NVML_CHECK_ENV not in server.env  # what its forks are given is the cell's
-    finally:
-        server.close()
+    assert one_run.server is not None, "no server ran"
+    assert f"{NVML_CHECK_ENV}=1".encode() in one_run.server_environ
+    assert NVML_CHECK_ENV not in one_run.server_env  # what its forks are given is the cell's

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from builders import tiny_toml
@@ -17,6 +19,13 @@ from cli import run_mpbench
 from frameworks import needs_torch
 from processes import marked
 
+# What `mpbench run` and `compare` import as they start, imported once here: each command
+# forked from this process (tests/cli.py) then starts without them (about 1 s a command).
+import mpbench.compare
+import mpbench.compare.options
+import mpbench.detect
+import mpbench.runner.loop
+import mpbench.runner.signals  # noqa: F401
 from mpbench.results.sidefile import read_side_file
 
 pytestmark = needs_torch  # its cells import torch, in their own processes
@@ -25,8 +34,8 @@ TINY = tiny_toml(
     run={"warmup_steps": 3},
     mnist_dense={"batch_size": 128, "epochs": 4, "max_steps": 40, "units": 64,
                  "synthetic_train_size": 2048, "synthetic_test_size": 512},
-    cifar10_cnn={"batch_size": 64, "max_steps": 8, "synthetic_train_size": 1024,
-                 "synthetic_test_size": 256},
+    cifar10_cnn={"batch_size": 8, "max_steps": 8, "synthetic_train_size": 64,
+                 "synthetic_test_size": 16},  # bf16 convolutions are emulated here: slow
 )  # fmt: skip
 
 
@@ -56,9 +65,24 @@ def records(run_dir: Path) -> dict[str, dict]:
     return {r["policy"]: r for r in map(json.loads, lines)}
 
 
-def test_each_policy_trains_and_records_its_effective_precision(tmp_path, tiny_config):
-    out = tmp_path / "run"
-    result = run_torch(tiny_config, out, *policies("fp32", "bf16", "fp16", "tf32"))
+@pytest.fixture(scope="module")
+def module_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("config") / "tiny.toml"
+    path.write_text(TINY)
+    return path
+
+
+@pytest.fixture(scope="module")
+def every_policy(tmp_path_factory, module_config):
+    """One run of every policy (float32, bfloat16, float16, tf32), read by the test of what
+    each policy records and resumed, from a copy, by the test of --resume."""
+    out = tmp_path_factory.mktemp("every_policy") / "run"
+    result = run_torch(module_config, out, *policies("fp32", "bf16", "fp16", "tf32"))
+    return out, result
+
+
+def test_each_policy_trains_and_records_its_effective_precision(every_policy):
+    out, result = every_policy
     assert result.returncode == 0, result.stdout + result.stderr
     got = records(out)
     assert set(got) == {"float32", "mixed_bfloat16", "mixed_float16", "tf32"}
@@ -195,22 +219,27 @@ def test_a_hanging_cell_times_out(tmp_path, tiny_config):
     assert time.monotonic() - started < 60
 
 
-def test_resume_runs_only_the_missing_cells(tmp_path, tiny_config):
-    out = tmp_path / "run"
-    steps = ("--max-steps", "6")
-    first = run_torch(tiny_config, out, *steps, *policies("fp32", "bf16"))
+def test_resume_runs_only_the_missing_cells(tmp_path, module_config, every_policy):
+    finished, first = every_policy
     assert first.returncode == 0, first.stderr
-    again = run_torch(tiny_config, out, *steps, *policies("fp32"))
+    out = tmp_path / "run"
+    shutil.copytree(finished, out, ignore=shutil.ignore_patterns(".mpbench.lock"))
+    asked = policies("fp32", "bf16", "fp16", "tf32")
+    again = run_torch(module_config, out, *policies("fp32"))
     assert again.returncode == 2 and "--resume" in again.stderr
     results = out / "results.jsonl"
-    results.write_text(results.read_text().splitlines(keepends=True)[0])  # bf16 never finished
+    whole = [json.loads(x) for x in results.read_text().splitlines()]
+    # fp16 and tf32 never finished
+    results.write_text("".join(results.read_text().splitlines(keepends=True)[:2]))
 
-    resumed = run_torch(tiny_config, out, *steps, *policies("fp32", "bf16"), "--resume")
+    resumed = run_torch(module_config, out, *asked, "--resume")
     assert resumed.returncode == 0, resumed.stderr
     assert "already done (--resume)" in resumed.stdout
     lines = [json.loads(x) for x in results.read_text().splitlines()]
-    assert [r["policy"] for r in lines] == ["float32", "mixed_bfloat16"]
-    assert lines[0]["run_id"] == lines[1]["run_id"]
+    assert [r["policy"] for r in lines] == [r["policy"] for r in whole]
+    assert [r["policy"] for r in lines[:2]] == ["float32", "mixed_bfloat16"]
+    assert lines[2]["status"] == "ok" and lines[2]["timestamp"] != whole[2]["timestamp"]
+    assert len({r["run_id"] for r in lines}) == 1
 
 
 def test_ctrl_c_stops_cleanly_and_keeps_finished_cells(tmp_path, tiny_config):
@@ -224,11 +253,15 @@ def test_ctrl_c_stops_cleanly_and_keeps_finished_cells(tmp_path, tiny_config):
         env={**os.environ, "MPBENCH_FAULT": "hang@mixed_bfloat16", "MPBENCH_MARK": str(out)},
     )
     results = out / "results.jsonl"
+    log = out / "logs" / "torch__mnist_dense__mixed_bfloat16__r0.log"
     deadline = time.monotonic() + 120
     while not (results.exists() and results.read_text().strip()):
         assert process.poll() is None and time.monotonic() < deadline
-        time.sleep(0.2)
-    time.sleep(1.0)  # the bf16 cell is now hanging in its child
+        time.sleep(0.05)
+    while not (log.exists() and "injecting the hang fault" in log.read_text()):
+        assert process.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(0.2)  # the bf16 cell is now hanging in its child
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, stdout + stderr
@@ -271,16 +304,18 @@ def test_a_malformed_config_is_one_line_and_exit_2(tmp_path):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
-def test_real_data_is_used_and_recorded_with_its_checksum(tmp_path, tiny_config):
-    import hashlib
-
+@pytest.fixture(scope="module")
+def real_data_and_peak(tmp_path_factory, module_config):
+    """One float32 cell on real data (a small mnist.npz in Keras' exact format, learnable
+    images from the synthetic generator) with --measure-peak (detect's matmul measurement at
+    tiny sizes, nothing cached yet): read by the test of each."""
     import numpy as np
 
     from mpbench.data import load
 
-    # A small mnist.npz in Keras' exact format (learnable images from the synthetic generator).
+    folder = tmp_path_factory.mktemp("real_data_and_peak")
     stand_in = load("mnist", "synthetic", synthetic_train_size=2048, synthetic_test_size=512)
-    data_dir = tmp_path / "datasets"
+    data_dir = folder / "datasets"
     data_dir.mkdir()
     npz = data_dir / "mnist.npz"
     np.savez(
@@ -290,10 +325,23 @@ def test_real_data_is_used_and_recorded_with_its_checksum(tmp_path, tiny_config)
         x_test=stand_in.x_test,
         y_test=stand_in.y_test,
     )
-    out = tmp_path / "run"
-    result = run_torch(
-        tiny_config, out, *policies("fp32"), "--data", "real", "--data-dir", str(data_dir)
+    env = {
+        "MPBENCH_CACHE": str(folder / "cache"),
+        "MPBENCH_MEASURE_SIZES": "128,256",
+        "MPBENCH_MEASURE_BUDGET": "0.3",
+    }
+    out = folder / "run"
+    args = torch_args(module_config, out, "--policy", "fp32", "--max-steps", "8")
+    args += ["--data", "real", "--data-dir", str(data_dir), "--measure-peak"]
+    return SimpleNamespace(
+        result=run_mpbench(*args, env=env), out=out, npz=npz, cache=folder / "cache"
     )
+
+
+def test_real_data_is_used_and_recorded_with_its_checksum(real_data_and_peak):
+    import hashlib
+
+    result, out, npz = real_data_and_peak.result, real_data_and_peak.out, real_data_and_peak.npz
     assert result.returncode == 0, result.stdout + result.stderr
     record = records(out)["float32"]
     assert record["status"] == "ok", record["reason"]
@@ -328,26 +376,19 @@ def test_real_data_never_falls_back_to_synthetic(tmp_path, tiny_config):
     assert not out.exists()
 
 
-def test_measure_peak_measures_once_and_records_mfu_against_it(tmp_path, tiny_config):
+def test_measure_peak_measures_once_and_records_mfu_against_it(real_data_and_peak):
     """--measure-peak runs detect's matmul measurement (tiny sizes here) when nothing is cached
     for this hardware, then every ok record carries mfu_measured = achieved / measured peak."""
-    env = {
-        "MPBENCH_CACHE": str(tmp_path / "cache"),
-        "MPBENCH_MEASURE_SIZES": "128,256",
-        "MPBENCH_MEASURE_BUDGET": "0.3",
-    }
-    out = tmp_path / "run"
-    args = torch_args(tiny_config, out, "--policy", "fp32", "--max-steps", "8", "--measure-peak")
-    result = run_mpbench(*args, env=env)
+    result, out, cache = real_data_and_peak.result, real_data_and_peak.out, real_data_and_peak.cache
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Measuring the matmul peak" in result.stdout
     record = json.loads((out / "results.jsonl").read_text().splitlines()[0])
     if "not cached: the machine was busy" in " ".join(result.stderr.split()):  # a warning
         # Another process shared the machine while it measured: nothing cached, no MFU.
-        assert not list((tmp_path / "cache" / "peaks").glob("*.json"))
+        assert not list((cache / "peaks").glob("*.json"))
         assert record["measured_peak_tflops"] is None and record["mfu_measured"] is None
         return
-    (cached,) = (tmp_path / "cache" / "peaks").glob("*.json")
+    (cached,) = (cache / "peaks").glob("*.json")
     assert record["hardware_fingerprint"] == cached.stem
     assert record["measured_peak_tflops"] > 0
     assert record["mfu_measured"] == pytest.approx(
