@@ -1,8 +1,12 @@
 """Real tiny trainings through the TensorFlow / Keras 3 backend.
 
-Each cell runs in its own subprocess, as the runner does: the Keras global policy and the
+Each cell runs in its own process, as the runner does: the Keras global policy and the
 TF32 flag are process-global, so cells sharing a process could hide a policy not being set.
-All cells of this module start once (two at a time) and the tests read their results.
+All cells of this module run once and the tests read their results. The two cells whose
+stderr is asserted start as new interpreters (TensorFlow's import, and its banner, is then
+theirs); the others are forked, one after the other, by one process that imported TensorFlow
+as mpbench's own fork server does (runner/launchers/zygote.py's preload), each fork a fresh
+process as a cell forked by the runner is, less the ~6 s of a TensorFlow import each.
 """
 
 from __future__ import annotations
@@ -12,8 +16,8 @@ import json
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,7 +44,7 @@ import numpy as np
 from mpbench.backends import base
 from mpbench.backends.base import CellSpec
 
-job = json.loads(sys.argv[1])
+job = JOB if "JOB" in globals() else json.loads(sys.argv[1])  # JOB: a fork's
 if job.get("initial_loss_scale"):
     import keras
     init = keras.optimizers.LossScaleOptimizer.__init__
@@ -178,33 +182,113 @@ SPECS = {
 }
 
 
-def run_job(job: dict[str, Any]) -> dict[str, Any]:
+# The jobs whose stderr is asserted (test_tensorflow_logs_stay_out_of_the_terminal): each a
+# new interpreter, so that TensorFlow's import, and whatever it prints, happens in the cell.
+NEW_INTERPRETER = ("fit-float32", "custom-mixed_float16")
+
+# One process imports what a TensorFlow cell imports, as mpbench's fork server does, then
+# forks each job in turn: the fork runs CHILD with its stdout and stderr in files of its own.
+FORKS = r"""
+import json, os, sys
+from mpbench.runner.launchers.zygote import preload
+
+preload("tensorflow")
+jobs, folder = json.loads(sys.argv[1]), sys.argv[2]
+ended = {}
+for index, job in enumerate(jobs):
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            for fd, name in ((1, "out"), (2, "err")):
+                target = os.open(f"{folder}/{index}.{name}", os.O_WRONLY | os.O_CREAT)
+                os.dup2(target, fd)
+                os.close(target)
+            source = job.get("code", CHILD)  # a job's own code, or cells (CHILD)
+            exec(compile(source, "<child>", "exec"), {"__name__": "__main__", "JOB": job})
+            code = 0
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    ended[index] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+print(json.dumps(ended))
+"""
+
+
+def _environment() -> dict[str, str]:
     # Hide any GPU so that the cells run, and are asserted, on the CPU. TF_CPP_MIN_LOG_LEVEL
     # is left unset: keeping TensorFlow's logs quiet is the backend's job.
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
+def _results(job: dict[str, Any], code: int, stdout: str, stderr: str) -> dict[str, Any]:
+    lines = [line for line in stdout.splitlines() if line.startswith(RESULT)]
+    if code != 0 or not lines:
+        crash = f"exit {code}\n{stdout[-2000:]}\n{stderr[-4000:]}"
+        return {name: {"crash": crash} for name in job["requests"]}
+    results = json.loads(lines[-1][len(RESULT) :])
+    results.update({f"stderr:{name}": stderr for name in job["requests"]})
+    return results
+
+
+def run_job(job: dict[str, Any]) -> dict[str, Any]:
+    """`job` in a new interpreter of its own."""
     proc = subprocess.run(
         [sys.executable, "-c", CHILD, json.dumps(job)],
         capture_output=True,
         text=True,
         timeout=300,
-        env=env,
+        env=_environment(),
     )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT)]
-    if proc.returncode != 0 or not lines:
-        crash = f"exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
-        return {name: {"crash": crash} for name in job["requests"]}
-    results = json.loads(lines[-1][len(RESULT) :])
-    results.update({f"stderr:{name}": proc.stderr for name in job["requests"]})
+    return _results(job, proc.returncode, proc.stdout, proc.stderr)
+
+
+def fork_jobs(jobs: list[dict[str, Any]], folder: Path) -> dict[str, Any]:
+    """Each of `jobs` in a fork of its own, of one process that imported TensorFlow."""
+    proc = subprocess.run(
+        [sys.executable, "-c", f"CHILD = {CHILD!r}\n{FORKS}", json.dumps(jobs), str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=_environment(),
+    )
+    try:
+        ended = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        ended = {}
+    results: dict[str, Any] = {}
+    for index, job in enumerate(jobs):
+        if str(index) not in ended:
+            crash = f"forks: exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+            results.update(
+                {name: {"crash": crash} for name in job.get("requests", [job.get("name")])}
+            )
+            continue
+        out, err = ((folder / f"{index}.{name}").read_text() for name in ("out", "err"))
+        if "code" in job:
+            results[job["name"]] = {"returncode": ended[str(index)], "stdout": out, "stderr": err}
+            continue
+        results.update(_results(job, ended[str(index)], out, err))
     return results
 
 
 @pytest.fixture(scope="module")
-def tf_cells() -> dict[str, Any]:
+def tf_cells(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     results: dict[str, Any] = {}
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        for outcome in pool.map(run_job, JOBS.values()):
-            results.update(outcome)
+    for name in NEW_INTERPRETER:
+        results.update(run_job(JOBS[name]))
+    forked = [job for name, job in JOBS.items() if name not in NEW_INTERPRETER]
+    forked.append({"name": "optimizer-check", "code": OPTIMIZER_CHECK})
+    results.update(fork_jobs(forked, tmp_path_factory.mktemp("tf_forks")))
     return results
 
 
@@ -368,9 +452,9 @@ def test_cells_it_cannot_run_are_unsupported(tf_cells: dict[str, Any]) -> None:
     assert "keras_loop" in refused(tf_cells, "unknown-loop", "Unsupported")
 
 
-def test_the_built_keras_optimizer_is_checked_against_the_spec() -> None:
-    """Run in a child: reads back RMSprop and Adam (plain and loss-scaled) as Keras built them."""
-    code = """
+# Reads back RMSprop and Adam (plain and loss-scaled) as Keras built them; a fork of its own
+# (tf_cells' forks).
+OPTIMIZER_CHECK = """
 import dataclasses
 import keras
 from mpbench.backends.tensorflow import models
@@ -387,9 +471,14 @@ try:
 except RuntimeError as exc:
     print("refused:", exc)
 """
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
-    ).stdout
+
+
+def test_the_built_keras_optimizer_is_checked_against_the_spec(tf_cells: dict[str, Any]) -> None:
+    """Run in a child: reads back RMSprop and Adam (plain and loss-scaled) as Keras built them."""
+    ran = tf_cells["optimizer-check"]
+    assert "crash" not in ran, ran["crash"]
+    assert ran["returncode"] == 0, ran["stderr"]
+    out = ran["stdout"]
     assert "'optimizer': 'rmsprop'" in out and "'rho': 0.9" in out
     assert "'optimizer': 'adam'" in out and "'beta_2': 0.999" in out
     assert "refused: Keras built learning_rate=" in out and "asks for 0.5" in out
