@@ -4,6 +4,7 @@ through the pynvml fake."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
@@ -89,6 +90,9 @@ def test_a_real_busy_process_beside_a_busy_cell_is_seen() -> None:
     cores = psutil.cpu_count() or 1
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores)]
     try:
+        for hog in hogs:  # on every core, even where this test runs pinned to one (conftest)
+            with contextlib.suppress(AttributeError):  # no affinity on macOS
+                psutil.Process(hog.pid).cpu_affinity([])
         time.sleep(0.3)  # let them start
         window = contention.ContentionWindow(psutil.Process(), descendants=False).start()
         _spin(1.0)
