@@ -216,9 +216,11 @@ UNMEASURED_S = {True: 2.0, False: 0.02}
 
 def _longest_modules_first(items: list[pytest.Item], module_s: dict[Path, float]) -> None:
     """pytest-xdist hands its workers one module at a time, in the order collected (CI's
-    `--dist loadfile`): the longest modules go first, so that no long module starts last
-    while the other worker has nothing left to do (longest-processing-time-first). Every
-    worker collects, and sorts, the same way; a module's tests keep their own order."""
+    `--dist loadfile --no-loadscope-reorder`; without that option xdist puts the modules
+    with the most tests first instead): the longest modules go first, so that no long
+    module starts last while the other worker has nothing left to do
+    (longest-processing-time-first). Every worker collects, and sorts, the same way; a
+    module's tests keep their own order."""
     rank = {path: n for n, path in enumerate(sorted(module_s, key=lambda p: (-module_s[p], p)))}
     items.sort(key=lambda item: rank[item.path])
 
