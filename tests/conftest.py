@@ -166,7 +166,8 @@ def _shared_fixtures(item: pytest.Item) -> set[str]:
     return {
         f"{defs[-1].baseid}::{name}"
         for name, defs in info.name2fixturedefs.items()
-        if defs and defs[-1].scope != "function" and defs[-1].baseid
+        # Not this file's own: its module-scoped autouse fixture is every module's.
+        if defs and defs[-1].scope != "function" and defs[-1].baseid not in ("", "tests")
     }
 
 
