@@ -4,7 +4,10 @@ left behind" is a scan for that mark."""
 
 from __future__ import annotations
 
+import subprocess
+
 import psutil
+import pytest
 
 
 def marked(mark: str) -> list[psutil.Process]:
@@ -18,3 +21,22 @@ def marked(mark: str) -> list[psutil.Process]:
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return found
+
+
+def finished(process: subprocess.Popen, timeout: float) -> subprocess.CompletedProcess[str]:
+    """A process started with stdout and stderr piped (text), once it ended: what
+    subprocess.run(args, capture_output=True, text=True, timeout=timeout) gives, killed past
+    `timeout` as run kills it. For runs a module fixture starts together in the background."""
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def selected_tests(request: pytest.FixtureRequest) -> list[pytest.Item]:
+    """The tests of the requesting module that this session runs (not deselected by -k or
+    -m): a module fixture starts only the runs they read."""
+    return [item for item in request.session.items if item.path == request.node.path]

@@ -19,6 +19,7 @@ from types import SimpleNamespace
 
 import pytest
 from builders import cell_spec
+from processes import finished, selected_tests
 
 from mpbench.backends.base import Unsupported
 from mpbench.backends.tensorflow import device as tf_device
@@ -55,16 +56,7 @@ class Run:
         )
 
     def done(self, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        """What subprocess.run(args, capture_output=True, text=True, timeout=timeout) gives."""
-        try:
-            stdout, stderr = self.process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.communicate()
-            raise
-        return subprocess.CompletedProcess(
-            self.process.args, self.process.returncode, stdout, stderr
-        )
+        return finished(self.process, timeout)
 
 
 class CliRun(Run):
@@ -86,8 +78,7 @@ class CliRun(Run):
 
 def selected(request: pytest.FixtureRequest, key) -> set:
     """`key(item)` of each of this module's tests that this session runs (not deselected)."""
-    path = request.node.path
-    return {key(item) for item in request.session.items if item.path == path} - {None}
+    return {key(item) for item in selected_tests(request)} - {None}
 
 
 # Which process each test reads (None: none).

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from frameworks import needs_torch
-from processes import marked
+from processes import finished, marked, selected_tests
 
 pytestmark = needs_torch  # its cells import torch, in their own processes
 
@@ -87,26 +87,16 @@ class Started:
     def outputs(self, timeout: float) -> list[tuple[int, str, str]]:
         """Each process's exit code, stdout and stderr, once it ended (killed past
         `timeout`, as subprocess.run's timeout does)."""
-        found = []
-        for process in self.processes:
-            try:
-                stdout, stderr = process.communicate(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.communicate()
-                raise
-            found.append((process.returncode, stdout, stderr))
-        return found
+        done = [finished(process, timeout) for process in self.processes]
+        return [(run.returncode, run.stdout, run.stderr) for run in done]
 
 
 def selected(request: pytest.FixtureRequest) -> set:
     """The runs of this module's tests that this session runs (not deselected): a lonely
     node's rank, or "pair"."""
     wanted = set()
-    for item in request.session.items:
+    for item in selected_tests(request):
         name = getattr(item, "originalname", None)
-        if item.path != request.node.path:
-            continue
         if name == "test_a_node_alone_at_the_rendezvous_says_what_it_waited_for":
             wanted.add(item.callspec.params["node_rank"])
         elif name == "test_two_nodes_on_loopback_train_one_job_and_record_the_same_figures":

@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 from frameworks import needs_torch
-from processes import marked
+from processes import finished, marked, selected_tests
 
 # its cells import torch, in their own processes; a CPU replica needs a core of its own
 pytestmark = [needs_torch, pytest.mark.all_cores]
@@ -77,15 +77,7 @@ class Started:
         )
 
     def done(self, timeout: float) -> subprocess.CompletedProcess[str]:
-        try:
-            stdout, stderr = self.process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.communicate()
-            raise
-        return subprocess.CompletedProcess(
-            self.process.args, self.process.returncode, stdout, stderr
-        )
+        return finished(self.process, timeout)
 
 
 # The runs that end on their own, by the test that reads each.
@@ -103,11 +95,7 @@ def started(request, tmp_path_factory) -> Iterator[dict[str, Started]]:
     the others' single-core phases (starting the CLI, the cell, torchrun's agent) overlap.
     Each test waits for its own run and asserts on it alone (its output folder and process
     mark are its own)."""
-    wanted = {
-        RUNS.get(getattr(item, "originalname", None))
-        for item in request.session.items
-        if item.path == request.node.path
-    }
+    wanted = {RUNS.get(getattr(item, "originalname", None)) for item in selected_tests(request)}
     runs: dict[str, Started] = {}
     try:
         if "hang" in wanted:
