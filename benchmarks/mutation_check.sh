@@ -56,7 +56,7 @@ for fault in "${faults[@]}"; do
 import sys
 from pathlib import Path
 
-path, original, planted = Path(sys.argv[1]), *(s.replace("\\n", "\n") for s in sys.argv[2:])
+path, original, planted = Path(sys.argv[1]), *(s.replace("\\n", "\n") for s in sys.argv[2:4])
 text = path.read_text()
 if text.count(original) != 1:
     sys.exit(f"{path}: the text to change is not there once: {original!r}")
