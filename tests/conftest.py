@@ -8,7 +8,9 @@ It also files every test into a tier, automatically (README, "Development"):
   whichever of its tests runs first pays for it). The measurements live in
   tests/tiers.json, written by `python -m pytest -n 2 --dist loadfile --record-tiers` (the
   whole suite as CI runs it, on a quiet machine). A test not yet measured is filed by where
-  it lives: slow if its module starts processes or trains.
+  it lives: slow if its module starts processes or trains. A test whose module imports torch
+  or TensorFlow at its top is slow too (the import alone takes seconds), and `-m "not slow"`
+  does not even import such a module.
 - `torch`, `tensorflow`: the test uses the framework: its module imports it (read from its
   source, without importing anything), or the test or module says so (the marker itself, or
   needs_torch / needs_tensorflow). They select; what skips a test where a framework is missing
@@ -27,6 +29,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _pytest.mark.expression import Expression
 from frameworks import needs_tensorflow, needs_torch
 
 # A shell starts a background job (`pytest ... &`) with SIGINT ignored, and exec keeps an
@@ -116,7 +119,7 @@ def fake_nvml(monkeypatch):
 
 
 TIERS = Path(__file__).with_name("tiers.json")
-SLOW_S = 0.5  # a second Python process alone (interpreter, mpbench's CLI) takes about this
+SLOW_S = 0.15  # the inner loop: ~1,500 tests, under a minute on 2 workers of a 2-core machine
 
 # What in a module's source says its tests start processes or train (unmeasured tests only).
 _SLOW_SOURCE = re.compile(
@@ -140,6 +143,15 @@ _FRAMEWORKS = {
     ),
 }
 _NEEDS = {"torch": needs_torch.mark, "tensorflow": needs_tensorflow.mark}
+# A module that imports a framework at its top (torch, TensorFlow, or mpbench's backend for
+# one) takes seconds to import, whatever its tests take: 3-5 s for torch with torchao and
+# dynamo, 6-8 s for TensorFlow, ten times SLOW_S. Its tests are slow, and a run that leaves
+# slow tests out (the inner loop) does not import it at all (pytest_ignore_collect).
+_IMPORTS_A_FRAMEWORK = re.compile(
+    r"^(import|from) (torch|tensorflow|keras|mpbench\.backends\.(torch|tensorflow))\b|"
+    r"^\w+ = pytest\.importorskip\([\"'](torch|tensorflow|keras|mpbench\.backends)",
+    re.M,
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -180,6 +192,23 @@ def _source(path: Path) -> str:
     return _sources[path]
 
 
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Not imported at all: a test module importing a framework at its top, where the run's
+    marker expression (-m) selects none of its tests. They are all slow (above), and carry
+    only the markers its source names; `-m "not slow"` collects none of them, `-m torch` or
+    `-m "not slow or runs_without_tensorflow"` with such a test in the module still do."""
+    expression = config.getoption("markexpr", "")
+    path = Path(collection_path)
+    if not expression or path.suffix != ".py" or not path.name.startswith("test_"):
+        return None
+    source = _source(path)
+    if not _IMPORTS_A_FRAMEWORK.search(source):
+        return None
+    marks = {"slow", *_FRAMEWORKS, *re.findall(r"\bmark\.(\w+)", source)}
+    selected = Expression.compile(expression).evaluate(lambda name, **_: name in marks)
+    return None if selected else True
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     tiers = _tiers()
     measured = tiers.get("seconds", {})
@@ -203,6 +232,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             seconds = UNMEASURED_S[slow]
         else:
             slow = seconds >= SLOW_S or bool(costly & _shared_fixtures(item))
+        slow = slow or bool(_IMPORTS_A_FRAMEWORK.search(source))
         if slow and not item.get_closest_marker("slow"):
             item.add_marker("slow")
         module_s[item.path] = module_s.get(item.path, 0.0) + seconds
