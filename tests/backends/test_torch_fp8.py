@@ -142,7 +142,10 @@ def test_missing_torchao_is_unsupported_with_the_install_hint(monkeypatch):
 
 
 def _spec(policy: str, **extra: object) -> CellSpec:
-    values = dict(epochs=5, max_steps=None, units=64, intra_op_threads=1)
+    """An in-process float8 cell runs eager: compiling it costs 10-20 s of C++ builds on a
+    CPU, and what these tests read does not depend on it (the compiled path: the CLI test
+    below, tests/runner/test_compile_once.py and the GPU check's dry run)."""
+    values = dict(epochs=5, max_steps=None, units=64, intra_op_threads=1, fp8_eager=True)
     return cell_spec(policy=policy, **{**values, **extra})
 
 

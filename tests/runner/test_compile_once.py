@@ -39,6 +39,7 @@ def _cells(**options):
         policies=["bf16", "fp8"],
         device="cpu",
         repeat=1,
+        fp8_eager=False,  # the default (configs/quick.toml runs its float8 cells eager)
     )
     _, _, cells = expand(build_config(RunOptions(**{**defaults, **options})), _Report(), "run")
     return cells
