@@ -130,26 +130,23 @@ _SLOW_SOURCE = re.compile(
 # the top or in a test, or importorskip. A module that runs the framework only in processes it
 # starts (`mpbench run`) says so itself: `pytestmark = pytest.mark.torch`, or needs_torch /
 # needs_tensorflow (tests/frameworks.py) on the module or the test.
+_MODULES = {  # what, imported, means a framework's code runs here
+    "torch": r"torch|mpbench\.backends\.torch",
+    "tensorflow": r"tensorflow|keras|mpbench\.backends\.tensorflow",
+}
 _FRAMEWORKS = {
-    "torch": re.compile(
-        r"^\s*(import|from) (torch|mpbench\.backends\.torch)\b|"
-        r"importorskip\([\"'](torch|mpbench\.backends\.torch)\b",
-        re.M,
-    ),
-    "tensorflow": re.compile(
-        r"^\s*(import|from) (tensorflow|keras|mpbench\.backends\.tensorflow)\b|"
-        r"importorskip\([\"'](tensorflow|keras|mpbench\.backends\.tensorflow)\b",
-        re.M,
-    ),
+    name: re.compile(rf"^\s*(import|from) ({modules})\b|importorskip\([\"']({modules})\b", re.M)
+    for name, modules in _MODULES.items()
 }
 _NEEDS = {"torch": needs_torch.mark, "tensorflow": needs_tensorflow.mark}
 # A module that imports a framework at its top (torch, TensorFlow, or mpbench's backend for
-# one) takes seconds to import, whatever its tests take: 3-5 s for torch with torchao and
-# dynamo, 6-8 s for TensorFlow, ten times SLOW_S. Its tests are slow, and a run that leaves
-# slow tests out (the inner loop) does not import it at all (pytest_ignore_collect).
+# one) takes seconds to import, whatever its tests take (`python -c "import torch._dynamo"`
+# 4.7-6.0 s, `import tensorflow` 6.2-7.2 s on a 2-core Xeon), many times SLOW_S. Its tests
+# are slow, and a run that leaves slow tests out (the inner loop) does not import it at all
+# (pytest_ignore_collect).
 _IMPORTS_A_FRAMEWORK = re.compile(
-    r"^(import|from) (torch|tensorflow|keras|mpbench\.backends\.(torch|tensorflow))\b|"
-    r"^\w+ = pytest\.importorskip\([\"'](torch|tensorflow|keras|mpbench\.backends)",
+    rf"^(import|from) ({'|'.join(_MODULES.values())})\b|"
+    rf"^\w+ = pytest\.importorskip\([\"'](({'|'.join(_MODULES.values())})\b)",
     re.M,
 )
 

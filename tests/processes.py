@@ -36,6 +36,15 @@ def finished(process: subprocess.Popen, timeout: float) -> subprocess.CompletedP
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
+def stop(processes) -> None:
+    """A module fixture's teardown: kill whichever of its background processes still run,
+    and reap them all (their pipes drained), so none outlives the module."""
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+        process.communicate()
+
+
 def selected_tests(request: pytest.FixtureRequest) -> list[pytest.Item]:
     """The tests of the requesting module that this session runs (not deselected by -k or
     -m): a module fixture starts only the runs they read."""

@@ -19,7 +19,7 @@ from types import SimpleNamespace
 
 import pytest
 from builders import cell_spec
-from processes import finished, selected_tests
+from processes import finished, selected_tests, stop
 
 from mpbench.backends.base import Unsupported
 from mpbench.backends.tensorflow import device as tf_device
@@ -127,10 +127,7 @@ def started(request, tmp_path_factory) -> Iterator[dict[str, Run]]:
                 runs[name] = start(name)
         yield runs
     finally:
-        for run in runs.values():
-            if run.process.poll() is None:
-                run.process.kill()
-            run.process.communicate()
+        stop(run.process for run in runs.values())
 
 
 @pytest.mark.slow

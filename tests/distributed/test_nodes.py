@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from frameworks import needs_torch
-from processes import finished, marked, selected_tests
+from processes import finished, marked, selected_tests, stop
 
 pytestmark = needs_torch  # its cells import torch, in their own processes
 
@@ -138,11 +138,7 @@ def started(request, tmp_path_factory) -> Iterator[dict[object, Started]]:
             runs["pair"] = Started(tmp, ports[-1], nodes)
         yield runs
     finally:
-        for run in runs.values():
-            for process in run.processes:
-                if process.poll() is None:
-                    process.kill()
-                process.communicate()
+        stop(process for run in runs.values() for process in run.processes)
 
 
 @pytest.mark.slow  # no training, but the wait and two processes' start: 10-20 s here

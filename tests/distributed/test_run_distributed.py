@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 from frameworks import needs_torch
-from processes import finished, marked, selected_tests
+from processes import finished, marked, selected_tests, stop
 
 # its cells import torch, in their own processes; a CPU replica needs a core of its own
 pytestmark = [needs_torch, pytest.mark.all_cores]
@@ -115,10 +115,7 @@ def started(request, tmp_path_factory) -> Iterator[dict[str, Started]]:
             )
         yield runs
     finally:
-        for run in runs.values():
-            if run.process.poll() is None:
-                run.process.kill()
-            run.process.communicate()
+        stop(run.process for run in runs.values())
 
 
 @pytest.mark.slow
