@@ -24,8 +24,10 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import signal
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -149,6 +151,48 @@ _IMPORTS_A_FRAMEWORK = re.compile(
     rf"^\w+ = pytest\.importorskip\([\"'](({'|'.join(_MODULES.values())})\b)",
     re.M,
 )
+
+
+# Warm fork servers (runner/launchers/warm.py) for the whole session: the suite starts ~60
+# `mpbench run`s, each of which would otherwise start a torch or TensorFlow server that
+# imports the framework again (2-5 s of CPU each). Set in the controller before xdist starts
+# its workers, so that they and every run they start share one folder; a run whose import
+# state differs (another environment, CPU affinity, working directory) gets a warm server of
+# its own. Tests about servers themselves turn it off. MPBENCH_TEST_WARM=0: no warm servers.
+_WARM_DIR = pytest.StashKey[Path]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from mpbench.runner.launchers.warm import IDLE_ENV, IGNORE_ENV, WARM_ENV
+
+    if hasattr(config, "workerinput") or WARM_ENV in os.environ:
+        return
+    if os.environ.get("MPBENCH_TEST_WARM", "1") == "0":
+        return
+    folder = Path(tempfile.mkdtemp(prefix="mpw-"))  # short: a socket's path has 107 bytes
+    os.environ[WARM_ENV] = str(folder)
+    # What tests set per test and only a running cell reads (the fault to inject, the cache
+    # folder, the temporary folder: a fork computes its own, zygote.py): runs differing only
+    # in them share a warm server. Not MPBENCH_MARK: tests find a run's processes by it in
+    # /proc/PID/environ, which shows the environment a process was started with, and a fork
+    # of a warm server started without it would hide there. A warm server used by one test
+    # alone is waste (memory), so they leave after a minute idle, not two.
+    os.environ[IGNORE_ENV] = "MPBENCH_FAULT,MPBENCH_CACHE,TMPDIR"
+    os.environ[IDLE_ENV] = "60"
+    config.stash[_WARM_DIR] = folder
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The session's warm servers end with it (they would leave after minutes idle)."""
+    from mpbench.runner.launchers.warm import IDLE_ENV, IGNORE_ENV, WARM_ENV, stop_warm_servers
+
+    folder = config.stash.get(_WARM_DIR, None)
+    if folder is not None:
+        stop_warm_servers(folder)
+        shutil.rmtree(folder, ignore_errors=True)
+        os.environ.pop(WARM_ENV, None)
+        os.environ.pop(IGNORE_ENV, None)
+        os.environ.pop(IDLE_ENV, None)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -9,13 +9,17 @@ import subprocess
 import psutil
 import pytest
 
+from mpbench.runner.launchers.process_names import WARM_SERVER_NAME
+
 
 def marked(mark: str) -> list[psutil.Process]:
-    """Live (not zombie) processes whose environment has MPBENCH_MARK=mark."""
+    """Live (not zombie) processes whose environment has MPBENCH_MARK=mark, but warm
+    servers: they outlive runs by design (runner/launchers/warm.py; the session ends them),
+    while the server each forks for a run, and that run's cells, must not."""
     found = []
     for process in psutil.process_iter():
         try:
-            live = process.status() != psutil.STATUS_ZOMBIE
+            live = process.status() != psutil.STATUS_ZOMBIE and process.name() != WARM_SERVER_NAME
             if live and process.environ().get("MPBENCH_MARK") == mark:
                 found.append(process)
         except (psutil.NoSuchProcess, psutil.AccessDenied):

@@ -28,6 +28,7 @@ from mpbench.backends.base import CellSpec
 from mpbench.runner.launchers.cell_timeout import CELL_TIMEOUT_ENV
 from mpbench.runner.launchers.process import run_in_child
 from mpbench.runner.launchers.process_names import CELL_NAME, SERVER_NAME
+from mpbench.runner.launchers.warm import WARM_ENV
 from mpbench.runner.launchers.zygote import (
     FORK_SERVER_ENV,
     NVML_CHECK_ENV,
@@ -36,6 +37,15 @@ from mpbench.runner.launchers.zygote import (
     ServerGone,
     usable,
 )
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _servers_of_the_runs_own():
+    """These tests are about the server a run starts itself: no warm servers (the suite's
+    conftest turns them on; tests/runner/test_warm_servers.py has theirs)."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.delenv(WARM_ENV, raising=False)
+        yield
 
 
 def spec(framework: str = "torch", repeat: int = 0, **changes) -> CellSpec:

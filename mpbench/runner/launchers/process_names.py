@@ -1,5 +1,6 @@
 """What `ps`, `top` and psutil call mpbench's processes: the cell sets its name whether it
-was forked or started new (cell.py), the fork server its own (zygote.py)."""
+was forked or started new (cell.py), the fork server its own (zygote.py), a warm
+server its own (warm.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ PR_SET_NAME = 15  # <linux/prctl.h>
 # What `ps` and `top` call a cell and a server (the kernel keeps 15 bytes of a name).
 CELL_NAME = "mpbench-cell"
 SERVER_NAME = "mpbench-forksrv"
+WARM_SERVER_NAME = "mpbench-warmsrv"  # a warm server (warm.py), which forks SERVER_NAMEs
 
 
 def set_process_name(name: str) -> None:

@@ -37,6 +37,7 @@ import select
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 import warnings
@@ -45,6 +46,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from mpbench.backends.base import CellSpec
+from mpbench.runner.launchers import warm
 from mpbench.runner.launchers.cell_timeout import CELL_TIMEOUT_ENV
 from mpbench.runner.launchers.exits import how_it_ended
 from mpbench.runner.launchers.process_names import SERVER_NAME, set_process_name
@@ -115,36 +117,60 @@ class ForkedCell:
 
 
 class ForkServer:
-    """The run's handle on one server process."""
+    """The run's handle on one server process: its own child, or the per-run fork of a warm
+    server in `warm_dir` (warm.py), which this run then did not start."""
 
-    def __init__(self, framework: str, env: Mapping[str, str], log_path: Path) -> None:
+    def __init__(
+        self,
+        framework: str,
+        env: Mapping[str, str],
+        log_path: Path,
+        warm_dir: Path | None = None,
+    ) -> None:
         self.framework = framework
         self.env = dict(env)
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self._socket = ours
         log_path.parent.mkdir(parents=True, exist_ok=True)
         server_env = dict(self.env)
         if framework == "torch":
             server_env[NVML_CHECK_ENV] = "1"  # the server's alone: a fork takes the cell's
+        started = time.monotonic()
+        channel = warm.connect(framework, self.env, warm_dir, server_env) if warm_dir else None
+        self.warm = channel is not None
+        if channel is not None:
+            self._socket = channel
+        else:
+            self._socket, self.process = self._start(framework, server_env, log_path)
+        reply = self._receive(READY_TIMEOUT_S)
+        if reply is None or not reply.get("ready"):
+            self._socket.close()
+            if not self.warm:
+                self.close()
+            why = "no reply" if reply is None else reply.get("error", "no reason given")
+            where = warm_dir if self.warm else log_path
+            raise ServerGone(f"the {framework} fork server did not start: {why} (log: {where})")
+        if self.warm:
+            self.process = warm.RunServer(int(reply["pid"]))
+        self.import_s = float(reply["import_s"])
+        self.start_s = time.monotonic() - started
+
+    @staticmethod
+    def _start(
+        framework: str, server_env: Mapping[str, str], log_path: Path
+    ) -> tuple[socket.socket, subprocess.Popen]:
+        """A server of this run's own: a new interpreter that imports the framework."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with open(log_path, "ab") as log:
-            self.process = subprocess.Popen(
+            process = subprocess.Popen(
                 [sys.executable, "-m", __name__, framework, str(theirs.fileno()), str(os.getpid())],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # a Ctrl-C at the terminal is the run's to handle
-                env=server_env,
+                env=dict(server_env),
             )
         theirs.close()
-        started = time.monotonic()
-        reply = self._receive(READY_TIMEOUT_S)
-        if reply is None or not reply.get("ready"):
-            self.close()
-            why = "no reply" if reply is None else reply.get("error", "no reason given")
-            raise ServerGone(f"the {framework} fork server did not start: {why} (log: {log_path})")
-        self.import_s = float(reply["import_s"])
-        self.start_s = time.monotonic() - started
+        return ours, process
 
     def fork(
         self, env: Mapping[str, str], stdin: int, events: int, stdout: int, stderr: int
@@ -181,9 +207,11 @@ class ForkServer:
     def how_it_ended(self) -> str:
         """How the server process ended, in words ("was killed by SIGKILL"), once it has."""
         try:
-            return how_it_ended(self.process.wait(timeout=5))
+            code = self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
             return "stopped answering"
+        # A warm server's fork is not this run's child: its exit status is not ours to read.
+        return "ended" if self.warm else how_it_ended(code)
 
     def _receive(self, timeout: float | None) -> dict[str, Any] | None:
         """The next message, None after `timeout` seconds, {"gone": True} if the server went."""
@@ -213,6 +241,7 @@ class ForkServers:
 
     def __init__(self, log_dir: Path, warn: Callable[[str], None] = lambda message: None) -> None:
         self._log_dir = log_dir
+        self._warm_tried: set[str] = set()
         self._warn = warn
         self._servers: dict[str, ForkServer] = {}
         self._failed: set[str] = set()
@@ -246,15 +275,29 @@ class ForkServers:
             del self._servers[framework]
             server = None
         if server is None:
-            try:
-                server = ForkServer(
-                    framework, wanted, self._log_dir / f"fork-server-{framework}.log"
-                )
-            except (ServerGone, OSError) as exc:
-                self._give_up(framework, str(exc))
-                return None
+            log = self._log_dir / f"fork-server-{framework}.log"
+            server = self._warm_server(framework, wanted, log)
+            if server is None:
+                try:
+                    server = ForkServer(framework, wanted, log)
+                except (ServerGone, OSError) as exc:
+                    self._give_up(framework, str(exc))
+                    return None
             self._servers[framework] = server
         return server
+
+    def _warm_server(self, framework: str, env: Mapping[str, str], log: Path) -> ForkServer | None:
+        """The per-run fork of a warm server (warm.py), where the environment names a folder
+        for them; None: the run starts a server of its own, as without one."""
+        folder = env.get(warm.WARM_ENV, "").strip()
+        if not folder or framework in self._warm_tried:
+            return None
+        try:
+            return ForkServer(framework, env, log, warm_dir=Path(folder))
+        except (ServerGone, OSError) as exc:
+            self._warm_tried.add(framework)  # once: a server of its own from now on
+            self._warn(f"no warm {framework} server in {folder} ({exc}); the run starts its own")
+            return None
 
     def lost(self, cell: ForkedCell) -> str:
         """A cell died with its server: forget the server (its framework's cells start as
@@ -339,9 +382,15 @@ def serve(framework: str, fd: int, parent_pid: int) -> int:
         preload(framework)
     except BaseException as exc:
         traceback.print_exc()
-        _send(channel, {"ready": False, "error": f"{type(exc).__name__}: {exc}"[:500]})
+        send(channel, {"ready": False, "error": f"{type(exc).__name__}: {exc}"[:500]})
         return 1
-    _send(channel, {"ready": True, "import_s": time.monotonic() - started})
+    send(channel, {"ready": True, "import_s": time.monotonic() - started})
+    return serve_cells(framework, channel)
+
+
+def serve_cells(framework: str, channel: socket.socket) -> int:
+    """Fork a cell for each request on `channel` until the run closes its end (the module
+    docstring's protocol); a warm server's per-run forks serve here too (warm.py)."""
     while True:
         try:
             data, fds, _, _ = socket.recv_fds(channel, _MESSAGE_BYTES, 4)
@@ -354,7 +403,7 @@ def serve(framework: str, fd: int, parent_pid: int) -> int:
         if hazard:
             for descriptor in fds:
                 os.close(descriptor)
-            _send(channel, {"refused": hazard})
+            send(channel, {"refused": hazard})
             continue
         sys.stdout.flush()
         sys.stderr.flush()
@@ -385,11 +434,11 @@ def serve(framework: str, fd: int, parent_pid: int) -> int:
         if verdict != b"null":
             os.waitpid(pid, 0)
             why = json.loads(verdict) if verdict else "the fork died before it could start"
-            _send(channel, {"refused": why})
+            send(channel, {"refused": why})
             continue
-        _send(channel, {"started": pid})
+        send(channel, {"started": pid})
         _, status = os.waitpid(pid, 0)
-        _send(channel, {"exited": pid, "returncode": os.waitstatus_to_exitcode(status)})
+        send(channel, {"exited": pid, "returncode": os.waitstatus_to_exitcode(status)})
 
 
 def _read_all(fd: int) -> bytes:
@@ -417,6 +466,9 @@ def _become_cell(channel: socket.socket, fds: list[int], env: dict[str, str], pa
             os.close(descriptor)
         os.environ.clear()
         os.environ.update(env)
+        # Python caches its temporary folder at first use: the cell's comes from its own
+        # TMPDIR (a warm server, warm.py, may have been started under another).
+        tempfile.tempdir = None
         # As a new process buffers: by line on a terminal (--verbose), else by block.
         sys.stdout.reconfigure(line_buffering=os.isatty(1))
         sys.stderr.reconfigure(line_buffering=True)
@@ -431,7 +483,7 @@ def _become_cell(channel: socket.socket, fds: list[int], env: dict[str, str], pa
         os._exit(code)  # only if exit_now could not even be imported
 
 
-def _send(channel: socket.socket, message: dict[str, Any]) -> None:
+def send(channel: socket.socket, message: dict[str, Any]) -> None:
     with contextlib.suppress(OSError):  # the run is gone: the parent-death signal follows
         channel.send(json.dumps(message).encode())
 
