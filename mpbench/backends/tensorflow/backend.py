@@ -368,6 +368,10 @@ def _timed_steps(
             )
     except BaseException:
         telemetry.close()  # a diverged cell (CellDiverged) stopped it already
+        # The memory sampler's thread reads every 5 ms: left running, it would take the GIL
+        # from whatever this process does next (a fallback's steps, an in-process caller).
+        with contextlib.suppress(Exception):  # the failure that got here is the news
+            meter.stop()
         raise
     # Joules per sample: a GPU's energy over the samples that GPU trained (the sampler
     # reads replica 0's GPU); a CPU's package over every replica's samples.

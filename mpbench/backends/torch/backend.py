@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import statistics
 import time
@@ -403,6 +404,12 @@ def _timed_steps(
             cell.parallel.after_step if cell.parallel else None,
             cell.loss,
         )
+    except BaseException:
+        # The memory sampler's thread reads every 5 ms: left running, it would take the GIL
+        # from whatever this process does next (a fallback's steps, an in-process caller).
+        with contextlib.suppress(Exception):  # the failure that got here is the news
+            meter.stop()
+        raise
     finally:
         telemetry.stop_timed(plan.total_steps * cell.global_batch)
     # The CPU time is shared out among the intra-op threads on a CPU; on an accelerator one
