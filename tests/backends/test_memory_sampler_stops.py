@@ -1,7 +1,7 @@
 """A cell whose timed steps fail stops its memory sampler: the sampler's thread reads every
 5 ms, and left running it takes the GIL from whatever the process does next (a fallback's
-steps; in the test suite, every later in-process test of that worker, which it stalled for
-30-95 s at a time)."""
+steps; in the test suite, every later in-process test of that worker: the likely cause of
+stalls of 30-95 s seen there)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Warm fork servers: fork servers that outlive the run that started them and serve the
-runs after it, so that a run does not import its framework again (2-5 s of CPU for torch
-with torch._dynamo, about as much for TensorFlow).
+runs after it, so that a run does not import its framework again (4.6-5.5 s of CPU here
+for torch with torch._dynamo).
 
 Opt-in: MPBENCH_WARM_SERVERS=DIR (a folder of yours; the test suite sets it). A run then
 looks in DIR for a warm server of its framework whose *import state* is its own, connects to
@@ -45,7 +45,6 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import mpbench
-from mpbench.runner.launchers.cell_timeout import CELL_TIMEOUT_ENV
 from mpbench.runner.launchers.process_names import WARM_SERVER_NAME
 
 WARM_ENV = "MPBENCH_WARM_SERVERS"
@@ -58,7 +57,9 @@ IDLE_ENV = "MPBENCH_WARM_IDLE_S"  # another idle time, in seconds
 # Variables that differ from run to run and that no import reads: they do not keep a run
 # from a warm server started under other values, and a warm server is started without them
 # (each cell gets the run's own, as always).
-NOT_READ_BY_IMPORTS = frozenset({CELL_TIMEOUT_ENV, "PYTEST_CURRENT_TEST", WARM_ENV, IGNORE_ENV})
+# (A cell's timeout is not in the environment given here: zygote.py's _import_environment
+# leaves it out of every server's.)
+NOT_READ_BY_IMPORTS = frozenset({"PYTEST_CURRENT_TEST", WARM_ENV, IGNORE_ENV})
 
 
 def _read_by_imports(env: Mapping[str, str]) -> dict[str, str]:
@@ -103,15 +104,11 @@ class RunServer:
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self._pidfd = os.pidfd_open(pid)
-        self.returncode: int | None = None
 
-    def poll(self) -> int | None:
-        return self.returncode if self._gone(0) else None
-
-    def wait(self, timeout: float | None = None) -> int | None:
+    def wait(self, timeout: float | None = None) -> None:
+        """Until it has ended (no exit status: see the class docstring)."""
         if not self._gone(timeout):
             raise subprocess.TimeoutExpired(f"fork server {self.pid}", timeout or 0)
-        return self.returncode
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):
