@@ -101,6 +101,12 @@ def run(**given: Any) -> None:
     from mpbench.runner.loop import run_matrix
 
     options = command_line_options(given, " ".join(["mpbench", *sys.argv[1:]]))
+    if any(
+        v is not None for v in (options.on, options.fleet, options.fleet_timeout, options.store)
+    ):
+        from mpbench.fleet import run_fleet  # Ray or submitit only with --on (docs/fleet.md)
+
+        raise typer.Exit(run_fleet(options))
     raise typer.Exit(run_matrix(options, _run_summary))
 
 

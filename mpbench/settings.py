@@ -751,6 +751,41 @@ SETTINGS: tuple[Setting, ...] = (
         "Show framework logs.",
         home="command",
     ),
+    # The fleet (docs/fleet.md): the same matrix on each kind of machine of a cluster. Checked
+    # by mpbench/fleet/options.py, the one place that knows the engines.
+    Setting(
+        "on",
+        str,
+        None,
+        ("--on",),
+        "Run on a cluster, the whole matrix once on each kind of machine: ray (RAY_ADDRESS), "
+        "ray://HOST:PORT, or slurm.",
+        home="command",
+    ),
+    Setting(
+        "fleet",
+        str,
+        None,
+        ("--fleet",),
+        "With --on: the machine kinds, comma-separated (Ray accelerator types such as "
+        "H100,A100, or Slurm partitions); default: every kind the cluster has.",
+        home="command",
+    ),
+    Setting(
+        "fleet_timeout",
+        str,
+        None,
+        ("--fleet-timeout",),
+        "With --on: how long a machine may wait for a node before it is reported (10m).",
+        home="command",
+    ),
+    Setting(
+        "store",
+        flags=("--store",),
+        help="With --on: add each machine's run to this store as it finishes.",
+        home="command",
+        path=True,
+    ),
     # Set in a TOML file only.
     Setting("out_dir", str, "results", toml=("run",), required=True, example="elsewhere"),
     Setting("allow_download", bool, True, cell=True, toml=("run",), required=True, example="false"),

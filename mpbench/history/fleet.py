@@ -83,12 +83,14 @@ def device_class(record: CellRecord) -> str:
     """What a person calls the machine: GPU and compute capability, or CPU and its 16-bit
     arithmetic (the runner records a CPU's precision flags as its capability)."""
     device = record.device
+    machine = record.config.get("machine")  # MPBENCH_MACHINE: as the site names it
+    named = f" [{machine}]" if machine else ""
     if device.kind == "cpu":
         flags = [f for f in (device.capability or "").split(",") if f]
-        return f"{device.name} ({', '.join(flags) if flags else 'no bf16/fp16 arithmetic'})"
+        return f"{device.name} ({', '.join(flags) if flags else 'no bf16/fp16 arithmetic'}){named}"
     if device.kind == "cuda" and device.capability:
-        return f"{device.name} (CC {device.capability})"
-    return f"{device.name} ({device.kind})"
+        return f"{device.name} (CC {device.capability}){named}"
+    return f"{device.name} ({device.kind}){named}"
 
 
 def fleet_tables(

@@ -20,8 +20,9 @@ from mpbench import __version__
 from mpbench.backends.base import CellSpec
 from mpbench.errors import InvalidInput
 from mpbench.git import git
+from mpbench.machine import machine_name, named_fingerprint
 from mpbench.results import CellRecord, Status, append_record, write_csv, write_environment
-from mpbench.results.io import RESULTS_FILE, read_records
+from mpbench.results.io import ENVIRONMENT_FILE, RESULTS_FILE, read_records
 from mpbench.results.scaling import weak_scaling_efficiency
 from mpbench.results.sidefile import write_side_file
 from mpbench.results.writer import ResultsWriteError, drop_torn_tail, write_atomically
@@ -81,6 +82,7 @@ def environment(options: RunOptions, config: RunConfig, report: Any, device: str
         "command_line": options.command_line,
         "config_file": str(config.source) if config.source else None,
         "device": device,
+        "machine": machine_name(),  # MPBENCH_MACHINE (mpbench/machine.py), None: unnamed
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "packages": {
@@ -185,6 +187,9 @@ def _resume(
             warn(torn)
         done = _finished(run_dir, state.run_id)
         plan = _plan(state.config, state.run_id, warn)
+        if not (run_dir / ENVIRONMENT_FILE).exists():
+            # A run that a fleet's driver made (its run.json only) starts on its node here.
+            write_environment(run_dir, environment(options, state.config, plan.report, plan.device))
         return _run_cells(plan, state.config, run_dir, done, options, console, summary)
 
 
@@ -234,6 +239,7 @@ def _plan(config: RunConfig, run_id: str, warn: Callable[[str], None]) -> Plan:
     preflight(config, cells, warn)
     kind, _, index = device.partition(":")
     fingerprint = report.hardware_fingerprint(kind, int(index) if index else None)
+    fingerprint = named_fingerprint(fingerprint, machine_name())  # MPBENCH_MACHINE
     return Plan(run_id, report, device, traits, cells, fingerprint, {}, warn)
 
 

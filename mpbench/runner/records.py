@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from mpbench.backends.base import BusyEvidence, CellSpec, Measurements
+from mpbench.machine import machine_name
 from mpbench.policies import DeviceTraits, resolve
 from mpbench.results import (
     AccuracyStats,
@@ -61,6 +62,9 @@ def build_record(
     measurements = outcome.measurements
     config = spec.config()
     config.update(device=spec.device, data_dir=spec.data_dir)
+    machine = machine_name()
+    if machine is not None:  # a named machine (mpbench/machine.py): never pooled with others
+        config.update(machine=machine)
     if workload.kind == "user":
         # The workload owns its optimizer; its FLOPs are what the cell was given or measured.
         config.update(workload_source=workload.source)

@@ -1,0 +1,325 @@
+"""`mpbench run --on ray|slurm`: the same run on each kind of machine, into one folder.
+
+The driver checks the configuration as `mpbench run` does (bad input: one line, exit 2,
+before anything is dispatched), asks the cluster which kinds it has (a kind it lacks: one
+line listing those it has, exit 2), warns where nodes run other versions, writes each
+machine's run.json, then runs every machine at once, each on one node of its kind. A machine
+whose node is lost is started again on another node of its kind from the records already
+received; with none left, it is reported and the fleet exits 1. Ctrl-C cancels every
+machine and keeps what each has sent (exit 130); `--resume` continues them.
+
+Layout: OUT/fleet.json, and OUT/KIND/ one run directory per machine, as `mpbench run` makes
+it, which `mpbench compare`, `store add` and `history --by device` read as they are.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from mpbench import __version__
+from mpbench.errors import InvalidInput
+from mpbench.fleet.machines import FLEET_FILE, Machine, write_fleet
+from mpbench.fleet.options import FleetOptions, fleet_options
+from mpbench.runner.config import RunOptions, build_config
+from mpbench.runner.records import now_iso
+from mpbench.runner.rundir import (
+    RUN_FILE,
+    RunLock,
+    RunState,
+    check_out_path,
+    make_dir,
+    read_state,
+    write_state,
+)
+from mpbench.runner.signals import interrupted_exit_code, stop_on_termination
+
+# Where each node's versions must agree for one fleet's numbers to be read side by side.
+COMPARED_VERSIONS = ("mpbench", "python", "torch", "tensorflow")
+
+
+def run_fleet(options: RunOptions) -> int:
+    """Run the matrix on each machine kind of the cluster; the exit code (0, 1 a machine
+    failed or was lost, 2 bad input, 130 interrupted)."""
+    fleet = fleet_options(options.on, options.fleet, options.fleet_timeout, options.store)
+    assert fleet is not None
+    if options.measure_peak:
+        raise InvalidInput("--measure-peak: run `mpbench detect --measure` on each node instead")
+    console = _console()
+    with stop_on_termination():  # SIGTERM / SIGHUP are Ctrl-C from here on (runner.signals)
+        if options.resume:
+            return _resume(options, fleet, console)
+        return _new_fleet(options, fleet, console)
+
+
+def _new_fleet(options: RunOptions, fleet: FleetOptions, console: Console) -> int:
+    from mpbench.runner.loop import new_run_id
+
+    config = build_config(options)  # every check of the configuration, before dispatch
+    fleet_id = new_run_id()
+    fleet_dir = options.out if options.out is not None else config.out_dir / fleet_id
+    check_out_path(fleet_dir, "--out" if options.out is not None else "[run] out_dir")
+    engine = _engine(fleet, config.device, console)
+    engine.connect()
+    try:
+        kinds = _kinds(engine, fleet)
+        make_dir(fleet_dir)
+        with RunLock(fleet_dir):
+            if (fleet_dir / FLEET_FILE).exists() or (fleet_dir / RUN_FILE).exists():
+                raise InvalidInput(
+                    f"{fleet_dir} already holds a run: continue it with "
+                    f"'mpbench run --on {options.on} --out {fleet_dir} --resume', "
+                    "or pass another --out"
+                )
+            machines = []
+            for kind in kinds:
+                machine = Machine(kind, fleet_dir / kind, f"{fleet_id}-{kind}")
+                make_dir(machine.run_dir)
+                state = RunState(
+                    machine.run_id, now_iso(), options.command_line, __version__, config
+                )
+                write_state(machine.run_dir, state)
+                machines.append(machine)
+            return _run(engine, fleet, machines, fleet_dir, options, console)
+    finally:
+        engine.close()
+
+
+def _resume(options: RunOptions, fleet: FleetOptions, console: Console) -> int:
+    fleet_dir = options.out
+    if fleet_dir is None:
+        raise InvalidInput("--resume needs --out DIR: the fleet's folder to continue")
+    check_out_path(fleet_dir)
+    if not (fleet_dir / FLEET_FILE).is_file():
+        raise InvalidInput(f"--resume: {fleet_dir} holds no fleet run ({FLEET_FILE} missing)")
+    found = sorted(p for p in fleet_dir.iterdir() if (p / RUN_FILE).is_file())
+    machines = []
+    for run_dir in found:
+        state = read_state(run_dir)
+        assert state is not None
+        machines.append(Machine(run_dir.name, run_dir, state.run_id))
+    if fleet.kinds:
+        asked = set(fleet.kinds)
+        machines = [m for m in machines if m.kind in asked]
+    config_device = read_state(machines[0].run_dir).config.device if machines else "auto"
+    engine = _engine(fleet, config_device, console)
+    engine.connect()
+    try:
+        with RunLock(fleet_dir):
+            return _run(engine, fleet, machines, fleet_dir, options, console)
+    finally:
+        engine.close()
+
+
+def _engine(fleet: FleetOptions, device: str, console: Console) -> Any:
+    say = _warner()
+    if fleet.engine == "ray":
+        from mpbench.fleet.ray_engine import RayFleet
+
+        return RayFleet(fleet, device, say)
+    from mpbench.fleet.slurm_engine import SlurmFleet
+
+    return SlurmFleet(fleet, device, say)
+
+
+def _kinds(engine: Any, fleet: FleetOptions) -> list[str]:
+    """The kinds to run on: those asked, each of which the cluster must have (exit 2 before
+    anything runs), or every kind it has."""
+    available = engine.kinds()
+    has = ", ".join(f"{k} ({n} node{'s' * (n != 1)})" for k, n in sorted(available.items()))
+    missing = [k for k in fleet.kinds if k not in available]
+    if missing:
+        raise InvalidInput(
+            f"--fleet: the cluster has no node of kind {', '.join(missing)}; "
+            f"it has: {has or 'no nodes'}"
+        )
+    kinds = list(fleet.kinds) or engine.default_kinds(available)
+    if not kinds:
+        raise InvalidInput(
+            f"--on {engine.engine}: the cluster has no machine kind to run on (it has: "
+            f"{has or 'no nodes'}); name one with --fleet, or pass --device cpu for CPU nodes"
+        )
+    return kinds
+
+
+def _run(
+    engine: Any,
+    fleet: FleetOptions,
+    machines: list[Machine],
+    fleet_dir: Path,
+    options: RunOptions,
+    console: Console,
+) -> int:
+    console.print(
+        f"mpbench fleet on {engine.engine}: {len(machines)} machine kinds "
+        f"({', '.join(m.kind for m in machines)}); results: {fleet_dir}"
+    )
+    lock = threading.Lock()
+    write_fleet(fleet_dir, engine.engine, machines, options.command_line)
+    _check_versions(engine, machines, console)
+    write_fleet(fleet_dir, engine.engine, machines, options.command_line)
+
+    def keep(machine: Machine, event) -> None:
+        with lock:
+            before = machine.status
+            machine.receive(event)
+            if event.kind == "started" and before != "running":
+                node = event.facts.get("node")
+                console.print(f"  {machine.kind}: running on {node}")
+            elif event.kind == "records":
+                console.print(f"  {machine.kind}: {machine.records} cells measured")
+            elif event.kind == "done":
+                console.print(f"  {machine.kind}: {_outcome(machine)}")
+                _store(machine, fleet.store, console)
+            write_fleet(fleet_dir, engine.engine, machines, options.command_line)
+
+    def say(machine: Machine, text: str) -> None:
+        with lock:
+            console.print(f"  {machine.kind}: {text}")
+            write_fleet(fleet_dir, engine.engine, machines, options.command_line)
+
+    threads = [
+        threading.Thread(
+            target=_serve, args=(engine, m, keep, say), name=f"fleet-{m.kind}", daemon=True
+        )
+        for m in machines
+        if m.status != "no node"
+    ]
+    interrupted: KeyboardInterrupt | None = None
+    for thread in threads:
+        thread.start()
+    try:
+        while any(t.is_alive() for t in threads):
+            time.sleep(0.2)
+    except KeyboardInterrupt as exc:
+        interrupted = exc
+        console.print("[yellow]Interrupted[/yellow]: stopping every machine's run ...")
+        engine.stop()
+        for thread in threads:
+            thread.join(timeout=60)
+    write_fleet(fleet_dir, engine.engine, machines, options.command_line)
+    _closing(machines, fleet_dir, console)
+    if interrupted is not None:
+        console.print(
+            f"Kept what each machine measured; continue with: mpbench run --on {options.on} "
+            f"--out {fleet_dir} --resume"
+        )
+        return interrupted_exit_code(interrupted)
+    return 0 if all(m.status == "done" and m.exit_code == 0 for m in machines) else 1
+
+
+def _serve(engine: Any, machine: Machine, keep, say) -> None:
+    """One machine, until its run ends on a node, or no node of its kind is left."""
+    while True:
+        machine.attempts += 1
+        try:
+            ended = engine.run(machine, machine.seed(), lambda event: keep(machine, event))
+        except KeyboardInterrupt:
+            machine.status = "interrupted"
+            return
+        except TimeoutError:
+            machine.status = "no node"
+            machine.why = (
+                f"no node of kind {machine.kind} took it within --fleet-timeout "
+                f"({engine.options.timeout_s:g} s)"
+            )
+            return
+        except Exception as exc:  # the node's side failed: reported, the others go on
+            machine.status = "failed"
+            machine.why = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1:]}"
+            return
+        if ended:
+            return
+        lost = machine.why
+        if not engine.has_node(machine.kind):
+            machine.status = "lost"
+            machine.why = f"its node was lost ({lost}) and no node of kind {machine.kind} is left"
+            return
+        machine.status = "waiting"
+        say(machine, f"its node was lost ({lost}); resuming on another node of kind {machine.kind}")
+
+
+def _check_versions(engine: Any, machines: list[Machine], console: Console) -> None:
+    """Each kind's versions, asked of a node of it before the first cell; a warning where
+    they differ (the numbers are still each machine's own)."""
+    seen: dict[str, dict] = {}
+    for machine in machines:
+        facts = engine.facts(machine.kind)
+        if facts is None:
+            machine.status = "no node"
+            machine.why = (
+                f"no node of kind {machine.kind} answered within --fleet-timeout "
+                f"({engine.options.timeout_s:g} s)"
+            )
+            continue
+        machine.facts = facts
+        seen[machine.kind] = facts
+    for name in COMPARED_VERSIONS:
+        versions = {kind: facts.get(name) for kind, facts in seen.items()}
+        if len(set(versions.values())) > 1:
+            said = ", ".join(f"{kind} {v or 'none'}" for kind, v in versions.items())
+            _warner()(f"the machines run different {name} versions ({said}): each is recorded")
+
+
+def _store(machine: Machine, store: Path | None, console: Console) -> None:
+    """Add a finished machine's run to the store (again after a resume: replaced, never
+    doubled: the store keys a run by its id)."""
+    if store is None or machine.status != "done":
+        return
+    from mpbench.results.commits import attach_commits
+    from mpbench.results.store import Store, read_run_dir
+
+    try:
+        runs = read_run_dir(machine.run_dir)
+        attach_commits(runs, None, None, None)
+        with Store.create(store) as db:
+            db.check_replacements(runs)
+            for run in runs:
+                result = db.add(run)
+                console.print(
+                    f"  {machine.kind}: {result.outcome} in {store} ({result.records} records)"
+                )
+    except InvalidInput as exc:  # the run is on disk: say why the store did not take it
+        machine.why = f"not added to {store}: {exc}"
+        console.print(f"  [yellow]{machine.kind}[/yellow]: {machine.why}")
+
+
+def _outcome(machine: Machine) -> str:
+    if machine.status == "done":
+        failed = " (a cell failed: its record says why)" if machine.exit_code == 1 else ""
+        return f"done, {machine.records} cells{failed}"
+    return f"{machine.status}: {machine.why}"
+
+
+def _closing(machines: list[Machine], fleet_dir: Path, console: Console) -> None:
+    finished = [m for m in machines if m.status == "done"]
+    for machine in machines:
+        if machine.status != "done":
+            console.print(f"[yellow]{machine.kind}[/yellow]: {_outcome(machine)}")
+    if not finished:
+        return
+    from mpbench.history.options import HistoryOptions
+    from mpbench.history.run import run_history
+
+    try:
+        run_history(HistoryOptions(paths=[m.run_dir for m in finished], by="device"))
+    except InvalidInput as exc:  # no finished cell to compare: the runs are on disk
+        console.print(f"No fleet table: {exc}")
+    console.print(f"Results: {fleet_dir} (mpbench history --by device {fleet_dir}/*)")
+
+
+def _console() -> Console:
+    """Lines as they are, never wrapped (a log is read with grep); the fleet table is sized
+    as `mpbench run`'s closing table is."""
+    console = Console(soft_wrap=True)
+    return console if console.is_terminal else Console(width=200, soft_wrap=True)
+
+
+def _warner():
+    from mpbench.runner.loop import Warnings
+
+    return Warnings()

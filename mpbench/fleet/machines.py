@@ -1,0 +1,94 @@
+"""The driver's side of each machine kind: its run directory under the fleet's, what its
+node has sent so far, and what happened to it. The files here are what a resumed node is
+seeded with, so a record the driver has is never measured again nor written twice."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mpbench.fleet.node import Event, read_files
+from mpbench.results.io import RESULTS_FILE
+from mpbench.results.writer import write_atomically
+
+FLEET_FILE = "fleet.json"  # the fleet's own record: its kinds, nodes and outcomes
+
+
+@dataclass
+class Machine:
+    """One machine kind of the fleet and its run."""
+
+    kind: str
+    run_dir: Path
+    run_id: str
+    status: str = "waiting"  # waiting, running, done, failed, lost, no node, interrupted
+    why: str = ""  # what went wrong, for the closing lines
+    exit_code: int | None = None  # the node's `mpbench run`
+    records: int = 0  # records received
+    nodes: list[str] = field(default_factory=list)  # every node it ran on, in order
+    facts: dict[str, str | None] = field(default_factory=dict)  # the last node's versions
+    attempts: int = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.status in ("done", "failed")
+
+    def seed(self) -> dict[str, bytes]:
+        """What a node continues from: every file of the run the driver holds."""
+        return {
+            name: data
+            for name, data in read_files(self.run_dir).items()
+            if not name.startswith("logs/") and name != "node-output.log"
+        }
+
+    def receive(self, event: Event) -> None:
+        """Keep what a node sent: records appended as they come, files as they are."""
+        if event.kind == "started":
+            self.facts = event.facts
+            self.nodes.append(event.facts.get("node") or "?")
+            self.status = "running"
+        elif event.kind == "records":
+            with (self.run_dir / RESULTS_FILE).open("a", encoding="utf-8") as file:
+                file.write("".join(line + "\n" for line in event.lines))
+            self.records += len(event.lines)
+        elif event.kind in ("file", "done"):
+            for name, data in event.files.items():
+                if name == RESULTS_FILE and event.kind == "file":
+                    continue  # records come line by line
+                path = self.run_dir / name
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(data)
+            if event.kind == "done":
+                self.exit_code = event.exit_code
+                # 0: every cell ran; 1: a cell failed to run (its record says why)
+                self.status = "done" if event.exit_code in (0, 1) else "failed"
+                self.why = ""  # a node lost on the way is in `nodes`
+                if self.status == "failed":
+                    self.why = _last_line(event.output) or f"mpbench run exited {event.exit_code}"
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": self.kind,
+            "run_dir": self.run_dir.name,
+            "run_id": self.run_id,
+            "status": self.status,
+            "why": self.why or None,
+            "exit_code": self.exit_code,
+            "nodes": self.nodes,
+            "versions": self.facts,
+        }
+
+
+def write_fleet(fleet_dir: Path, engine: str, machines: list[Machine], command: str) -> None:
+    """fleet.json: what ran where, rewritten as the machines go on."""
+    text = json.dumps(
+        {"engine": engine, "command_line": command, "machines": [m.to_dict() for m in machines]},
+        indent=2,
+    )
+    write_atomically(fleet_dir / FLEET_FILE, text + "\n")
+
+
+def _last_line(output: str) -> str:
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    return lines[-1] if lines else ""

@@ -1,0 +1,157 @@
+"""The fleet on Slurm, through submitit: one job per machine kind, a kind being a partition.
+
+A Slurm site shares its file system between the login node and the compute nodes (submitit
+requires it too), so a job continues its machine's run in the fleet's own folder
+(node.py's `run_in_place`) and the driver reads what it writes there: nothing is sent back.
+A job that ends unfinished (its node failed, it was preempted) is submitted again while
+its partition has nodes up, and resumes from the records already written.
+
+Where `sinfo` is missing, submitit's AutoExecutor runs the jobs on this machine as local
+processes (its `local` executor), and the kinds are those --fleet names: the same code path,
+without a scheduler. That is what this project's tests run; see docs/fleet.md.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from typing import Any
+
+from mpbench.errors import InvalidInput
+from mpbench.fleet.machines import Machine
+from mpbench.fleet.node import Event, node_facts, run_in_place
+from mpbench.fleet.options import FleetOptions
+from mpbench.results.io import RESULTS_FILE
+
+POLL_S = 1.0
+MAX_ATTEMPTS = 3  # a job that keeps ending unfinished is not submitted for ever
+PENDING = {"PENDING", "UNKNOWN", "REQUEUED", "CONFIGURING"}
+
+
+def import_submitit() -> Any:
+    try:
+        import submitit
+    except ImportError:
+        raise InvalidInput(
+            "--on slurm needs submitit, which is not installed: pip install 'mpbench[slurm]'"
+        ) from None
+    return submitit
+
+
+class SlurmFleet:
+    engine = "slurm"
+
+    def __init__(self, options: FleetOptions, device: str, say: Callable[[str], None]) -> None:
+        self.options = options
+        self.cpu_cells = device == "cpu"
+        self.say = say
+        self.submitit = import_submitit()
+        self.local = shutil.which("sinfo") is None
+        self._jobs: dict[str, Any] = {}
+        self._stopping = False
+
+    def connect(self) -> None:
+        if self.local:
+            self.say(
+                "--on slurm: no Slurm on this machine (sinfo not found); submitit runs each "
+                "machine's job here, as a local process"
+            )
+
+    def close(self) -> None:
+        pass
+
+    def kinds(self) -> dict[str, int]:
+        """Each partition with nodes up, and how many (locally: the kinds asked, one each)."""
+        if self.local:
+            return dict.fromkeys(self.options.kinds, 1)
+        try:
+            listed = subprocess.run(
+                ["sinfo", "--noheader", "--responding", "--format=%R %D %t"],
+                capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            raise InvalidInput("--on slurm: sinfo did not answer in 60 s") from None
+        if listed.returncode != 0:
+            said = (listed.stderr.strip().splitlines() or ["no message"])[-1]
+            raise InvalidInput(f"--on slurm: sinfo failed ({said}): is slurmctld up?")
+        counts: dict[str, int] = {}
+        for line in listed.stdout.splitlines():
+            parts = line.split()
+            if len(parts) == 3 and parts[2].rstrip("*~#") in ("idle", "mix", "alloc", "comp"):
+                counts[parts[0]] = counts.get(parts[0], 0) + int(parts[1])
+        return counts
+
+    def default_kinds(self, available: dict[str, int]) -> list[str]:
+        return sorted(available)
+
+    def facts(self, kind: str) -> dict[str, str | None] | None:
+        # A job would have to queue to say; each machine's environment.json records them.
+        return node_facts() if self.local else {}
+
+    def has_node(self, kind: str) -> bool:
+        return kind in self.kinds()
+
+    def run(self, machine: Machine, seed: dict[str, bytes], receive: Callable[[Event], None]):
+        if machine.attempts > MAX_ATTEMPTS:
+            machine.why = f"{machine.why}; ended unfinished {MAX_ATTEMPTS} times"
+            raise RuntimeError(machine.why)
+        executor = self.submitit.AutoExecutor(
+            folder=machine.run_dir.parent / ".submitit" / "%j",
+            cluster="local" if self.local else "slurm",
+        )
+        parameters: dict[str, Any] = {"timeout_min": 24 * 60, "nodes": 1, "tasks_per_node": 1}
+        if not self.local:
+            parameters.update(slurm_partition=machine.kind)
+            if not self.cpu_cells:
+                parameters.update(gpus_per_node=1)
+        executor.update_parameters(**parameters)
+        if self._stopping:
+            raise KeyboardInterrupt
+        job = executor.submit(run_in_place, str(machine.run_dir))
+        self._jobs[machine.kind] = job
+        try:
+            return self._watch(machine, job, receive)
+        finally:
+            self._jobs.pop(machine.kind, None)
+
+    def _watch(self, machine: Machine, job: Any, receive: Callable[[Event], None]) -> bool:
+        submitted = time.monotonic()
+        started = False
+        while not job.done():
+            if self._stopping:
+                raise KeyboardInterrupt
+            state = job.state
+            if not started and state not in PENDING:
+                started = True
+                facts = (
+                    {**node_facts(), "node": f"job {job.job_id}"}
+                    if self.local
+                    else {"node": f"job {job.job_id}"}
+                )
+                receive(Event("started", facts=facts))
+            if not started and time.monotonic() - submitted > self.options.timeout_s:
+                job.cancel(check=False)
+                raise TimeoutError
+            time.sleep(POLL_S)
+        if not started:
+            receive(Event("started", facts={"node": f"job {job.job_id}"}))
+        try:
+            exit_code = job.result()
+        except self.submitit.core.utils.UncompletedJobError as exc:  # node failure, preemption
+            machine.why = str(exc).strip().splitlines()[0]
+            return False
+        except self.submitit.core.utils.FailedJobError as exc:
+            machine.why = str(exc).strip().splitlines()[0]
+            return False
+        path = machine.run_dir / RESULTS_FILE
+        machine.records = sum(1 for line in path.open() if line.strip()) if path.exists() else 0
+        output = (machine.run_dir / "node-output.log").read_text(errors="replace")[-4000:]
+        receive(Event("done", exit_code=exit_code, output=output))
+        return True
+
+    def stop(self) -> None:
+        self._stopping = True
+        for job in list(self._jobs.values()):
+            job.cancel(check=False)

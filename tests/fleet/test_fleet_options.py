@@ -1,0 +1,142 @@
+"""The fleet's options and rules that need no cluster: what --on, --fleet and
+--fleet-timeout accept, one line and exit 2 for the rest, before any cluster is asked; which
+modules may import Ray or submitit; the versions warning."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from builders import run_options
+from cli import run_mpbench
+
+from mpbench.errors import InvalidInput
+from mpbench.fleet import driver
+from mpbench.fleet.machines import Machine
+from mpbench.fleet.options import DEFAULT_TIMEOUT_S, fleet_options
+
+PACKAGE = Path(__file__).resolve().parents[2] / "mpbench"
+
+
+def test_a_ray_address_comes_from_the_option_or_the_environment(monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert fleet_options("ray", None, None, None).address == "auto"
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")
+    assert fleet_options("ray", None, None, None).address == "10.0.0.5:6379"
+    given = fleet_options("ray://head:10001", "H100, A100,H100", "90s", None)
+    assert given.address == "ray://head:10001"
+    assert given.kinds == ("H100", "A100")  # spaces and repeats dropped, order kept
+    assert given.timeout_s == 90.0
+    assert fleet_options("slurm", None, None, None).timeout_s == DEFAULT_TIMEOUT_S
+    assert fleet_options(None, None, None, None) is None  # a local run
+
+
+@pytest.mark.parametrize(
+    "on, fleet, timeout, fragment",
+    [
+        ("kubernetes", None, None, "--on 'kubernetes': must be ray, ray://HOST:PORT or slurm"),
+        ("ray://head", None, None, "a Ray client address is ray://HOST:PORT"),
+        ("ray", "H100,,A100", None, "an empty machine kind"),
+        ("ray", "H100;rm -rf", None, "is no machine kind"),
+        ("ray", None, "soon", "--fleet-timeout 'soon': must be seconds"),
+        ("ray", None, "0", "must be above 0 seconds"),
+        (None, "H100", None, "--fleet: only with --on ray|slurm"),
+        (None, None, "10m", "--fleet-timeout: only with --on ray|slurm"),
+    ],
+)
+def test_bad_fleet_options_are_refused(on, fleet, timeout, fragment):
+    with pytest.raises(InvalidInput, match=".*".join(map(_escaped, fragment.split("*")))):
+        fleet_options(on, fleet, timeout, None)
+
+
+def _escaped(text: str) -> str:
+    import re
+
+    return re.escape(text)
+
+
+def test_the_cli_says_a_bad_fleet_option_in_one_line_before_any_cluster(tmp_path):
+    done = run_mpbench("run", *run_options(), "--store", tmp_path / "s.sqlite", cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip() == "mpbench: error: --store: only with --on ray|slurm (a fleet run)"
+    done = run_mpbench("run", *run_options(), "--on", "ray", "--repeat", "0", cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "--repeat" in done.stderr  # the configuration is checked before Ray is asked
+    assert not list(tmp_path.glob("results*")), "nothing is written for bad input"
+
+
+def test_without_ray_installed_the_fleet_is_one_line_naming_the_extra(tmp_path):
+    blocker = tmp_path / "blocked" / "ray"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ImportError('No module named ray')\n")
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{blocker.parent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "mpbench", "run", *run_options(), "--on", "ray"],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == (
+        "mpbench: error: --on ray needs Ray, which is not installed: pip install 'mpbench[ray]'"
+    )
+
+
+def _imports(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_only_the_fleet_engines_import_ray_or_submitit():
+    importers = {
+        name: sorted(
+            str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if name in _imports(p)
+        )
+        for name in ("ray", "submitit")
+    }
+    assert importers == {"ray": ["fleet/ray_engine.py"], "submitit": ["fleet/slurm_engine.py"]}
+    # and `mpbench run` without --on reaches the fleet only through cli.py's branch
+    cli = (PACKAGE / "cli.py").read_text()
+    assert "from mpbench.fleet import run_fleet" in cli
+    assert not any("mpbench.fleet" in (PACKAGE / p).read_text() for p in ("runner/loop.py",))
+
+
+class _Engine:
+    """Answers the driver's questions as a cluster whose kinds run other versions."""
+
+    engine = "fake"
+
+    def __init__(self, facts):
+        self._facts = facts
+        self.options = fleet_options("ray", None, "5", None)
+
+    def facts(self, kind):
+        return self._facts.get(kind)
+
+
+def test_machines_on_other_versions_are_warned_about_and_a_silent_kind_is_no_node(tmp_path, capsys):
+    machines = [Machine(k, tmp_path / k, f"r-{k}") for k in ("H100", "A100", "L4")]
+    engine = _Engine(
+        {
+            "H100": {"mpbench": "0.1.0", "torch": "2.6.0+cu124", "python": "3.11.7"},
+            "A100": {"mpbench": "0.1.0", "torch": "2.5.1+cu121", "python": "3.11.7"},
+        }
+    )
+    driver._check_versions(engine, machines, console=None)
+    warned = capsys.readouterr().err
+    assert "the machines run different torch versions (H100 2.6.0+cu124, A100 2.5.1+cu121)" in (
+        " ".join(warned.split())
+    )
+    assert "mpbench versions" not in warned and "python versions" not in warned
+    assert [m.status for m in machines] == ["waiting", "waiting", "no node"]
+    assert "no node of kind L4 answered within --fleet-timeout (5 s)" in machines[2].why

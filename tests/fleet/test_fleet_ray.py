@@ -1,0 +1,268 @@
+"""`mpbench run --on ray` on a real local multi-node Ray cluster (tests/fleet/ray_cluster.py):
+a head without CPUs and one-CPU worker nodes whose `accelerator_type:` resources stand in for
+GPU kinds, their cells on this CPU. Two nodes of kind A (one can be lost), one of B, and one of
+H whose cells hang at bf16 (MPBENCH_FAULT in its environment), for Ctrl-C. The cluster is
+shared by the module; the tests that kill a node come last, in this order."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from builders import run_options
+from cli import run_mpbench
+from frameworks import installed, needs_torch
+
+pytestmark = [
+    needs_torch,
+    pytest.mark.skipif(not installed("ray"), reason="Ray is not installed (mpbench[ray])"),
+]
+
+HERE = Path(__file__).resolve().parent
+# Everything on the loopback: Ray binds the address it finds for this host unless told this
+# is a one-machine cluster; and no usage report is ever sent.
+RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+NODES = ["A", "A", "B", "H:MPBENCH_FAULT=hang@bfloat16"]
+TWO_POLICIES = ["-f", "torch", "-p", "float32", "-p", "mixed_bfloat16"]
+# Cells of a few seconds each, so that a node is lost while its run goes on.
+LONGER = ["--epochs", "80", "--max-steps", "1000"]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    process = subprocess.Popen(
+        [sys.executable, str(HERE / "ray_cluster.py"), *NODES],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, **RAY_ENV}, start_new_session=True,
+    )  # fmt: skip
+    try:
+        line = process.stdout.readline()
+        assert line, "the Ray cluster did not start"
+        yield json.loads(line)
+    finally:
+        process.stdin.close()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def fleet_env(cluster) -> dict[str, str]:
+    return {**RAY_ENV, "RAY_ADDRESS": cluster["address"]}
+
+
+def fleet(cluster, *args, tmp_path: Path, timeout: float = 300):
+    return run_mpbench(
+        "run", *run_options(), *args, "--on", "ray", env=fleet_env(cluster), cwd=tmp_path,
+        fork=False, timeout=timeout,
+    )  # fmt: skip
+
+
+def start_fleet(cluster, *args, tmp_path: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "mpbench", "run", *run_options(max_steps=None), *args,
+         "--on", "ray"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+        env={**os.environ, **fleet_env(cluster)},
+    )  # fmt: skip
+
+
+def records(run_dir: Path) -> list[dict]:
+    path = run_dir / "results.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def fleet_json(out: Path) -> dict:
+    return {m["kind"]: m for m in json.loads((out / "fleet.json").read_text())["machines"]}
+
+
+def wait_for(condition, timeout: float, what: str):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        found = condition()
+        if found:
+            return found
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def history(*paths) -> dict:
+    done = run_mpbench("history", "--by", "device", "--format", "json", *paths)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_the_fleet_runs_each_kind_on_its_nodes_as_a_run_by_hand_there(cluster, tmp_path):
+    out, store = tmp_path / "fleet", tmp_path / "store.sqlite"
+    done = fleet(cluster, "--fleet", "A,B", *TWO_POLICIES, "--out", out, "--store", store,
+                 tmp_path=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "mpbench fleet · 2 machines" in done.stdout
+    machines = fleet_json(out)
+    assert {k: m["status"] for k, m in machines.items()} == {"A": "done", "B": "done"}
+    # By hand: the same run on each machine, named as its node names it.
+    by_hand = {}
+    for kind in ("A", "B"):
+        by_hand[kind] = tmp_path / "hand" / kind
+        ran = run_mpbench("run", *run_options(), *TWO_POLICIES, "--out", by_hand[kind],
+                          env={"MPBENCH_MACHINE": kind}, cwd=tmp_path)  # fmt: skip
+        assert ran.returncode == 0, ran.stderr[-2000:]
+    for kind in ("A", "B"):
+        ours, theirs = records(out / kind), records(by_hand[kind])
+        assert [r["cell_id"] for r in ours] == [r["cell_id"] for r in theirs]
+        assert {r["hardware_fingerprint"] for r in ours} == {
+            r["hardware_fingerprint"] for r in theirs
+        }
+        assert {r["config"]["machine"] for r in ours} == {kind}
+        assert {r["status"] for r in ours} == {"ok"} and len(ours) >= 2
+    # One machine per kind, never pooled: each column's float32 is that machine's own.
+    fleet_view, hand_view = history(out / "A", out / "B"), history(*by_hand.values())
+    columns = _columns(fleet_view)
+    assert columns == _columns(hand_view)
+    assert len(columns) == 2 and all(c.endswith(("[A]", "[B]")) for c in columns)
+    for kind in ("A", "B"):
+        (float32,) = [r for r in records(out / kind) if r["policy"] == "float32"]
+        shown = _float32_step(fleet_view, kind)
+        assert shown == pytest.approx(float32["step_time"]["median_s"], rel=1e-6)
+    # The store took each machine's run as it finished; adding them again doubles nothing.
+    assert "A: added in" in done.stdout and "B: added in" in done.stdout
+    again = run_mpbench("store", "add", out / "A", out / "B", "--store", store)
+    assert again.returncode == 0 and again.stdout.endswith(": 2 unchanged\n"), again.stdout
+    assert _columns(history(store)) == columns
+
+
+def _columns(view) -> list[str]:
+    (table,) = view["workloads"]
+    return sorted(m["label"] for m in table["machines"])
+
+
+def _float32_step(view, kind: str) -> float:
+    (table,) = view["workloads"]
+    labels = {m["fingerprint"]: m["label"] for m in table["machines"]}
+    (row,) = [r for r in table["rows"] if r["policy"] == "float32"]
+    (cell,) = [c for fp, c in row["cells"].items() if labels[fp].endswith(f"[{kind}]")]
+    return cell["step_time_s"]["value"]
+
+
+def test_a_kind_the_cluster_lacks_is_one_line_naming_those_it_has(cluster, tmp_path):
+    done = fleet(cluster, "--fleet", "A,Z", tmp_path=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "mpbench: error: --fleet: the cluster has no node of kind Z; it has: A (2 nodes), "
+        "B (1 node), H (1 node)"
+    )
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_machine_no_node_can_take_is_reported_after_the_fleet_timeout(cluster, tmp_path):
+    # Cells on the device `auto` picks ask each task for a GPU, which no node here has.
+    options = [a for a in run_options() if a not in ("--device", "cpu")]
+    started = time.monotonic()
+    done = run_mpbench(
+        "run", *options, "--on", "ray", "--fleet", "B", "--fleet-timeout", "4s",
+        "--out", tmp_path / "fleet", env=fleet_env(cluster), cwd=tmp_path, fork=False,
+    )  # fmt: skip
+    assert time.monotonic() - started < 90
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "B: no node: no node of kind B took it within --fleet-timeout (4 s)" in done.stdout
+    assert fleet_json(tmp_path / "fleet")["B"]["status"] == "no node"
+
+
+def test_ctrl_c_keeps_every_finished_machine_and_what_the_others_sent(cluster, tmp_path):
+    out, store = tmp_path / "fleet", tmp_path / "store.sqlite"
+    driver = start_fleet(cluster, "--fleet", "A,H", *TWO_POLICIES, "--max-steps", "8", "--out", out,
+                         "--store", store, "--timeout", "300", tmp_path=tmp_path)  # fmt: skip
+    try:
+        wait_for(lambda: (out / "fleet.json").exists() and fleet_json(out)["A"]["status"] == "done"
+                 and len(records(out / "H")) == 1, 240, "A done and H's float32")  # fmt: skip
+        time.sleep(1)  # H's bf16 cell hangs on its node
+        driver.send_signal(signal.SIGINT)
+        stdout, stderr = driver.communicate(timeout=120)
+    finally:
+        driver.kill()
+    assert driver.returncode == 130, stdout[-2000:] + stderr[-2000:]
+    assert "mpbench run --on ray" in stdout and "--resume" in stdout
+    machines = fleet_json(out)
+    assert machines["A"]["status"] == "done" and machines["H"]["status"] == "interrupted"
+    assert [r["policy"] for r in records(out / "A")] == ["float32", "mixed_bfloat16"]
+    assert [r["policy"] for r in records(out / "H")] == ["float32"]
+    listed = run_mpbench("store", "list", "--store", store)
+    assert listed.stdout.count("-A") == 1 and "-H" not in listed.stdout, listed.stdout
+    # The hanging run on H's node was stopped with its task, as by Ctrl-C.
+    wait_for(lambda: not _runs_on("H"), 60, "H's mpbench run to end")
+
+
+def _runs_on(kind: str) -> list[psutil.Process]:
+    """The `mpbench run` processes on the node(s) of `kind` (their environment names it)."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            command = " ".join(process.info["cmdline"] or [])
+            if "mpbench run --out" in command and process.environ().get("MPBENCH_MACHINE") == kind:
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+def _raylet_of(process: psutil.Process, raylets: dict[str, int]) -> tuple[str, int]:
+    pids = {pid: name for name, pid in raylets.items()}
+    for parent in process.parents():
+        if parent.pid in pids:
+            return pids[parent.pid], parent.pid
+    raise AssertionError(f"no raylet above {process}")
+
+
+def lose_node(raylet: int) -> None:
+    """The node is lost as a machine is: its raylet and every process it started, at once."""
+    node = psutil.Process(raylet)
+    for process in [*node.children(recursive=True), node]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+
+
+def test_a_node_lost_mid_run_is_resumed_on_another_node_of_its_kind(cluster, tmp_path):
+    out = tmp_path / "fleet"
+    driver = start_fleet(cluster, "--fleet", "A", *TWO_POLICIES, *LONGER, "--repeat", "2",
+                         "--out", out, tmp_path=tmp_path)  # fmt: skip
+    try:
+        first = wait_for(lambda: records(out / "A")[:1], 240, "A's first record")[0]
+        (run,) = wait_for(lambda: _runs_on("A"), 30, "A's run on its node")
+        lose_node(_raylet_of(run, cluster["raylets"])[1])
+        stdout, stderr = driver.communicate(timeout=300)
+    finally:
+        driver.kill()
+    assert driver.returncode == 0, stdout[-3000:] + stderr[-3000:]
+    assert "its node was lost" in stdout and "resuming on another node of kind A" in stdout
+    kept = records(out / "A")
+    ids = [r["cell_id"] for r in kept]
+    assert len(ids) == 4 and len(set(ids)) == 4, ids  # every cell once: none lost, none doubled
+    assert kept[0] == first  # the record sent before the loss is kept, not measured again
+    assert len(fleet_json(out)["A"]["nodes"]) == 2
+
+
+def test_a_kind_whose_last_node_is_lost_is_reported_and_the_fleet_fails(cluster, tmp_path):
+    # H's only node hangs at bf16 (after the Ctrl-C test, which leaves it up): lost there.
+    out = tmp_path / "fleet"
+    driver = start_fleet(cluster, "--fleet", "H", *TWO_POLICIES, "--max-steps", "8",
+                         "--out", out, tmp_path=tmp_path)  # fmt: skip
+    try:
+        wait_for(lambda: records(out / "H")[:1], 240, "H's float32 record")
+        (run,) = wait_for(lambda: _runs_on("H"), 30, "H's run on its node")
+        lose_node(_raylet_of(run, cluster["raylets"])[1])
+        stdout, stderr = driver.communicate(timeout=300)
+    finally:
+        driver.kill()
+    assert driver.returncode == 1, stdout[-3000:] + stderr[-3000:]
+    assert "no node of kind H is left" in stdout
+    assert fleet_json(out)["H"]["status"] == "lost"
+    assert [r["policy"] for r in records(out / "H")] == ["float32"]  # what it sent is kept
