@@ -247,8 +247,9 @@ def _check_versions(engine: Any, machines: list[Machine], console: Console) -> N
     """Each kind's versions, asked of a node of it before the first cell; a warning where
     they differ (the numbers are still each machine's own)."""
     seen: dict[str, dict] = {}
+    answers = engine.facts([m.kind for m in machines])
     for machine in machines:
-        facts = engine.facts(machine.kind)
+        facts = answers[machine.kind]
         if facts is None:
             machine.status = "no node"
             machine.why = (

@@ -81,12 +81,20 @@ class Machine:
 
 
 def write_fleet(fleet_dir: Path, engine: str, machines: list[Machine], command: str) -> None:
-    """fleet.json: what ran where, rewritten as the machines go on."""
+    """fleet.json: what ran where, rewritten as the machines go on. A machine kind this
+    command does not run (`--resume --fleet` naming fewer) keeps its entry as it was."""
+    path = fleet_dir / FLEET_FILE
+    entries = {m.kind: m.to_dict() for m in machines}
+    try:
+        before = json.loads(path.read_text())["machines"]
+    except (OSError, ValueError, KeyError, TypeError):
+        before = []
+    kept = [e for e in before if isinstance(e, dict) and e.get("kind") not in entries]
     text = json.dumps(
-        {"engine": engine, "command_line": command, "machines": [m.to_dict() for m in machines]},
+        {"engine": engine, "command_line": command, "machines": [*kept, *entries.values()]},
         indent=2,
     )
-    write_atomically(fleet_dir / FLEET_FILE, text + "\n")
+    write_atomically(path, text + "\n")
 
 
 def _last_line(output: str) -> str:

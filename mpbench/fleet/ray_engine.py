@@ -84,17 +84,25 @@ class RayFleet:
             kinds.append(CPU_KIND)
         return kinds
 
-    def facts(self, kind: str) -> dict[str, str | None] | None:
-        """The versions on a node of `kind` (None: no node answered in --fleet-timeout)."""
-        probe = self.ray.remote(node_facts).options(
-            **self._placement(kind), num_cpus=0, num_gpus=0, max_retries=0
-        )
-        ref = probe.remote()
-        ready, _ = self.ray.wait([ref], timeout=self.options.timeout_s)
-        if not ready:
-            self.ray.cancel(ref)
-            return None
-        return self.ray.get(ref)
+    def facts(self, kinds: list[str]) -> dict[str, dict[str, str | None] | None]:
+        """The versions on a node of each kind, asked of all at once (None: no node of the
+        kind answered within --fleet-timeout)."""
+        refs = {
+            kind: self.ray.remote(node_facts)
+            .options(**self._placement(kind), num_cpus=0, num_gpus=0, max_retries=0)
+            .remote()
+            for kind in kinds
+        }
+        self.ray.wait(list(refs.values()), num_returns=len(refs), timeout=self.options.timeout_s)
+        answers: dict[str, dict[str, str | None] | None] = {}
+        for kind, ref in refs.items():
+            ready, _ = self.ray.wait([ref], timeout=0)
+            if ready:
+                answers[kind] = self.ray.get(ref)
+            else:
+                self.ray.cancel(ref)
+                answers[kind] = None
+        return answers
 
     def run(self, machine: Machine, seed: dict[str, bytes], receive: Callable[[Event], None]):
         """Run `machine` on one node until its run ends; True when it ended there, False when

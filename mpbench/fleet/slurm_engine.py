@@ -86,9 +86,9 @@ class SlurmFleet:
     def default_kinds(self, available: dict[str, int]) -> list[str]:
         return sorted(available)
 
-    def facts(self, kind: str) -> dict[str, str | None] | None:
+    def facts(self, kinds: list[str]) -> dict[str, dict[str, str | None] | None]:
         # A job would have to queue to say; each machine's environment.json records them.
-        return node_facts() if self.local else {}
+        return {kind: node_facts() if self.local else {} for kind in kinds}
 
     def has_node(self, kind: str) -> bool:
         return kind in self.kinds()

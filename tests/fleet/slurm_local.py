@@ -44,7 +44,7 @@ def available() -> str | None:
     return None
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
@@ -57,7 +57,7 @@ def start(folder: Path) -> Slurm:
     key.write_bytes(os.urandom(1024))
     key.chmod(0o400)
     socket_path = folder / "munge" / "socket"
-    ctld, slurmd = _free_port(), _free_port()
+    ctld, slurmd = free_port(), free_port()
     partitions = "".join(
         f"PartitionName={p} Nodes=localhost MaxTime=INFINITE State=UP OverSubscribe=FORCE:2"
         f"{' Default=YES' if n == 0 else ''}\n"

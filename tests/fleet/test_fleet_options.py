@@ -120,8 +120,8 @@ class _Engine:
         self._facts = facts
         self.options = fleet_options("ray", None, "5", None)
 
-    def facts(self, kind):
-        return self._facts.get(kind)
+    def facts(self, kinds):
+        return {kind: self._facts.get(kind) for kind in kinds}
 
 
 def test_machines_on_other_versions_are_warned_about_and_a_silent_kind_is_no_node(tmp_path, capsys):

@@ -199,6 +199,12 @@ def test_ctrl_c_keeps_every_finished_machine_and_what_the_others_sent(cluster, t
     assert listed.stdout.count("-A") == 1 and "-H" not in listed.stdout, listed.stdout
     # The hanging run on H's node was stopped with its task, as by Ctrl-C.
     wait_for(lambda: not _runs_on("H"), 60, "H's mpbench run to end")
+    # --resume continues the fleet's machines (here A alone): nothing finished runs again.
+    before = records(out / "A")
+    resumed = run_mpbench("run", "--on", "ray", "--out", out, "--resume", "--fleet", "A",
+                          env=fleet_env(cluster), cwd=tmp_path, fork=False)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    assert records(out / "A") == before
 
 
 def _runs_on(kind: str) -> list[psutil.Process]:
