@@ -230,7 +230,8 @@ def _serve(engine: Any, machine: Machine, keep, say) -> None:
             return
         except Exception as exc:  # the node's side failed: reported, the others go on
             machine.status = "failed"
-            machine.why = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1:]}"
+            lines = str(exc).strip().splitlines()
+            machine.why = f"{type(exc).__name__}: {lines[-1] if lines else 'no message'}"
             return
         if ended:
             return
