@@ -140,3 +140,35 @@ def test_machines_on_other_versions_are_warned_about_and_a_silent_kind_is_no_nod
     assert "mpbench versions" not in warned and "python versions" not in warned
     assert [m.status for m in machines] == ["waiting", "waiting", "no node"]
     assert "no node of kind L4 answered within --fleet-timeout (5 s)" in machines[2].why
+
+
+class _Failing(_Engine):
+    """A cluster whose node-side code raises, then one whose node is lost with none left."""
+
+    def __init__(self, error=None):
+        super().__init__({})
+        self.error = error
+
+    def run(self, machine, seed, receive):
+        if self.error is not None:
+            raise self.error
+        machine.why = "Task failed because the node it was running on is dead"
+        return False
+
+    def has_node(self, kind):
+        return False
+
+
+def test_a_machine_whose_node_side_fails_or_is_lost_is_said_and_the_others_go_on(tmp_path):
+    said = []
+    failing = Machine("H100", tmp_path / "H100", "r-H100")
+    driver._serve(_Failing(ValueError("while reading\nno such file")), failing, None, said.append)
+    assert failing.status == "failed" and failing.why == "ValueError: no such file"
+    lost = Machine("A100", tmp_path / "A100", "r-A100")
+    driver._serve(_Failing(), lost, None, lambda m, text: said.append(text))
+    assert lost.status == "lost"
+    assert lost.why == (
+        "its node was lost (Task failed because the node it was running on is dead) and no "
+        "node of kind A100 is left"
+    )
+    assert said == []  # no retry was announced: no node of the kind was left
