@@ -97,16 +97,17 @@ def data(
 
 def run(**given: Any) -> None:
     """Train the reference workloads under each precision policy, one process per cell."""
+    from mpbench.fleet.options import fleet_options
     from mpbench.runner.config import command_line_options
     from mpbench.runner.loop import run_matrix
 
     options = command_line_options(given, " ".join(["mpbench", *sys.argv[1:]]))
-    if any(
-        v is not None for v in (options.on, options.fleet, options.fleet_timeout, options.store)
-    ):
+    # --fleet, --fleet-timeout or --store without --on: one line, exit 2 (fleet/options.py)
+    fleet = fleet_options(options.on, options.fleet, options.fleet_timeout, options.store)
+    if fleet is not None:
         from mpbench.fleet import run_fleet  # Ray or submitit only with --on (docs/fleet.md)
 
-        raise typer.Exit(run_fleet(options))
+        raise typer.Exit(run_fleet(options, fleet))
     raise typer.Exit(run_matrix(options, _run_summary))
 
 

@@ -24,8 +24,9 @@ from rich.console import Console
 from mpbench import __version__
 from mpbench.errors import InvalidInput
 from mpbench.fleet.machines import FLEET_FILE, Machine, write_fleet
-from mpbench.fleet.options import FleetOptions, fleet_options
+from mpbench.fleet.options import FleetOptions
 from mpbench.runner.config import RunOptions, build_config
+from mpbench.runner.loop import Warnings, new_run_id
 from mpbench.runner.records import now_iso
 from mpbench.runner.rundir import (
     RUN_FILE,
@@ -42,28 +43,25 @@ from mpbench.runner.signals import interrupted_exit_code, stop_on_termination
 COMPARED_VERSIONS = ("mpbench", "python", "torch", "tensorflow")
 
 
-def run_fleet(options: RunOptions) -> int:
+def run_fleet(options: RunOptions, fleet: FleetOptions) -> int:
     """Run the matrix on each machine kind of the cluster; the exit code (0, 1 a machine
     failed or was lost, 2 bad input, 130 interrupted)."""
-    fleet = fleet_options(options.on, options.fleet, options.fleet_timeout, options.store)
-    assert fleet is not None
     if options.measure_peak:
         raise InvalidInput("--measure-peak: run `mpbench detect --measure` on each node instead")
     console = _console()
+    warn = Warnings()  # stderr, each warning once (runner/loop.py)
     with stop_on_termination():  # SIGTERM / SIGHUP are Ctrl-C from here on (runner.signals)
         if options.resume:
-            return _resume(options, fleet, console)
-        return _new_fleet(options, fleet, console)
+            return _resume(options, fleet, console, warn)
+        return _new_fleet(options, fleet, console, warn)
 
 
-def _new_fleet(options: RunOptions, fleet: FleetOptions, console: Console) -> int:
-    from mpbench.runner.loop import new_run_id
-
+def _new_fleet(options: RunOptions, fleet: FleetOptions, console: Console, warn: Warnings) -> int:
     config = build_config(options)  # every check of the configuration, before dispatch
     fleet_id = new_run_id()
     fleet_dir = options.out if options.out is not None else config.out_dir / fleet_id
     check_out_path(fleet_dir, "--out" if options.out is not None else "[run] out_dir")
-    engine = _engine(fleet, config.device, console)
+    engine = _engine(fleet, config.device, warn)
     engine.connect()
     try:
         kinds = _kinds(engine, fleet)
@@ -84,46 +82,44 @@ def _new_fleet(options: RunOptions, fleet: FleetOptions, console: Console) -> in
                 )
                 write_state(machine.run_dir, state)
                 machines.append(machine)
-            return _run(engine, fleet, machines, fleet_dir, options, console)
+            return _run(engine, fleet, machines, fleet_dir, options, console, warn)
     finally:
         engine.close()
 
 
-def _resume(options: RunOptions, fleet: FleetOptions, console: Console) -> int:
+def _resume(options: RunOptions, fleet: FleetOptions, console: Console, warn: Warnings) -> int:
     fleet_dir = options.out
     if fleet_dir is None:
         raise InvalidInput("--resume needs --out DIR: the fleet's folder to continue")
     check_out_path(fleet_dir)
     if not (fleet_dir / FLEET_FILE).is_file():
         raise InvalidInput(f"--resume: {fleet_dir} holds no fleet run ({FLEET_FILE} missing)")
-    found = sorted(p for p in fleet_dir.iterdir() if (p / RUN_FILE).is_file())
-    machines = []
-    for run_dir in found:
-        state = read_state(run_dir)
-        assert state is not None
-        machines.append(Machine(run_dir.name, run_dir, state.run_id))
-    if fleet.kinds:
-        asked = set(fleet.kinds)
-        machines = [m for m in machines if m.kind in asked]
-    config_device = read_state(machines[0].run_dir).config.device if machines else "auto"
-    engine = _engine(fleet, config_device, console)
+    states = {
+        p.name: read_state(p) for p in sorted(fleet_dir.iterdir()) if (p / RUN_FILE).is_file()
+    }
+    machines = [
+        Machine(kind, fleet_dir / kind, state.run_id)
+        for kind, state in states.items()
+        if not fleet.kinds or kind in fleet.kinds
+    ]
+    device = states[machines[0].kind].config.device if machines else "auto"
+    engine = _engine(fleet, device, warn)
     engine.connect()
     try:
         with RunLock(fleet_dir):
-            return _run(engine, fleet, machines, fleet_dir, options, console)
+            return _run(engine, fleet, machines, fleet_dir, options, console, warn)
     finally:
         engine.close()
 
 
-def _engine(fleet: FleetOptions, device: str, console: Console) -> Any:
-    say = _warner()
+def _engine(fleet: FleetOptions, device: str, warn: Warnings) -> Any:
     if fleet.engine == "ray":
         from mpbench.fleet.ray_engine import RayFleet
 
-        return RayFleet(fleet, device, say)
+        return RayFleet(fleet, device)
     from mpbench.fleet.slurm_engine import SlurmFleet
 
-    return SlurmFleet(fleet, device, say)
+    return SlurmFleet(fleet, device, warn)
 
 
 def _kinds(engine: Any, fleet: FleetOptions) -> list[str]:
@@ -153,6 +149,7 @@ def _run(
     fleet_dir: Path,
     options: RunOptions,
     console: Console,
+    warn: Warnings,
 ) -> int:
     console.print(
         f"mpbench fleet on {engine.engine}: {len(machines)} machine kinds "
@@ -160,7 +157,7 @@ def _run(
     )
     lock = threading.Lock()
     write_fleet(fleet_dir, engine.engine, machines, options.command_line)
-    _check_versions(engine, machines, console)
+    _check_versions(engine, machines, warn)
     write_fleet(fleet_dir, engine.engine, machines, options.command_line)
 
     def keep(machine: Machine, event) -> None:
@@ -244,7 +241,7 @@ def _serve(engine: Any, machine: Machine, keep, say) -> None:
         say(machine, f"its node was lost ({lost}); resuming on another node of kind {machine.kind}")
 
 
-def _check_versions(engine: Any, machines: list[Machine], console: Console) -> None:
+def _check_versions(engine: Any, machines: list[Machine], warn: Warnings) -> None:
     """Each kind's versions, asked of a node of it before the first cell; a warning where
     they differ (the numbers are still each machine's own)."""
     seen: dict[str, dict] = {}
@@ -264,7 +261,7 @@ def _check_versions(engine: Any, machines: list[Machine], console: Console) -> N
         versions = {kind: facts.get(name) for kind, facts in seen.items()}
         if len(set(versions.values())) > 1:
             said = ", ".join(f"{kind} {v or 'none'}" for kind, v in versions.items())
-            _warner()(f"the machines run different {name} versions ({said}): each is recorded")
+            warn(f"the machines run different {name} versions ({said}): each is recorded")
 
 
 def _store(machine: Machine, store: Path | None, console: Console) -> None:
@@ -272,19 +269,13 @@ def _store(machine: Machine, store: Path | None, console: Console) -> None:
     doubled: the store keys a run by its id)."""
     if store is None or machine.status != "done":
         return
-    from mpbench.results.commits import attach_commits
-    from mpbench.results.store import Store, read_run_dir
+    from mpbench.history.store_cli import add_runs
 
     try:
-        runs = read_run_dir(machine.run_dir)
-        attach_commits(runs, None, None, None)
-        with Store.create(store) as db:
-            db.check_replacements(runs)
-            for run in runs:
-                result = db.add(run)
-                console.print(
-                    f"  {machine.kind}: {result.outcome} in {store} ({result.records} records)"
-                )
+        for _, result in add_runs([machine.run_dir], store):
+            console.print(
+                f"  {machine.kind}: {result.outcome} in {store} ({result.records} records)"
+            )
     except InvalidInput as exc:  # the run is on disk: say why the store did not take it
         machine.why = f"not added to {store}: {exc}"
         console.print(f"  [yellow]{machine.kind}[/yellow]: {machine.why}")
@@ -319,9 +310,3 @@ def _console() -> Console:
     as `mpbench run`'s closing table is."""
     console = Console(soft_wrap=True)
     return console if console.is_terminal else Console(width=200, soft_wrap=True)
-
-
-def _warner():
-    from mpbench.runner.loop import Warnings
-
-    return Warnings()

@@ -53,9 +53,7 @@ class Machine:
                 file.write("".join(line + "\n" for line in event.lines))
             self.records += len(event.lines)
         elif event.kind in ("file", "done"):
-            for name, data in event.files.items():
-                if name == RESULTS_FILE and event.kind == "file":
-                    continue  # records come line by line
+            for name, data in event.files.items():  # results.jsonl: at "done" only
                 path = self.run_dir / name
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_bytes(data)

@@ -31,8 +31,6 @@ from mpbench.results.io import RESULTS_FILE
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 POLL_S = 0.25
-# Written once and read back by the driver when a node is lost: the run as the node made it.
-
 # Files the node never sends while the run goes on: the lock, and logs that grow all the time.
 NOT_STREAMED = {"run.lock", RESULTS_FILE}
 
@@ -151,7 +149,7 @@ def changed_files(run_dir: Path, seen: dict[str, tuple[int, int]]) -> dict[str, 
         name = path.relative_to(run_dir).as_posix()
         if not path.is_file() or name in NOT_STREAMED or name.startswith("logs/"):
             continue
-        if name == "node-output.log" or name.endswith(".tmp") or ".tmp" in path.suffixes:
+        if name == "node-output.log" or name.endswith(".tmp"):  # write_atomically's temporary
             continue
         stat = path.stat()
         if seen.get(name) != (stat.st_size, stat.st_mtime_ns):

@@ -3,10 +3,12 @@ before anything is dispatched; bad input is one line and exit 2 (InvalidInput)."
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 from mpbench.errors import InvalidInput
 from mpbench.settings import seconds_value
@@ -68,3 +70,14 @@ def _kinds(fleet: str | None) -> tuple[str, ...]:
                 f"--fleet {fleet!r}: {kind!r} is no machine kind (letters, digits, '.', '_', '-')"
             )
     return tuple(dict.fromkeys(kinds))
+
+
+def import_engine(module: str, name: str, option: str, extra: str) -> ModuleType:
+    """Ray or submitit, imported only by the engine that runs on it; missing: one line
+    naming the extra that installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise InvalidInput(
+            f"{option} needs {name}, which is not installed: pip install 'mpbench[{extra}]'"
+        ) from None

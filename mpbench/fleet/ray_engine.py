@@ -19,21 +19,11 @@ from typing import Any
 from mpbench.errors import InvalidInput
 from mpbench.fleet.machines import Machine
 from mpbench.fleet.node import Event, node_facts, serve_machine
-from mpbench.fleet.options import CPU_KIND, FleetOptions
+from mpbench.fleet.options import CPU_KIND, FleetOptions, import_engine
 
 ACCELERATOR = "accelerator_type:"  # Ray's resource prefix for accelerator types
 WAIT_S = 0.5  # how often a waiting task is looked at (timeout, Ctrl-C)
 NODE_LOOK_S = 5.0  # how often a running task's node is looked up in Ray's list of nodes
-
-
-def import_ray() -> Any:
-    try:
-        import ray
-    except ImportError:
-        raise InvalidInput(
-            "--on ray needs Ray, which is not installed: pip install 'mpbench[ray]'"
-        ) from None
-    return ray
 
 
 class RayFleet:
@@ -41,11 +31,10 @@ class RayFleet:
 
     engine = "ray"
 
-    def __init__(self, options: FleetOptions, device: str, say: Callable[[str], None]) -> None:
+    def __init__(self, options: FleetOptions, device: str) -> None:
         self.options = options
         self.cpu_cells = device == "cpu"
-        self.say = say
-        self.ray = import_ray()
+        self.ray = import_engine("ray", "Ray", "--on ray", "ray")
         self._running: dict[str, Any] = {}  # kind -> its task (an ObjectRefGenerator)
         self._lock = threading.Lock()
         self._stopping = False

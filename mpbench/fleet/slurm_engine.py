@@ -22,22 +22,12 @@ from typing import Any
 from mpbench.errors import InvalidInput
 from mpbench.fleet.machines import Machine
 from mpbench.fleet.node import Event, node_facts, run_in_place
-from mpbench.fleet.options import FleetOptions
+from mpbench.fleet.options import FleetOptions, import_engine
 from mpbench.results.io import RESULTS_FILE
 
 POLL_S = 1.0
 MAX_ATTEMPTS = 3  # a job that keeps ending unfinished is not submitted for ever
 PENDING = {"PENDING", "UNKNOWN", "REQUEUED", "CONFIGURING"}
-
-
-def import_submitit() -> Any:
-    try:
-        import submitit
-    except ImportError:
-        raise InvalidInput(
-            "--on slurm needs submitit, which is not installed: pip install 'mpbench[slurm]'"
-        ) from None
-    return submitit
 
 
 class SlurmFleet:
@@ -47,7 +37,7 @@ class SlurmFleet:
         self.options = options
         self.cpu_cells = device == "cpu"
         self.say = say
-        self.submitit = import_submitit()
+        self.submitit = import_engine("submitit", "submitit", "--on slurm", "slurm")
         self.local = shutil.which("sinfo") is None
         self._jobs: dict[str, Any] = {}
         self._stopping = False

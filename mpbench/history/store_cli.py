@@ -6,6 +6,7 @@ fault of the store (damaged, read-only, locked, a full disk) in one line, exit 2
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,7 +15,7 @@ import typer
 from mpbench.history import DEFAULT_STORE
 
 if TYPE_CHECKING:
-    from mpbench.results.store import StoredRun
+    from mpbench.results.store import AddResult, RunSource, StoredRun
 
 store_app = typer.Typer(
     name="store",
@@ -54,6 +55,31 @@ def store_add(
 
     Adding a run again changes nothing, a run whose records changed since (resumed) replaces
     its copy, and a copy with fewer records than the stored one is refused unless --replace."""
+    counts: dict[str, int] = {}
+    for run, result in add_runs(run_dirs, store, commit, commit_time, repo, replace):
+        counts[result.outcome] = counts.get(result.outcome, 0) + 1
+        what = f"{result.outcome} {run.run_id} ({result.records} records"
+        if result.before is not None:
+            what += f", had {result.before}"
+        what += f"; commit {run.git_commit[:12]}" if run.git_commit else "; commit unknown"
+        what += f" at {run.commit_time}" if run.commit_time else ""
+        typer.echo(what + ")")
+    summary = ", ".join(f"{n} {outcome}" for outcome, n in counts.items())
+    typer.echo(f"{store}: {summary}")
+
+
+def add_runs(
+    run_dirs: list[Path],
+    store: Path,
+    commit: str | None = None,
+    commit_time: str | None = None,
+    repo: Path | None = None,
+    replace: bool = False,
+) -> Iterator[tuple[RunSource, AddResult]]:
+    """`store add`'s work, for it and the fleet's driver: every run read and checked first,
+    its commit attached, then each added in its own transaction (none where a copy would
+    shrink), yielded as it is added, so a fault later leaves what was said true.
+    InvalidInput, one line, for a bad run or store."""
     from mpbench.results.commits import attach_commits, check_commit
     from mpbench.results.store import Store, read_run_dir
 
@@ -61,20 +87,10 @@ def store_add(
         check_commit(commit)
     runs = [run for path in run_dirs for run in read_run_dir(path)]  # all checked first
     attach_commits(runs, commit, commit_time, repo)
-    counts: dict[str, int] = {}
     with Store.create(store) as db:
         db.check_replacements(runs, replace=replace)  # a smaller copy: nothing is added
         for run in runs:
-            result = db.add(run, replace=replace)
-            counts[result.outcome] = counts.get(result.outcome, 0) + 1
-            what = f"{result.outcome} {run.run_id} ({result.records} records"
-            if result.before is not None:
-                what += f", had {result.before}"
-            what += f"; commit {run.git_commit[:12]}" if run.git_commit else "; commit unknown"
-            what += f" at {run.commit_time}" if run.commit_time else ""
-            typer.echo(what + ")")
-    summary = ", ".join(f"{n} {outcome}" for outcome, n in counts.items())
-    typer.echo(f"{store}: {summary}")
+            yield run, db.add(run, replace=replace)
 
 
 @store_app.command("list")

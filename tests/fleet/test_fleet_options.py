@@ -18,6 +18,7 @@ from mpbench.errors import InvalidInput
 from mpbench.fleet import driver
 from mpbench.fleet.machines import Machine
 from mpbench.fleet.options import DEFAULT_TIMEOUT_S, fleet_options
+from mpbench.runner.loop import Warnings
 
 PACKAGE = Path(__file__).resolve().parents[2] / "mpbench"
 
@@ -88,9 +89,17 @@ def test_without_ray_installed_the_fleet_is_one_line_naming_the_extra(tmp_path):
 
 
 def _imports(path: Path) -> set[str]:
+    """The top-level packages a module imports, by statement or by name
+    (`import_engine("ray", ...)`, `importlib.import_module("ray")`)."""
     names = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) in (
+            "import_engine",
+            "import_module",
+        ):
+            if node.args and isinstance(node.args[0], ast.Constant):
+                names.add(str(node.args[0].value).split(".")[0])
+        elif isinstance(node, ast.Import):
             names |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             names.add(node.module.split(".")[0])
@@ -132,7 +141,7 @@ def test_machines_on_other_versions_are_warned_about_and_a_silent_kind_is_no_nod
             "A100": {"mpbench": "0.1.0", "torch": "2.5.1+cu121", "python": "3.11.7"},
         }
     )
-    driver._check_versions(engine, machines, console=None)
+    driver._check_versions(engine, machines, Warnings())
     warned = capsys.readouterr().err
     assert "the machines run different torch versions (H100 2.6.0+cu124, A100 2.5.1+cu121)" in (
         " ".join(warned.split())
