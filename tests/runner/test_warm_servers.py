@@ -48,7 +48,11 @@ def warm_servers(path: Path) -> list[psutil.Process]:
     found = []
     for process in psutil.process_iter(["name"]):
         try:
-            if process.info["name"] == WARM_SERVER_NAME and str(path) in process.cmdline()[-1]:
+            if process.info["name"] != WARM_SERVER_NAME:
+                continue
+            # A server that is exiting (or a zombie not yet reaped) shows an empty cmdline.
+            arguments = process.cmdline()
+            if arguments and str(path) in arguments[-1]:
                 found.append(process)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
