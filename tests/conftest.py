@@ -190,12 +190,14 @@ def pytest_configure(config: pytest.Config) -> None:
     folder = Path(tempfile.mkdtemp(prefix="mpw-"))  # short: a socket's path has 107 bytes
     os.environ[WARM_ENV] = str(folder)
     # What tests set per test and only a running cell reads (the fault to inject, the cache
-    # folder, the temporary folder: a fork computes its own, zygote.py): runs differing only
-    # in them share a warm server. Not MPBENCH_MARK: tests find a run's processes by it in
+    # folder, the temporary folder: a fork computes its own, zygote.py; the terminal's size
+    # and kind, which the terminal tests set and a console reads when a run makes one, never
+    # an import: each cost a warm server of its own, 3-5 s of torch import): runs differing
+    # only in them share a warm server. Not MPBENCH_MARK: tests find a run's processes by it in
     # /proc/PID/environ, which shows the environment a process was started with, and a fork
     # of a warm server started without it would hide there. A warm server used by one test
     # alone is waste (memory), so they leave after a minute idle, not two.
-    os.environ[IGNORE_ENV] = "MPBENCH_FAULT,MPBENCH_CACHE,TMPDIR"
+    os.environ[IGNORE_ENV] = "MPBENCH_FAULT,MPBENCH_CACHE,TMPDIR,COLUMNS,LINES,TERM"
     os.environ[IDLE_ENV] = "60"
     config.stash[_WARM_DIR] = folder
 
