@@ -192,7 +192,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # What tests set per test and only a running cell reads (the fault to inject, the cache
     # folder, the temporary folder: a fork computes its own, zygote.py; the terminal's size
     # and kind, which the terminal tests set and a console reads when a run makes one, never
-    # an import: each cost a warm server of its own, 3-5 s of torch import): runs differing
+    # an import: each cost a warm server of its own, 2.9-4.7 s of torch import): runs differing
     # only in them share a warm server. Not MPBENCH_MARK: tests find a run's processes by it in
     # /proc/PID/environ, which shows the environment a process was started with, and a fork
     # of a warm server started without it would hide there. A warm server used by one test

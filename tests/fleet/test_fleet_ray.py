@@ -32,9 +32,9 @@ HERE = Path(__file__).resolve().parent
 RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
 NODES = ["A", "A", "B", "H:MPBENCH_FAULT=hang@bfloat16"]
 TWO_POLICIES = ["-f", "torch", "-p", "float32", "-p", "mixed_bfloat16"]
-# Cells of about 2 s each beside the 1.5 s of a default one (300 steps of a 1.9 ms float32
-# step, 3.4 ms at emulated bf16), so that a node is lost while its run goes on: after the
-# first record, three cells (6 s or more) are still to come. 1,000 steps made the test 74 s.
+# Cells long enough that a node is lost while its run goes on: with 300 steps (1.8-1.9 ms a
+# float32 step, 3.3 ms at bf16 emulated on a CPU without avx512_bf16), the three cells after
+# the first record took 1.7-2.9 s each, 7.4 s together. 1,000 steps made the test 74 s.
 LONGER = ["--epochs", "80", "--max-steps", "300"]
 
 
