@@ -186,8 +186,9 @@ def _fit(fig, grid, heights: list[float], titles: list, legend) -> None:
     canvas = FigureCanvasAgg(fig)
     _fit_legend(legend, fig.bbox.width, canvas.get_renderer())
     for _ in range(5):
-        fig.draw_without_rendering()
+        # The layout alone, not a whole draw: every text measured below is placed by it.
         renderer = canvas.get_renderer()
+        fig.get_layout_engine().execute(fig)
         changed = _grow_rows(fig, grid, heights, renderer)
         for ax in fig.axes:
             changed |= fit_ticks(ax, renderer)
