@@ -31,8 +31,11 @@ def slurm(tmp_path_factory):
 
 
 def fleet_run(tmp_path, *args, env=None):
+    # The policy is named: `auto` depends on the CPU kind (float32 alone without bf16
+    # instructions, float32 and bf16 on an AMX Xeon), and these tests count one record.
     return run_mpbench(
-        "run", *run_options(), "-f", "torch", "--on", "slurm", *args, cwd=tmp_path, env=env,
+        "run", *run_options(), "-f", "torch", "-p", "float32", "--on", "slurm", *args,
+        cwd=tmp_path, env=env,
         fork=False, timeout=300,
     )  # fmt: skip
 
