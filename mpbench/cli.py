@@ -53,7 +53,8 @@ def detect(
     measure: bool = typer.Option(
         False,
         "--measure",
-        help="Also measure matmul TFLOP/s per dtype with torch (a child process; cached).",
+        help="Also measure matmul TFLOP/s per dtype with torch, and each framework's "
+        "training step per policy (child processes; cached, and rated from).",
     ),
     device: str = typer.Option(
         "auto", "--device", help="What --measure measures: auto, cpu, cuda, cuda:N, mps."
@@ -63,13 +64,19 @@ def detect(
     from mpbench.detect import collect
     from mpbench.detect.measure import attach_measurement, resolve_measure_device
     from mpbench.detect.render import print_report, report_json
+    from mpbench.detect.steps import attach_steps
 
     report = collect(probe=probe, tuning=True)
     if measure:
         chosen = resolve_measure_device(device, report)  # InvalidInput (exit 2) if bad
         if not as_json:
-            print(f"Measuring matmul TFLOP/s on {chosen} (about a minute) ...", file=sys.stderr)
+            print(
+                f"Measuring matmul TFLOP/s on {chosen}, then a training step per framework "
+                "and policy (a minute or two) ...",
+                file=sys.stderr,
+            )
         attach_measurement(report, chosen)
+        attach_steps(report, chosen)
     elif device != "auto":
         raise InvalidInput("--device only applies with --measure")
     if as_json:

@@ -3,11 +3,18 @@ rules.
 
 This module is a leaf: it imports nothing else from mpbench and no framework, so that
 `detect` (to rate devices) and `run` (to choose and skip cells) share one set of rules.
+
+A rating answers "will this policy be faster than float32 *in this framework* on this
+device". It comes from a rule on the device's traits (compute capability, CPU flags) or,
+where `detect --measure` timed the framework's own training step, from that measurement,
+which wins over the rule; each rating says which (`PolicyRating.source`). Measurements come in
+as plain data (MeasuredStep), so this module still reads no cache and imports no framework.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from enum import Enum
 
 from mpbench.errors import unknown_choice
@@ -170,11 +177,48 @@ class DeviceTraits:
     tensor_cores: bool | None = None
 
 
+# The frameworks a rating can be for (mpbench.backends.FRAMEWORKS, repeated: a leaf).
+FRAMEWORKS = ("torch", "tensorflow")
+
+# Where a rating comes from: a rule on the device's traits, or a measured training step.
+RULE = "rule"
+MEASURED = "measured"
+
+# A measured step rates a policy fast when it ran at least this much faster than float32's.
+# Not 1.0: two medians of a short, interleaved timing on a shared machine differ by a few
+# per cent with nothing changed, and a policy that gains under 10 % on the step `detect`
+# times is not worth its numerics risk by default (`-p` still runs it).
+MEASURED_FAST_SPEEDUP = 1.10
+
+
+@dataclass(frozen=True)
+class MeasuredStep:
+    """One framework's measured training step under one policy on one device, against its
+    float32 step in the same process (mpbench.detect.steps): the data a measured rating
+    comes from."""
+
+    framework: str  # torch | tensorflow
+    policy: str  # canonical policy name
+    speedup: float  # float32's median step time / this policy's (> 1: faster)
+    measured_at: str  # ISO 8601, when it was measured (the cache's date)
+    # Stopped after one timed step, over 20× float32's time: the slow-down is at least this.
+    stopped_early: bool = False
+
+    def describe(self) -> str:
+        """The speed-up in words: "1.45× faster", "3.1× slower", "≥ 150× slower"."""
+        if self.speedup >= 1:
+            return f"{self.speedup:.2f}× faster"
+        bound = "≥ " if self.stopped_early else ""
+        return f"{bound}{1 / self.speedup:.3g}× slower"
+
+
 @dataclass(frozen=True)
 class PolicyRating:
     policy: str
     rating: Rating
-    reason: str
+    reason: str  # starts with where it comes from: "rule: ..." or "measured ..."
+    source: str = RULE  # RULE or MEASURED
+    framework: str | None = None  # None: the device-level view (rate's docstring)
 
 
 @dataclass(frozen=True)
@@ -241,7 +285,7 @@ def _has_any(flags: frozenset[str], *names: str) -> str | None:
     return next((n for n in names if n in flags), None)
 
 
-def _rate_cpu(policy: Policy, device: DeviceTraits) -> PolicyRating:
+def _rate_cpu(policy: Policy, device: DeviceTraits, framework: str) -> PolicyRating:
     flags = device.cpu_flags
     if policy is FLOAT32:
         return PolicyRating(policy.name, Rating.FAST, "baseline")
@@ -274,9 +318,33 @@ def _rate_cpu(policy: Policy, device: DeviceTraits) -> PolicyRating:
             "no amx_bf16/avx512_bf16 (x86) or bf16 (Arm): bf16 is emulated, "
             "usually slower than float32",
         )
-    found = _has_any(flags, "amx_fp16", "avx512_fp16")
-    if found:
-        return PolicyRating(policy.name, Rating.FAST, f"native fp16 arithmetic ({found})")
+    return _rate_cpu_fp16(policy, flags, framework)
+
+
+# Keras' mixed-precision guide: on a CPU fp16 "will run significantly slower" than float32;
+# measured on a 2-core Xeon with avx512_fp16 (no amx_fp16), Keras 3.15 / TF 2.21, mnist_dense
+# 784→64→64→10 at batch 512: 5.3 ms a step in float32, 1,198 ms in mixed_float16.
+TF_CPU_FP16_REASON = (
+    "TensorFlow runs fp16 far slower than float32 on any CPU (Keras mixed-precision guide; "
+    "~227× measured on a Xeon with avx512_fp16)"
+)
+
+
+def _rate_cpu_fp16(policy: Policy, flags: frozenset[str], framework: str) -> PolicyRating:
+    """fp16 on a CPU. TensorFlow: slow everywhere. torch: fast only with AMX-FP16 tiles
+    (Granite Rapids). With avx512_fp16 alone torch 2.13's fp16 matmuls ran no faster than
+    float32 on a Xeon, and its convolutions' backward ~140× slower (rate_convolutions)."""
+    if framework == "tensorflow":
+        return PolicyRating(policy.name, Rating.SLOW, TF_CPU_FP16_REASON)
+    if "amx_fp16" in flags:
+        return PolicyRating(policy.name, Rating.FAST, "AMX tiles multiply fp16 (amx_fp16)")
+    if "avx512_fp16" in flags:
+        return PolicyRating(
+            policy.name,
+            Rating.SLOW,
+            "avx512_fp16 without amx_fp16: torch's fp16 matmuls are no faster than float32, "
+            "its convolutions' backward far slower",
+        )
     return PolicyRating(
         policy.name,
         Rating.SLOW,
@@ -327,40 +395,125 @@ def _rate_other_gpu(policy: Policy, device: DeviceTraits) -> PolicyRating:
     return PolicyRating(policy.name, Rating.FAST, f"native bf16 on an {vendor}")
 
 
-def rate(policy: Policy | str, device: DeviceTraits) -> PolicyRating:
-    """How well `device` runs `policy`: fast, slow (works, little gain) or unsupported."""
-    if isinstance(policy, str):
-        policy = resolve(policy)
+def _rule(policy: Policy, device: DeviceTraits, framework: str) -> PolicyRating:
+    """The rule's rating of `policy` in `framework` on `device`, its reason unprefixed."""
     if device.kind == "cuda":
         return _rate_nvidia(policy, device)
     if device.kind == "cpu":
-        return _rate_cpu(policy, device)
+        return _rate_cpu(policy, device, framework)
     if device.kind == "tpu":
         return _rate_tpu(policy)
     return _rate_other_gpu(policy, device)
 
 
-def rate_all(device: DeviceTraits) -> list[PolicyRating]:
-    return [rate(p, device) for p in POLICIES.values()]
+def _measured(rule: PolicyRating, step: MeasuredStep | None, policy: Policy) -> PolicyRating | None:
+    """The rating a measured step gives, or None where none applies: no measurement, the
+    baseline itself, a policy the device cannot run, or float8 (never measured)."""
+    if step is None or policy is FLOAT32 or policy.fp8 or rule.rating is Rating.UNSUPPORTED:
+        return None
+    fast = step.speedup >= MEASURED_FAST_SPEEDUP
+    rating = Rating.FAST if fast else Rating.SLOW
+    reason = f"measured {step.describe()} than float32 here"
+    if not fast and step.speedup >= 1:
+        reason += f", under the {MEASURED_FAST_SPEEDUP:.2f}× that rates it fast"
+    reason += f" (cached {step.measured_at[:10]})"
+    if rating is not rule.rating:
+        reason += f", where the rule says {rule.rating.value}"
+    return PolicyRating(policy.name, rating, reason, MEASURED, rule.framework)
 
 
-def auto_policies(device: DeviceTraits) -> list[Policy]:
-    """The default set: float32 plus every policy rated fast on the device; float8 only when
-    named (it needs an optional extra for torch and pays off only on large GEMMs)."""
-    fast = [p for p in POLICIES.values() if not p.fp8 and rate(p, device).rating is Rating.FAST]
+def _step_for(
+    measured: Iterable[MeasuredStep] | None, framework: str, policy: Policy
+) -> MeasuredStep | None:
+    return next(
+        (m for m in measured or () if m.framework == framework and m.policy == policy.name),
+        None,
+    )
+
+
+def _rate_in(
+    policy: Policy,
+    device: DeviceTraits,
+    framework: str,
+    measured: Iterable[MeasuredStep] | None,
+) -> PolicyRating:
+    rule = _rule(policy, device, framework)
+    rule = replace(rule, reason=f"{RULE}: {rule.reason}", framework=framework)
+    return _measured(rule, _step_for(measured, framework, policy), policy) or rule
+
+
+# Best first: the device-level view takes the best framework's rating.
+_ORDER = (Rating.FAST, Rating.SLOW, Rating.EMULATED, Rating.UNSUPPORTED)
+
+
+def _device_level(ratings: list[PolicyRating]) -> PolicyRating:
+    """One rating for the device from each framework's: the best of them (fast where any
+    framework runs it fast), its reason the frameworks' own, one reason where they agree."""
+    best = min(ratings, key=lambda r: _ORDER.index(r.rating))
+    if len({(r.rating, r.reason) for r in ratings}) == 1:
+        return replace(best, framework=None)
+    reason = "; ".join(f"{r.framework}: {r.rating.value} ({r.reason})" for r in ratings)
+    source = MEASURED if any(r.source == MEASURED for r in ratings) else RULE
+    return PolicyRating(best.policy, best.rating, reason, source, None)
+
+
+def rate(
+    policy: Policy | str,
+    device: DeviceTraits,
+    framework: str | None = None,
+    measured: Iterable[MeasuredStep] | None = None,
+) -> PolicyRating:
+    """How well `device` runs `policy` in `framework`: fast (faster than float32), slow
+    (works, little or no gain), emulated or unsupported, with the reason and its source.
+
+    `measured`: the device's measured steps (any frameworks, any policies); the one of this
+    framework and policy, where there is one, decides over the rule (MEASURED_FAST_SPEEDUP).
+    `framework` None: the device-level view, the best of the frameworks' ratings (fast when
+    fast in at least one framework), for callers that rate a device, not a cell."""
+    if isinstance(policy, str):
+        policy = resolve(policy)
+    steps = list(measured or ())
+    if framework is not None:
+        return _rate_in(policy, device, framework, steps)
+    return _device_level([_rate_in(policy, device, f, steps) for f in FRAMEWORKS])
+
+
+def rate_all(
+    device: DeviceTraits,
+    framework: str | None = None,
+    measured: Iterable[MeasuredStep] | None = None,
+) -> list[PolicyRating]:
+    steps = list(measured or ())
+    return [rate(p, device, framework, steps) for p in POLICIES.values()]
+
+
+def auto_policies(
+    device: DeviceTraits,
+    framework: str | None = None,
+    measured: Iterable[MeasuredStep] | None = None,
+) -> list[Policy]:
+    """The default set: float32 plus every policy rated fast on the device in `framework`
+    (None: in any framework); float8 only when named (it needs an optional extra for torch
+    and pays off only on large GEMMs)."""
+    steps = list(measured or ())
+    fast = [
+        p
+        for p in POLICIES.values()
+        if not p.fp8 and rate(p, device, framework, steps).rating is Rating.FAST
+    ]
     return [FLOAT32, *(p for p in fast if p is not FLOAT32)]
 
 
 def rate_convolutions(policy: Policy, device: DeviceTraits) -> PolicyRating | None:
     """A slower rating than `rate` gives, for a workload with convolutions, or None.
 
-    fp16 on a CPU with AVX-512 FP16 but no AMX-FP16: its matmuls are native (measured as fast
-    as float32's), but torch 2.13's CPU fp16 convolution *backward* is not. On a 2-core Xeon
-    with avx512_fp16 and no AMX, Conv2d(32, 64, 3) on 64×32×32×32 took 0.030 s backward in
-    float32 and 4.08 s in fp16 (medians of 3, load average 1.2; forward alike): a CIFAR-10
-    CNN cell would not finish within its timeout. AMX-FP16 (Granite Rapids) computes the
-    convolutions in tiles; AVX2-only CPUs rate fp16 slow for every workload already. Measured
-    on that one CPU only: Sapphire Rapids (avx512_fp16, no AMX-FP16) is rated alike, unmeasured."""
+    fp16 on a CPU with AVX-512 FP16 but no AMX-FP16: torch 2.13's CPU fp16 convolution
+    *backward* is emulated. On a 2-core Xeon with avx512_fp16 and no AMX, Conv2d(32, 64, 3)
+    on 64×32×32×32 took 0.030 s backward in float32 and 4.08 s in fp16 (medians of 3, load
+    average 1.2; forward alike): a CIFAR-10 CNN cell would not finish within its timeout.
+    The rule already rates fp16 slow there; this matters where a measured dense step rated
+    it fast (the micro-step has no convolution). AMX-FP16 (Granite Rapids) computes the
+    convolutions in tiles. Measured on that one CPU only: Sapphire Rapids is rated alike."""
     flags = device.cpu_flags
     if device.kind != "cpu" or policy is not MIXED_FLOAT16 or flags is None:
         return None
@@ -368,17 +521,23 @@ def rate_convolutions(policy: Policy, device: DeviceTraits) -> PolicyRating | No
         return PolicyRating(
             policy.name,
             Rating.SLOW,
-            "avx512_fp16 without amx_fp16: fp16 matmuls are native, but fp16 convolutions' "
-            "backward is emulated, far slower than float32 (~140× measured on a Xeon)",
+            "rule: avx512_fp16 without amx_fp16: fp16 convolutions' backward is emulated, far "
+            "slower than float32 (~140× measured on a Xeon)",
         )
     return None
 
 
-def left_out_by_auto(device: DeviceTraits) -> list[PolicyRating]:
-    """What `auto` leaves out on the device, each with its rating (slow, emulated,
-    unsupported; float8 also where it is fast, being opt-in)."""
-    chosen = auto_policies(device)
-    return [rate(p, device) for p in POLICIES.values() if p not in chosen]
+def left_out_by_auto(
+    device: DeviceTraits,
+    framework: str | None = None,
+    measured: Iterable[MeasuredStep] | None = None,
+) -> list[PolicyRating]:
+    """What `auto` leaves out on the device in `framework` (None: the device-level view),
+    each with its rating (slow, emulated, unsupported; float8 also where it is fast, being
+    opt-in)."""
+    steps = list(measured or ())
+    chosen = auto_policies(device, framework, steps)
+    return [rate(p, device, framework, steps) for p in POLICIES.values() if p not in chosen]
 
 
 def help_names() -> str:
@@ -386,18 +545,51 @@ def help_names() -> str:
     return ", ".join("|".join((p.name, *p.aliases[:1])) for p in POLICIES.values())
 
 
-def recommend(device: DeviceTraits) -> Recommendation:
-    ratings = {r.policy: r for r in rate_all(device)}
-    bf16, fp16 = ratings["mixed_bfloat16"], ratings["mixed_float16"]
-    if bf16.rating is Rating.FAST and fp16.rating is Rating.FAST:
+def recommend(
+    device: DeviceTraits,
+    frameworks: Iterable[str] = FRAMEWORKS,
+    measured: Iterable[MeasuredStep] | None = None,
+) -> Recommendation:
+    """The policy to train in on `device` with `frameworks` (the installed ones): bf16 where
+    it is fast in every one (no loss scaling), else fp16 where it is, else a policy fast in
+    some of them, named so, else float32. "fp16 equally good" only where fp16 is fast in
+    every framework too."""
+    names = list(frameworks) or list(FRAMEWORKS)
+    steps = list(measured or ())
+
+    def ratings(policy: Policy) -> list[PolicyRating]:
+        return [rate(policy, device, f, steps) for f in names]
+
+    bf16, fp16 = ratings(MIXED_BFLOAT16), ratings(MIXED_FLOAT16)
+    bf16_everywhere, fp16_everywhere = _fast_in_all(bf16), _fast_in_all(fp16)
+    if bf16_everywhere and fp16_everywhere:
         return Recommendation(
             "mixed_bfloat16",
             "bf16 and fp16 are both fast; bf16 needs no loss scaling (fp16 equally good)",
         )
-    if bf16.rating is Rating.FAST:
-        return Recommendation("mixed_bfloat16", bf16.reason)
-    if fp16.rating is Rating.FAST:
-        return Recommendation("mixed_float16", f"{fp16.reason}; keep dynamic loss scaling on")
+    if bf16_everywhere:
+        fp16_fast = [r.framework or "" for r in fp16 if r.rating is Rating.FAST]
+        also = f"; fp16 is fast too, in {', '.join(fp16_fast)} only" if fp16_fast else ""
+        return Recommendation("mixed_bfloat16", _reasons(bf16) + also)
+    if fp16_everywhere:
+        return Recommendation("mixed_float16", f"{_reasons(fp16)}; keep dynamic loss scaling on")
+    for policy, said in (("mixed_bfloat16", bf16), ("mixed_float16", fp16)):
+        fast = [r for r in said if r.rating is Rating.FAST]
+        if fast:
+            only = ", ".join(r.framework or "" for r in fast)
+            return Recommendation(policy, f"in {only} only: {_reasons(fast)}")
     return Recommendation(
         "float32", "no fast reduced-precision math here: mixed precision only saves memory"
     )
+
+
+def _fast_in_all(ratings: list[PolicyRating]) -> bool:
+    return all(r.rating is Rating.FAST for r in ratings)
+
+
+def _reasons(ratings: list[PolicyRating]) -> str:
+    """The frameworks' reasons, once where they agree."""
+    reasons = list(dict.fromkeys(r.reason for r in ratings))
+    if len(reasons) == 1:
+        return reasons[0]
+    return "; ".join(f"{r.framework}: {r.reason}" for r in ratings)

@@ -158,7 +158,7 @@ def test_the_cpu_reason_names_no_emulation_dtype():
     no dtype (torchao emulates in float32, Keras in bfloat16: the record's gemm says which)."""
     assert device_refusal("cpu", None) == FP8_CPU_REASON
     reason = rate("fp8", CPU).reason
-    assert reason.startswith(FP8_CPU_REASON)
+    assert reason.startswith(f"rule: {FP8_CPU_REASON}")
     assert "in float32" not in reason and "bfloat16" not in reason
 
 

@@ -22,6 +22,7 @@ from mpbench.detect.frameworks import (
 )
 from mpbench.detect.gpu import nvidia_device_files, probe_nvidia
 from mpbench.detect.report import CUDA_ENVIRONMENT, DetectReport, DeviceEntry, HostInfo
+from mpbench.detect.steps import rate_from_cache
 from mpbench.detect.tpu import probe_tpu
 
 __all__ = ["DetectReport", "DeviceEntry", "collect"]
@@ -72,7 +73,7 @@ def collect(
         nvidia_driver=nvidia.driver,
         tpu=tpu.tpu,
         frameworks=frameworks,
-        devices=build_devices(cpu, nvidia.gpus, tpu.tpu, frameworks),
+        devices=rate_from_cache(build_devices(cpu, nvidia.gpus, tpu.tpu, frameworks), frameworks),
         notes=notes,
         probed=probe,
         nvidia_device_files=list(device_files),

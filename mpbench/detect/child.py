@@ -14,6 +14,7 @@ from typing import Any
 
 PROBE_MARKER = "MPBENCH_PROBE "
 MEASURE_MARKER = "MPBENCH_MEASURE "
+STEP_MARKER = "MPBENCH_STEP "
 
 
 def one_line(error: BaseException) -> str:

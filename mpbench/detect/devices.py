@@ -6,12 +6,14 @@ traits each kind of device has and what identifies its hardware for the fingerpr
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from mpbench.detect.cpu import CpuInfo
 from mpbench.detect.frameworks import FrameworkInfo, ProbedDevice
 from mpbench.detect.gpu import GIB, GpuInfo, has_tensor_cores
 from mpbench.detect.report import DeviceEntry, fingerprint, mps_identity
 from mpbench.detect.tpu import TpuInfo
-from mpbench.policies import DeviceTraits, rate_all, recommend
+from mpbench.policies import FRAMEWORKS, DeviceTraits, MeasuredStep, rate_all, recommend
 
 MPS_NAME = "Apple GPU (MPS)"
 
@@ -24,7 +26,7 @@ def _entry(
     uuid: str | None = None,
     mig_index: int | None = None,
 ) -> DeviceEntry:
-    return DeviceEntry(
+    entry = DeviceEntry(
         index=index,
         traits=traits,
         ratings=rate_all(traits),
@@ -33,6 +35,23 @@ def _entry(
         source=source,
         uuid=uuid,
         mig_index=mig_index,
+    )
+    return rated(entry, list(FRAMEWORKS))
+
+
+def rated(
+    entry: DeviceEntry, frameworks: list[str], measured: list[MeasuredStep] | None = None
+) -> DeviceEntry:
+    """The entry rated for `frameworks` (the installed ones; none: both) with the device's
+    measured steps: each framework's ratings, the device-level view, the recommendation."""
+    traits, steps = entry.traits, list(measured or ())
+    names = frameworks or list(FRAMEWORKS)
+    return replace(
+        entry,
+        ratings=rate_all(traits, None, steps),
+        framework_ratings={name: rate_all(traits, name, steps) for name in names},
+        recommendation=recommend(traits, names, steps),
+        measured_steps=tuple(steps),
     )
 
 

@@ -210,10 +210,15 @@ def forget_measured(fingerprint: str, peak_key: str, reason: str) -> bool:
 
 def write_cache(fingerprint: str, result: dict) -> Path:
     """Store a measurement atomically; returns the file."""
-    path = cache_path(fingerprint)
-    path.parent.mkdir(parents=True, exist_ok=True)
     data = {**result, "cache_schema_version": CACHE_SCHEMA_VERSION, "fingerprint": fingerprint}
-    fd, tmp = tempfile.mkstemp(prefix=f".{fingerprint}.", suffix=".tmp", dir=path.parent)
+    return write_json_atomically(cache_path(fingerprint), data)
+
+
+def write_json_atomically(path: Path, data: dict) -> Path:
+    """Write `data` as JSON through a temporary file in the same directory and os.replace,
+    so that a reader never sees half a file; returns the path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, indent=2)
@@ -224,6 +229,19 @@ def write_cache(fingerprint: str, result: dict) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def busy_reason(contention: Any) -> str | None:
+    """Why a measurement must not be cached, from its contention window (the child's
+    "contention"): "not cached: the machine was busy (...); re-run on a quiet machine", or
+    None when the window was quiet (or not read)."""
+    if not isinstance(contention, dict) or not contention.get("contended"):
+        return None
+    why = contention.get("why")
+    return (
+        f"not cached: the machine was busy ({'; '.join(why or ['contended'])}); "
+        "re-run on a quiet machine"
+    )
 
 
 def run_measure_child(
@@ -294,19 +312,15 @@ def measure_and_cache(device: str, fingerprint: str, **options: Any) -> dict:
     result["cache_key"] = cache_key(
         device, installed_torch_version() or result.get("torch_version"), result.get("threads")
     )
-    contention = result.get("contention")
-    why = contention.get("why") if isinstance(contention, dict) else None
-    result["contended"] = bool(isinstance(contention, dict) and contention.get("contended"))
+    busy = busy_reason(result.get("contention"))
+    result["contended"] = busy is not None
     result["not_cached"] = None
     bandwidth = result.get("bandwidth")
     measured = any(
         isinstance(d, dict) and d.get("ok") for d in (result.get("dtypes") or {}).values()
     ) or (isinstance(bandwidth, dict) and bool(bandwidth.get("ok")))
-    if result.get("ok") and measured and result["contended"]:
-        result["not_cached"] = (
-            f"not cached: the machine was busy ({'; '.join(why or ['contended'])}); "
-            "re-run on a quiet machine"
-        )
+    if result.get("ok") and measured and busy:
+        result["not_cached"] = busy
         result["cache_file"] = None
     elif result.get("ok") and measured:
         result["cache_file"] = str(write_cache(fingerprint, result))

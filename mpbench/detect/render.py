@@ -11,7 +11,7 @@ from rich.text import Text
 from mpbench.detect.cpu import ARM_FLAGS, X86_FLAGS
 from mpbench.detect.peaks import PEAK_KEYS, lookup
 from mpbench.detect.report import DetectReport
-from mpbench.policies import Rating
+from mpbench.policies import MeasuredStep, PolicyRating, Rating
 
 _FLAG_MEANING = {
     "amx_bf16": "AMX tiles: bf16 matrix multiply",
@@ -200,6 +200,64 @@ def _bandwidth_line(bandwidth: dict) -> Text:
     )
 
 
+def _steps_table(steps: dict) -> Table | Text:
+    """detect --measure's training steps: each framework's policies against its float32."""
+    answers = steps.get("frameworks") or {}
+    if not answers:
+        return Text("Measured training step: no framework measured")
+    first = next(iter(answers.values()))
+    title = (
+        f"Measured training step on {steps.get('device')} - {first.get('step') or 'mnist_dense'}"
+        f", {first.get('threads') or 'default'} thread(s); speed-up = float32's median step / "
+        "the policy's"
+    )
+    table = Table(title=Text(title), title_justify="left")
+    for column in ("framework", "policy", "median step", "speed-up", "note"):
+        table.add_column(
+            column, justify="right" if column in ("median step", "speed-up") else "left"
+        )
+    for framework, answer in answers.items():
+        version = answer.get("framework_version") or "?"
+        name = f"{framework} {version}"
+        if not answer.get("ok"):
+            table.add_row(
+                Text(name), Text("-"), Text("-"), Text("-"), Text(f"failed: {answer.get('error')}")
+            )
+            continue
+        for i, (policy, entry) in enumerate((answer.get("policies") or {}).items()):
+            table.add_row(
+                Text(name if i == 0 else ""),
+                Text(policy),
+                *_step_cells(policy, entry),
+                _step_note(answer, entry, i),
+            )
+    return table
+
+
+def _step_cells(policy: str, entry: dict) -> list[Text]:
+    speedup = entry.get("speedup")
+    if not isinstance(speedup, int | float):
+        return [Text("-"), Text("-")]
+    seconds = entry.get("median_s") or entry.get("first_s")
+    step = MeasuredStep("", "", speedup, "", bool(entry.get("stopped_early")))
+    shown = "-" if not isinstance(seconds, int | float) else _duration(seconds)
+    return [Text(shown), Text("baseline" if policy == "float32" else step.describe())]
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.3g} s" if seconds >= 1 else f"{1000 * seconds:.3g} ms"
+
+
+def _step_note(answer: dict, entry: dict, row: int) -> Text:
+    notes = [entry.get("error") or entry.get("why") or ""]
+    if row == 0:
+        notes.append(answer.get("not_cached") or "")
+    return Text(
+        "; ".join(n for n in notes if n),
+        style="yellow" if answer.get("not_cached") and row == 0 else "",
+    )
+
+
 def _contention_caption(measured: dict) -> Text | None:
     """How busy the machine was while it measured, and whether the figures were cached."""
     reading = measured.get("contention")
@@ -294,14 +352,31 @@ def _policy_table(report: DetectReport) -> Table:
     for entry in report.devices:
         device = f"{entry.label}\n{entry.name}"
         for i, rating in enumerate(entry.ratings):
-            style = _RATING_STYLE.get(rating.rating, "")
+            said = _per_framework(entry, i) or [rating]
             table.add_row(
                 Text(device if i == 0 else ""),
                 Text(rating.policy),
-                Text(rating.rating.value, style=style),
-                Text(rating.reason),
+                _joined(said, lambda r: Text(r.rating.value, style=_RATING_STYLE[r.rating])),
+                _joined(said, lambda r: Text(r.reason)),
             )
     return table
+
+
+def _per_framework(entry, index: int) -> list[PolicyRating]:
+    """The frameworks' ratings of the entry's `index`-th policy where they differ (rating or
+    reason); [] where they agree, and the device's one rating says it all."""
+    ratings = [found[index] for found in entry.framework_ratings.values()]
+    if len({(r.rating, r.reason) for r in ratings}) <= 1:
+        return []
+    return ratings
+
+
+def _joined(ratings: list[PolicyRating], cell) -> Text:
+    """One line per framework, each named ("torch: slow"), or the one rating alone."""
+    if len(ratings) == 1 and ratings[0].framework is None:
+        return cell(ratings[0])
+    lines = [Text.assemble(f"{r.framework}: ", cell(r)) for r in ratings]
+    return Text("\n").join(lines)
 
 
 def _recommendation_table(report: DetectReport) -> Table:
@@ -335,6 +410,8 @@ def print_report(report: DetectReport, console: Console | None = None) -> None:
         console.print(_measured_table(report))
         if report.measured.get("bandwidth") is not None:
             console.print(_bandwidth_line(report.measured["bandwidth"]))
+    if report.measured_steps is not None:
+        console.print(_steps_table(report.measured_steps))
     if report.tpu:
         tpu = report.tpu
         console.print(Text(f"TPU: {tpu.name}, {tpu.chips} chip(s) ({'; '.join(tpu.evidence)})"))

@@ -14,7 +14,7 @@ from mpbench.detect.cuda_order import CudaMapping, cuda_mapping
 from mpbench.detect.frameworks import FrameworkInfo
 from mpbench.detect.gpu import GpuInfo, NvidiaDriver
 from mpbench.detect.tpu import TpuInfo
-from mpbench.policies import DeviceTraits, PolicyRating, Recommendation
+from mpbench.policies import DeviceTraits, MeasuredStep, PolicyRating, Recommendation
 
 SCHEMA_VERSION = 1
 
@@ -46,6 +46,11 @@ class DeviceEntry:
     source: str  # who found it: nvml, /proc/cpuinfo, platform, tpu, torch probe
     uuid: str | None = None  # NVIDIA: the NVML UUID ("GPU-..." or "MIG-...")
     mig_index: int | None = None  # a MIG slice: its index under the GPU `index`
+    # Each installed framework's ratings (torch, tensorflow); `ratings` is the device-level
+    # view of them (mpbench.policies.rate with no framework).
+    framework_ratings: dict[str, list[PolicyRating]] = field(default_factory=dict)
+    # The measured steps the ratings were given from (detect --measure's cache).
+    measured_steps: tuple[MeasuredStep, ...] = ()
 
     @property
     def kind(self) -> str:
@@ -76,15 +81,26 @@ class DeviceEntry:
             "cpu_flags": sorted(flags) if flags is not None else None,
             "fingerprint": self.fingerprint,
             "source": self.source,
-            "ratings": [
-                {"policy": r.policy, "rating": r.rating.value, "reason": r.reason}
-                for r in self.ratings
-            ],
+            "ratings": [_rating_dict(r) for r in self.ratings],
+            "framework_ratings": {
+                name: [_rating_dict(r) for r in ratings]
+                for name, ratings in self.framework_ratings.items()
+            },
+            "measured_steps": [dict(step.__dict__) for step in self.measured_steps],
             "recommendation": {
                 "policy": self.recommendation.policy,
                 "reason": self.recommendation.reason,
             },
         }
+
+
+def _rating_dict(rating: PolicyRating) -> dict:
+    return {
+        "policy": rating.policy,
+        "rating": rating.rating.value,
+        "reason": rating.reason,
+        "source": rating.source,
+    }
 
 
 @dataclass(frozen=True)
@@ -123,6 +139,8 @@ class DetectReport:
     # CUDA_DEVICE_ORDER / CUDA_VISIBLE_DEVICES as detect saw them (the default for look-ups).
     cuda_environment: dict[str, str] = field(default_factory=dict)
     measured: dict | None = None  # `detect --measure`: mpbench.detect.measure's result
+    # `detect --measure`: each framework's measured step (mpbench.detect.steps.measure_steps)
+    measured_steps: dict | None = None
     tuning: Any = None  # mpbench.detect.system.TuningState, when collect(tuning=True)
 
     # --- NVIDIA: what CUDA index N means ---
@@ -285,6 +303,7 @@ class DetectReport:
             "frameworks": [f.to_dict() for f in self.frameworks],
             "devices": self._devices_dict(mapping),
             "measured": self.measured,
+            "measured_steps": self.measured_steps,
             "tuning": self.tuning.to_dict() if self.tuning is not None else None,
             "notes": list(self.notes),
         }

@@ -42,7 +42,8 @@ CASES = [
         {
             "float32": "fast",
             "tf32": "unsupported",
-            "mixed_float16": "fast",
+            # avx512_fp16 without amx_fp16: slow in torch, and in TensorFlow on any CPU
+            "mixed_float16": "slow",
             "mixed_bfloat16": "fast",
             "float8": "emulated",
         },
@@ -199,3 +200,9 @@ def test_cpuinfo_override_reaches_a_real_cli_run(cpuinfo):
     cpu = next(d for d in data["devices"] if d["kind"] == "cpu")
     assert "amx_bf16" in cpu["cpu_flags"]
     assert cpu["recommendation"]["policy"] == "mixed_bfloat16"
+    assert "equally good" not in cpu["recommendation"]["reason"]
+    # Each installed framework's ratings beside the device-level ones (both where none is).
+    assert cpu["framework_ratings"] and set(cpu["framework_ratings"]) <= {"torch", "tensorflow"}
+    for ratings in [cpu["ratings"], *cpu["framework_ratings"].values()]:
+        fp16 = next(r for r in ratings if r["policy"] == "mixed_float16")
+        assert fp16["rating"] == "slow" and fp16["source"] == "rule"

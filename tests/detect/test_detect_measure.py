@@ -197,7 +197,13 @@ def test_child_usage_errors():
 
 # A budget that a loaded 2-core machine still meets: a 32x32 fp32 multiply on two OpenMP
 # threads waits for the busy core (about 25 ms seen here under load, microseconds when idle).
-QUICK = {"MPBENCH_MEASURE_SIZES": "32,64", "MPBENCH_MEASURE_BUDGET": "0.5"}
+# The peaks alone: the training steps --measure also times have tests of their own
+# (test_detect_steps.py), and a TensorFlow child would add seconds here.
+QUICK = {
+    "MPBENCH_MEASURE_SIZES": "32,64",
+    "MPBENCH_MEASURE_BUDGET": "0.5",
+    "MPBENCH_MEASURE_STEP_FRAMEWORKS": "none",
+}
 
 
 @needs_torch

@@ -206,7 +206,7 @@ def test_the_cpu_float8_rating_claims_no_emulation_dtype(fake_nvml):
     fake_nvml("A100")
     report = collect(environ={})
     reason = _ratings(json.loads(report_json(report)), "cpu")["float8"]["reason"]
-    assert reason == f"{policies.FP8_CPU_REASON}: fp8 numerics emulated, slower than float32"
+    assert reason == f"rule: {policies.FP8_CPU_REASON}: fp8 numerics emulated, slower than float32"
     assert "emulated in" not in _render(report)
 
 

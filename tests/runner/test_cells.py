@@ -10,7 +10,7 @@ import pytest
 
 from mpbench.detect.cuda_order import CudaMapping
 from mpbench.errors import InvalidInput
-from mpbench.policies import DeviceTraits
+from mpbench.policies import DeviceTraits, MeasuredStep
 from mpbench.runner import matrix as cells_module
 from mpbench.runner.config import RunOptions, build_config
 from mpbench.runner.matrix import expand, resolve_device
@@ -226,16 +226,25 @@ FP16_XEON = DeviceTraits(
 )
 
 
+# A measured dense step that ran fp16 faster than float32 in torch there: auto picks fp16.
+FP16_FAST = MeasuredStep("torch", "mixed_float16", 1.2, "2026-11-29T10:00:00+00:00")
+
+
 def _fp16_cells(policies: list[str]) -> dict[str, str | None]:
-    _, cells = cells_for(
-        Report(FP16_XEON), policies=policies, workloads=["mnist_dense", "cifar10_cnn"]
+    options = RunOptions(
+        config=QUICK,
+        frameworks=["torch"],
+        workloads=["mnist_dense", "cifar10_cnn"],
+        repeat=1,
+        policies=policies,
     )
+    cells = expand(build_config(options), Report(FP16_XEON), "run-1", [FP16_FAST])[2]
     return {c.spec.cell_id: c.skip_reason for c in cells if c.spec.policy == "mixed_float16"}
 
 
 def test_auto_leaves_fp16_out_of_a_cnn_where_its_convolutions_are_emulated():
     found = _fp16_cells(["auto"])
-    assert found["torch/mnist_dense/mixed_float16/r0"] is None  # dense layers: native fp16
+    assert found["torch/mnist_dense/mixed_float16/r0"] is None  # dense layers: measured fast
     reason = found["torch/cifar10_cnn/mixed_float16/r0"]
     assert reason.startswith("--policy auto leaves fp16 out of cifar10_cnn on Intel Xeon")
     assert "avx512_fp16 without amx_fp16" in reason and reason.endswith(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from mpbench.cli import main
 from mpbench.detect import collect
-from mpbench.policies import DeviceTraits
+from mpbench.policies import DeviceTraits, MeasuredStep
 from mpbench.runner.config import RunOptions, build_config
 from mpbench.runner.matrix import expand, left_out_note
 from mpbench.runner.preflight import preflight, unused_settings
@@ -71,9 +71,9 @@ def test_ci_on_a_cpu_slow_at_fp16_leaves_fp16_out_and_says_why(fake_nvml) -> Non
     assert policies(cells) == ["float32", "mixed_bfloat16"]
     assert len(cells) == 2 * 8 and all(cell.skip_reason is None for cell in cells)
     (note,) = cells.notes
-    assert note.startswith("--policy auto runs float32, mixed_bfloat16 (")
+    assert note.startswith("--policy auto runs float32, mixed_bfloat16 in torch (")
     assert "AMD EPYC 9124" in note
-    assert "mixed_float16 (slow: no amx_fp16/avx512_fp16: fp16 works but is emulated" in note
+    assert "mixed_float16 (slow: rule: no amx_fp16/avx512_fp16: fp16 works but is emulated" in note
     assert "float8 (emulated: " in note and "tf32 (unsupported: " in note
     assert "runs even where it is slow" in note
     # Said once, before the other warnings, by the checks every run goes through.
@@ -82,13 +82,27 @@ def test_ci_on_a_cpu_slow_at_fp16_leaves_fp16_out_and_says_why(fake_nvml) -> Non
     assert said[0] == note and said.count(note) == 1
 
 
-def test_ci_on_a_cpu_fast_at_fp16_keeps_it(fake_nvml) -> None:
+def test_ci_on_avx512_fp16_without_amx_fp16_leaves_fp16_out(fake_nvml) -> None:
+    """Sapphire Rapids: avx512_fp16 but no amx_fp16, where torch's fp16 matmuls ran no faster
+    than float32 (and Keras fp16 227× slower): auto runs bf16, not fp16."""
     fake_nvml()
     _, cells = ci_plan(SAPPHIRE_RAPIDS)
+    assert policies(cells) == ["float32", "mixed_bfloat16"]
+    (note,) = cells.notes
+    assert "mixed_bfloat16" not in left_out(note)
+    assert "mixed_float16 (slow: rule: avx512_fp16 without amx_fp16: " in left_out(note)
+    assert "float8 (emulated: " in left_out(note)
+
+
+def test_ci_where_a_measured_step_says_fp16_is_fast_keeps_it(fake_nvml) -> None:
+    fake_nvml()
+    report = collect(cpuinfo_path=SAPPHIRE_RAPIDS, environ={})
+    config = build_config(RunOptions(config=CI, frameworks=["torch"]))
+    fast = MeasuredStep("torch", "mixed_float16", 1.3, "2026-11-29T10:00:00+00:00")
+    cells = expand(config, report, "run-1", [fast])[2]
     assert policies(cells) == ["float32", "mixed_float16", "mixed_bfloat16"]
     (note,) = cells.notes
-    assert "mixed_float16" not in left_out(note) and "mixed_bfloat16" not in left_out(note)
-    assert "float8 (emulated: " in left_out(note)
+    assert "mixed_float16" not in left_out(note)
 
 
 def test_a_slow_policy_named_beside_auto_runs(fake_nvml) -> None:
@@ -124,7 +138,7 @@ def test_a_fast_float8_left_out_says_it_is_opt_in() -> None:
     h100 = DeviceTraits("cuda", "NVIDIA H100", compute_capability=(9, 0))
     note = left_out_note(["auto"], h100)
     assert note is not None
-    assert "float8 (fast: fp8 Tensor Cores" in note and "auto never picks float8" in note
+    assert "float8 (fast: rule: fp8 Tensor Cores" in note and "auto never picks float8" in note
     assert "mixed_float16" not in left_out(note) and "tf32" not in left_out(note)
 
 
@@ -216,3 +230,98 @@ def test_an_unknown_policy_in_a_hand_edited_run_json_names_the_file(capsys, tmp_
     line = refused(capsys, ["run", "--out", str(out), "--resume"])
     assert line.startswith(f"mpbench: error: {state}: config.policies: unknown policy 'fp99'")
     assert not (out / "results.jsonl").exists()
+
+
+# --- `auto` per framework (issue 54) ---------------------------------------------------------
+
+SPR_FLAGS = collect(cpuinfo_path=SAPPHIRE_RAPIDS, environ={}).device_traits("cpu").cpu_flags
+# Granite Rapids-like: AMX-FP16 tiles make fp16 fast in torch; Keras fp16 is slow on any CPU.
+GRANITE = DeviceTraits("cpu", "Xeon 6 (Granite Rapids)", cpu_flags=SPR_FLAGS | {"amx_fp16"})
+
+
+def both_frameworks(traits: DeviceTraits, measured=(), **options):
+    config = build_config(
+        RunOptions(config=CI, frameworks=["torch", "tensorflow"], workloads=["mnist_dense"],
+                   **options)
+    )  # fmt: skip
+    return expand(config, _Report(traits), "run-1", measured)[2]
+
+
+def by_framework(cells) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for cell in cells:
+        names = found.setdefault(cell.spec.framework, [])
+        if cell.spec.policy not in names:
+            names.append(cell.spec.policy)
+    return found
+
+
+def test_auto_runs_each_framework_s_fast_policies() -> None:
+    cells = both_frameworks(GRANITE)
+    assert by_framework(cells) == {
+        "torch": ["float32", "mixed_float16", "mixed_bfloat16"],
+        "tensorflow": ["float32", "mixed_bfloat16"],
+    }
+    ids = {cell.spec.cell_id for cell in cells}
+    assert "torch/mnist_dense/mixed_float16/r0" in ids  # the ids a run of one framework has
+    assert "tensorflow/mnist_dense/mixed_float16/r0" not in ids
+    (note,) = cells.notes
+    assert note.startswith(
+        "--policy auto runs float32, mixed_float16, mixed_bfloat16 in torch; float32, "
+        "mixed_bfloat16 in tensorflow (float32 and the policies rated fast there on Xeon 6"
+    )
+    assert "mixed_float16 in tensorflow (slow: rule: TensorFlow runs fp16 far slower" in note
+
+
+def test_auto_on_sapphire_rapids_says_why_fp16_is_out_of_both() -> None:
+    cells = both_frameworks(DeviceTraits("cpu", "Xeon 8481C", cpu_flags=SPR_FLAGS))
+    assert by_framework(cells) == {
+        f: ["float32", "mixed_bfloat16"] for f in ("torch", "tensorflow")
+    }
+    (note,) = cells.notes
+    assert note.startswith("--policy auto runs float32, mixed_bfloat16 in torch and tensorflow (")
+    fp16 = left_out(note).split("mixed_float16 (", 1)[1]
+    assert fp16.startswith("torch: slow: rule: avx512_fp16 without amx_fp16: ")
+    assert "; tensorflow: slow: rule: TensorFlow runs fp16 far slower" in fp16
+
+
+def test_a_measured_step_decides_auto_in_its_framework_only() -> None:
+    spr = DeviceTraits("cpu", "Xeon 8481C", cpu_flags=SPR_FLAGS)
+    slow_bf16 = MeasuredStep("tensorflow", "mixed_bfloat16", 0.9, "2026-11-29T10:00:00+00:00")
+    cells = both_frameworks(spr, [slow_bf16])
+    assert by_framework(cells) == {
+        "torch": ["float32", "mixed_bfloat16"],
+        "tensorflow": ["float32"],
+    }
+    (note,) = cells.notes
+    assert "mixed_bfloat16 in tensorflow (slow: measured 1.11× slower than float32 here " in note
+
+
+def test_named_policies_still_run_in_every_framework() -> None:
+    cells = both_frameworks(GRANITE, policies=["fp32", "fp16"])
+    assert by_framework(cells) == {f: ["float32", "mixed_float16"] for f in ("torch", "tensorflow")}
+    (slow,) = [n for n in cells.notes if n.startswith("-p ")]
+    assert slow.startswith("-p fp16 on Xeon 6 (Granite Rapids): tensorflow: rule: TensorFlow")
+
+
+def test_run_reads_the_steps_detect_measured_for_its_device(fake_nvml, tmp_path, monkeypatch):
+    from mpbench.detect import steps
+    from mpbench.runner.matrix import measured_steps_for
+
+    fake_nvml()
+    monkeypatch.setenv("MPBENCH_CACHE", str(tmp_path))
+    report = collect(cpuinfo_path=SAPPHIRE_RAPIDS, environ={})
+    config = build_config(RunOptions(config=CI, frameworks=["torch"], threads=2))
+    entry = {
+        "ok": True,
+        "measured_at": "2026-11-29T10:00:00+00:00",
+        "cache_key": steps.cache_key("torch", "cpu", threads=2),
+        "policies": {"mixed_float16": {"speedup": 1.5}},
+    }
+    steps.store(report.hardware_fingerprint("cpu"), {"torch": entry})
+    (found,) = measured_steps_for(config, report)
+    assert (found.framework, found.policy, found.speedup) == ("torch", "mixed_float16", 1.5)
+    cells = expand(config, report, "run-1", [found])[2]
+    assert "mixed_float16" in policies(cells)
+    other = build_config(RunOptions(config=CI, frameworks=["torch"], threads=1))
+    assert measured_steps_for(other, report) == []  # measured with 2 threads, not 1

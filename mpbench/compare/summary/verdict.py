@@ -65,7 +65,10 @@ def policy_verdict(group: PolicyGroup, policy: str) -> PolicyVerdict:
     summary/build.py, which stores what this returns)."""
     cell, comparison = group.cells[policy], group.comparisons[policy]
     traits = traits_of(cell)
-    rating = rate(cell.row.policy, traits) if traits is not None else None
+    # The rating of this framework's cells (policies.rate): fp16 on one CPU can be slow in
+    # TensorFlow for a reason that is not torch's.
+    framework = group.key.framework
+    rating = rate(cell.row.policy, traits, framework) if traits is not None else None
     if not cell.ok:
         why = rating.reason if rating and rating.rating is Rating.UNSUPPORTED else cell.reason
         story = fallback_story(group, policy)
