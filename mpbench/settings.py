@@ -76,6 +76,7 @@ class Setting:
     choices: tuple[str, ...] = ()
     noun: str = ""  # what a bad choice is called after the option: "--data mode"
     measured: bool = True  # False: says where this node is; a resume may change it
+    off: bool = False  # the text "off" is a value, None (run.json holds it as null)
     path: bool = False  # the command line's text is a path (RunOptions holds a Path)
     example: str = ""  # a valid value as typed, other than the default (tests/runner)
     # The checks of the value: its limits, the element type of a list, what is said when the
@@ -216,6 +217,19 @@ def on_off(where: str, value: str | bool) -> bool:
     if isinstance(value, bool):
         return value
     return choice(f"{where} value", value, ("on", "off")) == "on"
+
+
+def times_or_off(where: str, value: float | str) -> float | None:
+    """--stop-slower-than: a number of times float32's step, or off (None)."""
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text == "off":
+            return None
+        try:
+            value = float(text)
+        except ValueError:
+            raise InvalidInput(f"{where} {value!r}: must be a number, or off") from None
+    return float(value)
 
 
 def _lower(where: str, value: str) -> str:
@@ -706,8 +720,10 @@ SETTINGS: tuple[Setting, ...] = (
         _NUMBER,
         900.0,
         ("--timeout",),
-        "Seconds per cell.",
+        "Seconds per cell; a cell whose projected time passes it stops early, its steps kept "
+        "(docs/measurement.md).",
         cli=float,
+        cell=True,
         toml=("run",),
         required=True,
         low=1,
@@ -715,6 +731,25 @@ SETTINGS: tuple[Setting, ...] = (
         why="seconds (a week)",
         parse=_seconds,
         example="60",
+    ),
+    # A cell that cannot pay stops early (docs/measurement.md; backends/stopping.py).
+    Setting(
+        "stop_slower_than",
+        (int, float, str),
+        10.0,
+        ("--stop-slower-than",),
+        "Stop a cell, after its warm-up and 3 timed steps, whose step is more than N times "
+        "its float32 twin's in this run, recorded as stopped with the ratio; off: run on "
+        "(a cell that would pass its --timeout stops all the same) (default: 10).",
+        cli=str,
+        cell=True,
+        toml=("run",),
+        low=1,
+        high=1e6,
+        parse=times_or_off,
+        off=True,
+        expects="a number of times float32's step (10), or off",
+        example="20",
     ),
     Setting(
         "threads",

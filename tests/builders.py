@@ -22,6 +22,7 @@ import zlib
 from pathlib import Path
 
 from mpbench.backends.base import CellSpec
+from mpbench.backends.stopping import stopped_reason
 from mpbench.results import (
     SCHEMA_VERSION,
     AccuracyStats,
@@ -36,6 +37,7 @@ from mpbench.results import (
     MemoryStats,
     Status,
     StepTimeStats,
+    StopStats,
     append_record,
     load_record,
 )
@@ -440,6 +442,32 @@ def slower(records: list[CellRecord], factor: float, **where: str) -> list[CellR
                 rec.end_to_end.seconds *= factor
         out.append(rec)
     return out
+
+
+def stopped(rec: CellRecord, float32_step_s: float, timeout_s: float = 900.0) -> CellRecord:
+    """A copy of a finished record as the runner keeps a cell that could not pay: stopped
+    after 3 timed steps, slower than float32 by its step over `float32_step_s`, its steps
+    kept and no accuracy, end-to-end window or bottleneck (backends/stopping.py)."""
+    rec = load_record(rec.to_dict())
+    assert rec.step_time is not None and rec.step_time.median_s
+    raw = rec.step_time.raw_s[:3]
+    rec.step_time = StepTimeStats.from_samples(raw, rec.step_time.warmup_steps)
+    step_s = rec.step_time.median_s
+    ratio = step_s / float32_step_s
+    rec.stopped = StopStats(
+        rule="slower than float32",
+        steps=3,
+        planned_steps=rec.config["max_steps"] - rec.config["warmup_steps"],
+        step_s=step_s,
+        projected_s=5.0 + 100 * step_s,
+        timeout_s=timeout_s,
+        slower_than_float32=ratio,
+        float32_step_s=float32_step_s,
+        limit=10.0,
+    )
+    rec.status, rec.reason = Status.STOPPED, stopped_reason(rec.stopped)
+    rec.accuracy, rec.end_to_end, rec.bottleneck = AccuracyStats(), None, None
+    return rec
 
 
 def write_run(run_dir: Path, records: list[CellRecord]) -> Path:

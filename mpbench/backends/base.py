@@ -31,6 +31,7 @@ from mpbench.results.schema import (
     LossScaleStats,
     MemoryStats,
     Status,
+    StopStats,
 )
 
 # progress(step, total_steps): called after every training step (a synced step's after its
@@ -112,6 +113,13 @@ class CellSpec:
     heads: int | None = None
     layers: int | None = None
     seq_len: int | None = None
+    # A cell that cannot pay stops early (backends/stopping.py): its step against its float32
+    # twin's, more than `stop_slower_than` times (None: off), or its projected time past its
+    # `timeout` (seconds; None: no such rule). `float32_step_s`: the twin's median step in this
+    # run, per this cell's batch, which the runner hands it as it starts (None: none yet).
+    stop_slower_than: float | None = 10.0
+    timeout: float | None = None
+    float32_step_s: float | None = None
 
     @property
     def sizes(self) -> dict[str, int]:
@@ -186,6 +194,10 @@ class BusyEvidence:
     host_cpu_s: float | None = None
     host_wall_s: float | None = None
     threads: int | None = None
+    # A 16-bit cell on a CPU: the share of the step spent converting dtypes, and what
+    # measured it (torch: profiled.profile_casts); None where not measured.
+    cast_share: float | None = None
+    cast_source: str | None = None
     unavailable: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -242,6 +254,9 @@ class Measurements:
     # How busy the device and the host were (the bottleneck's evidence); None: not measured.
     busy: BusyEvidence | None = None
     params_non_trainable: int | None = None  # frozen parameters and running state
+    # A cell stopped early (status "stopped"): the rule and what it measured; its steps are
+    # step_times_s, and it has no accuracy, no end-to-end window, no evaluation.
+    stopped: StopStats | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """What the cell sends the runner (its `done` event): every field, the dataclasses

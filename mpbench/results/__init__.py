@@ -22,6 +22,7 @@ from mpbench.results.schema import (
     StartupStats,
     Status,
     StepTimeStats,
+    StopStats,
     TelemetryStats,
 )
 from mpbench.results.store import load_store
@@ -48,6 +49,7 @@ __all__ = [
     "StartupStats",
     "Status",
     "StepTimeStats",
+    "StopStats",
     "TelemetryStats",
     "append_record",
     "load",

@@ -54,6 +54,15 @@ COMPUTE_REMEDY = (
     "already compute-bound: only a faster matmul dtype (bf16, fp8 where the hardware has "
     "it) or fewer FLOPs shortens the step"
 )
+# A 16-bit step on a CPU that spends this share or more converting dtypes is said to: the
+# casts, not the matmuls, then hold back its speed-up (docs/policies.md, "CPUs": 26-29 % of a
+# bf16 mnist_dense step at 64 units on an AMX Xeon, where bf16 gained 1.45x, not 2x).
+CAST_SHARE_NOTE = 0.1
+CAST_REMEDY = (
+    "fewer dtype conversions: --compile (Inductor fuses the casts into their neighbours), "
+    "a wider model (the casts grow with the width, the matmuls with its square), inputs "
+    "kept in the 16-bit dtype"
+)
 INPUT_REMEDY = (
     "feed from memory on the device or prefetch (DataLoader workers with pin_memory, "
     "tf.data prefetch); a larger batch spreads the per-step cost"
@@ -77,6 +86,8 @@ class Evidence:
     host_busy_fraction: float | None = None
     threads: int | None = None
     input_share: float | None = None
+    cast_share: float | None = None  # the step's share spent converting dtypes (a CPU)
+    cast_source: str | None = None  # what measured it
     contended: bool = False  # the timed steps ran contended (results/contention.py's rule)
     unavailable: dict[str, str] = field(default_factory=dict)
 
@@ -125,9 +136,11 @@ def classify(evidence: Evidence) -> BottleneckStats:
         ridge_point=e.ridge_point,
         bandwidth_gbps=e.bandwidth_gbps,
         input_share=e.input_share,
+        cast_share=e.cast_share,
+        cast_source=e.cast_source,
         unavailable=unavailable,
     )
-    parts = [text for text in (_busy_text(e), _peak_text(e)) if text]
+    parts = [text for text in (_busy_text(e), _peak_text(e), _cast_text(e)) if text]
     # A contended cell's window and steps were slowed unevenly by its neighbours: the share
     # then measures them, not the input pipeline.
     if e.input_share is not None and e.input_share >= INPUT_SHARE_MIN and not e.contended:
@@ -165,6 +178,8 @@ def classify(evidence: Evidence) -> BottleneckStats:
 def _decided(
     stats: BottleneckStats, kind: str, parts: list[str], remedy: str, e: Evidence
 ) -> BottleneckStats:
+    if _cast_text(e) and kind != "input-bound":
+        remedy = f"{CAST_REMEDY}; {remedy}"
     stats.kind, stats.remedy = kind, remedy
     stats.evidence = _line(e, parts)
     return stats
@@ -186,6 +201,12 @@ def _busy_text(e: Evidence) -> str | None:
         threads = f" of {e.threads} thread(s)" if e.threads else ""
         return f"CPU busy {_pct(e.host_busy_fraction)}{threads} over the timed steps"
     return None
+
+
+def _cast_text(e: Evidence) -> str | None:
+    if e.cast_share is None or e.cast_share < CAST_SHARE_NOTE:
+        return None
+    return f"converting dtypes takes {_pct(e.cast_share)} of the step"
 
 
 def _peak_text(e: Evidence) -> str | None:

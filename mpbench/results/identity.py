@@ -107,6 +107,15 @@ def cell_key(record: CellRecord) -> CellKey:
     return CellKey(group, row)
 
 
+def group_entries(policy: str, config: Mapping[str, Any]) -> dict[str, Any]:
+    """The entries of a cell's config that its group's cells share (a 16-bit cell's batch as
+    float32's): what the runner matches a cell's float32 twin by before either has a record
+    (runner/twin.py), by the rule cell_key groups records by."""
+    entries = {k: v for k, v in config.items() if k not in _NOT_IDENTITY}
+    _row_marks(policy, entries, fallback=False)
+    return entries
+
+
 def _row_marks(policy: str, config: dict[str, Any], fallback: bool) -> str:
     """The cell's row marks in its group (results.variant.row_marks), whose entries are then
     taken out of `config` (the group identity).

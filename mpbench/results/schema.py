@@ -16,7 +16,7 @@ from typing import Any
 from mpbench.errors import InvalidInput
 from mpbench.results.step_stats import StepStats
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 
 
 class Status(str, Enum):
@@ -26,6 +26,8 @@ class Status(str, Enum):
     OOM = "oom"
     TIMEOUT = "timeout"
     ERROR = "error"
+    # v14: stopped early because it could not pay (StopStats): measured, not a failure
+    STOPPED = "stopped"
 
 
 class SchemaError(InvalidInput):
@@ -357,6 +359,27 @@ class Fp8Stats:
     shapes_source: str | None = None
 
 
+@dataclass
+class StopStats:
+    """v14: a cell that could not pay, stopped after a few timed steps (docs/measurement.md,
+    "A cell that cannot pay stops early"): the rule that stopped it and what it measured. Its
+    step statistics are the timed steps it ran; it has no accuracy, end-to-end window or
+    evaluation, and compare takes no ratio from it."""
+
+    rule: str  # "slower than float32" | "past the timeout"
+    steps: int  # timed steps run (warm-up excluded), what step_time holds
+    planned_steps: int  # timed steps planned (warm-up excluded)
+    step_s: float  # the median of those steps when it stopped
+    # The whole cell's time had it run on: the time it had taken so far, and the steps left,
+    # the end-to-end window and the evaluation at step_s.
+    projected_s: float
+    timeout_s: float | None = None  # the cell's timeout (--timeout)
+    slower_than_float32: float | None = None  # step_s / float32_step_s: the measured ratio
+    # The float32 twin's median step in this run, per this cell's batch; None: none measured
+    float32_step_s: float | None = None
+    limit: float | None = None  # --stop-slower-than; None: off
+
+
 # What can limit a step (mpbench.results.bottleneck decides which): compare reads `kind`.
 BOTTLENECK_KINDS = ("compute-bound", "memory-bound", "launch-bound", "input-bound", "unknown")
 
@@ -385,6 +408,10 @@ class BottleneckStats:
     bandwidth_gbps: float | None = None
     input_share: float | None = None
     unavailable: dict[str, str] = field(default_factory=dict)  # evidence -> why it is missing
+    # v14: a 16-bit cell on a CPU: the share of its step spent converting dtypes (torch's
+    # aten::_to_copy under torch.profiler), and what measured it; None where not measured.
+    cast_share: float | None = None
+    cast_source: str | None = None
 
 
 @dataclass
@@ -438,6 +465,7 @@ class CellRecord:
     startup: StartupStats | None = None  # v8
     fp8: Fp8Stats | None = None  # v9: float8 cells only
     bottleneck: BottleneckStats | None = None  # v11: what limited the step, with its evidence
+    stopped: StopStats | None = None  # v14: status `stopped` only: why, and what it measured
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:

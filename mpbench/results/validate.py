@@ -14,8 +14,9 @@ read (docs/architecture.md: user data is validated once, where it enters). The c
   in them finite.
 
 Then the record against itself (check_record): one world size, which the config (compare's
-grouping and scaling efficiency) and the distributed figures agree on. Against its version (no
-field newer than it): versions.py, which calls this module. Across records (a fallback naming
+grouping and scaling efficiency) and the distributed figures agree on; a stopped cell's figures,
+present exactly when its status says stopped. Against its version (no field or status newer
+than it): versions.py, which calls this module. Across records (a fallback naming
 its diverged cell): io.py.
 """
 
@@ -86,6 +87,14 @@ BOUNDS = {
     "fp8.flop_share_fp8": FRACTION,
     # The share of the end-to-end step outside the timed step (results/bottleneck.py).
     "bottleneck.input_share": FRACTION,
+    # The share of the step spent converting dtypes (a 16-bit cell on a CPU).
+    "bottleneck.cast_share": FRACTION,
+    # A stopped cell ran timed steps, and its ratio is of two step times.
+    "stopped.steps": Bounds(low=1.0),
+    "stopped.step_s": POSITIVE,
+    "stopped.projected_s": POSITIVE,
+    "stopped.slower_than_float32": POSITIVE,
+    "stopped.float32_step_s": POSITIVE,
 }
 
 
@@ -219,6 +228,19 @@ def check_record(record: CellRecord) -> None:
     _check_world_size(record)
     _check_fp8(record)
     _check_bottleneck(record)
+    _check_stopped(record)
+
+
+def _check_stopped(record: CellRecord) -> None:
+    """A stopped cell says why (its `stopped` figures), and only a stopped cell has them:
+    compare shows the status with them, and takes no ratio from it."""
+    stopped = record.status is Status.STOPPED
+    if stopped and record.stopped is None:
+        raise SchemaError("status is stopped, but the record has no `stopped` figures")
+    if not stopped and record.stopped is not None:
+        raise SchemaError(
+            f"the record has `stopped` figures, but its status is {record.status.value}"
+        )
 
 
 def _check_bottleneck(record: CellRecord) -> None:

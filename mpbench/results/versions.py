@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from mpbench.results.schema import CellRecord, SchemaError
+from mpbench.results.schema import CellRecord, SchemaError, Status
 from mpbench.results.validate import build, check_record, held, shown
 
 # Versions this reader understands. A reader of version 4 refuses version 5 records by their
 # version, not by a field.
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14)
 # The fields each version added, as dotted paths (an object a version added is one path). An
 # older record lacks them, and they read as None (or empty); one that holds a value in them
 # is not what its version says, and is refused (load_record).
@@ -73,6 +73,13 @@ FIELDS_SINCE: dict[int, tuple[str, ...]] = {
     # your model, measured right: non-trainable parameters apart, the layers swapped so fp8
     # can take them, and where the fp8 GEMM shapes came from
     13: ("params_non_trainable", "fp8.swapped_layers", "fp8.shapes_source"),
+    # a cell that cannot pay stops early: what it measured and the rule that stopped it
+    # ... and what share of a 16-bit CPU step converts dtypes (the diagnosis of a small gain)
+    14: ("stopped", "bottleneck.cast_share", "bottleneck.cast_source"),
+}
+# The statuses each version added: an older record cannot hold them.
+STATUSES_SINCE: dict[int, tuple[Status, ...]] = {
+    14: (Status.STOPPED,),
 }
 # Fields a version renamed: {version: {old dotted path: new name}}. Read older records by
 # moving the value to its new name before the checks (upgrade()).
@@ -124,7 +131,13 @@ def load_record(raw: Any) -> CellRecord:
 
 
 def _check_fields_since(record: CellRecord) -> None:
-    """SchemaError when the record holds a field newer than the version it says."""
+    """SchemaError when the record holds a field or a status newer than the version it says."""
+    for version, statuses in STATUSES_SINCE.items():
+        if record.schema_version < version and record.status in statuses:
+            raise SchemaError(
+                f"status {record.status.value} is of schema version {version}, but the record "
+                f"says version {record.schema_version}"
+            )
     for version, paths in FIELDS_SINCE.items():
         if record.schema_version >= version:
             continue

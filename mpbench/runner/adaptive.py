@@ -207,8 +207,8 @@ def log_speedups(records: Iterable[CellRecord]) -> dict[str, dict[int, float]]:
     Pairs as compare does: the float32 cell of the same group (the cell identity both use,
     results/identity.py: machine, framework, workload and config) and the same run and
     repeat; per sample where the batches differ (--batch-scale-16bit). A repeat that is not
-    ok on either side has no ratio. A cell skipped in every repeat (unsupported here,
-    framework missing) is left out: more rounds cannot measure it."""
+    ok on either side has no ratio. A cell skipped or stopped in every repeat (unsupported
+    here, framework missing, too slow to pay) is left out: more rounds cannot measure it."""
     records = [r for r in records if r.fallback_of is None]
     reference: dict[tuple[Any, str, int], float] = {}
     for record in records:
@@ -228,7 +228,8 @@ def log_speedups(records: Iterable[CellRecord]) -> dict[str, dict[int, float]]:
         ref = reference.get((cell_key(record).group, record.run_id, record.repeat))
         if ref is not None:
             ratios[record.repeat] = math.log(ref) - math.log(_per_sample(record))
-    return {label: v for label, v in found.items() if statuses[label] != {Status.SKIPPED}}
+    unmeasurable = {Status.SKIPPED, Status.STOPPED}
+    return {label: v for label, v in found.items() if not statuses[label] <= unmeasurable}
 
 
 def _timed(record: CellRecord) -> bool:

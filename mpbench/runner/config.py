@@ -474,7 +474,7 @@ def _stored_value(setting: Setting, at: str, value: Any) -> Any:
             "dynamic" if item is None and setting.name == "loss_scale" else item for item in items
         ]
         return axis_values(setting.name, at, items)
-    if value is None and setting.default is None:
+    if value is None and (setting.default is None or setting.off):
         return None
     value = setting.check(at, value)
     if setting.choices and value not in setting.choices:

@@ -17,6 +17,9 @@ cell process, whose id has no `#`, is spared). Kinds:
   spawn    the cell starts a grandchild process, and both never finish -> status timeout
   deaf     the cell ignores SIGTERM and never finishes: only the parent's SIGKILL after
            its grace period ends it                      -> status timeout
+  slow     every timed step takes SLOW_STEP_S longer (a sleep inside the step timer's
+           interval), whatever this CPU is               -> status stopped, where its float32
+           twin's step is under a tenth of that (backends/stopping.py)
 """
 
 from __future__ import annotations
@@ -30,7 +33,20 @@ import sys
 import time
 
 FAULT_ENV = "MPBENCH_FAULT"
-KINDS = ("raise", "oom", "hang", "crash", "diverge", "alloc", "sigkill", "silent", "spawn", "deaf")
+KINDS = (
+    "raise",
+    "oom",
+    "hang",
+    "crash",
+    "diverge",
+    "alloc",
+    "sigkill",
+    "silent",
+    "spawn",
+    "deaf",
+    "slow",
+)
+SLOW_STEP_S = 0.2
 
 
 def requested_fault(cell_id: str) -> str | None:
@@ -81,3 +97,19 @@ def inject(kind: str) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         while True:
             time.sleep(3600)
+    if kind == "slow":
+        _slow_steps()
+
+
+def _slow_steps() -> None:
+    """Every interval the one step timer measures (backends/timing.py) ends SLOW_STEP_S
+    later: a step as slow as a policy that cannot pay, on any CPU."""
+    from mpbench.backends.timing import StepTimer
+
+    stop = StepTimer.stop
+
+    def slower(timer: StepTimer) -> float:
+        time.sleep(SLOW_STEP_S)
+        return stop(timer)
+
+    StepTimer.stop = slower  # type: ignore[method-assign]

@@ -31,7 +31,7 @@ from mpbench.runner.config import RunConfig, RunOptions, build_config, contradic
 from mpbench.runner.fallback import fallback_spec
 from mpbench.runner.launchers.process import Outcome, run_in_child
 from mpbench.runner.launchers.zygote import ForkServers
-from mpbench.runner.matrix import Cell, expand
+from mpbench.runner.matrix import Cell, expand, measured_steps_for
 from mpbench.runner.preflight import preflight
 from mpbench.runner.progress import Reporter, startup_line
 from mpbench.runner.records import build_record, cell_telemetry, now_iso
@@ -46,10 +46,12 @@ from mpbench.runner.rundir import (
     write_state,
 )
 from mpbench.runner.signals import interrupted_exit_code, stop_on_termination
+from mpbench.runner.twin import float32_step_s
 
 __all__ = ["RunOptions", "run_matrix"]
 
-# A failure of the harness or environment, as opposed to a measured result (oom, diverged).
+# A failure of the harness or environment, as opposed to a measured result (oom, diverged,
+# and stopped: a cell that could not pay, stopped with its steps kept).
 FAILED = {Status.ERROR, Status.TIMEOUT}
 
 
@@ -235,7 +237,7 @@ def _plan(config: RunConfig, run_id: str, warn: Callable[[str], None]) -> Plan:
     from mpbench.detect import collect
 
     report = collect(probe=False)
-    device, traits, cells = expand(config, report, run_id)
+    device, traits, cells = expand(config, report, run_id, measured_steps_for(config, report))
     preflight(config, cells, warn)
     kind, _, index = device.partition(":")
     fingerprint = report.hardware_fingerprint(kind, int(index) if index else None)
@@ -296,6 +298,8 @@ def _run_cells(
                                 reporter.cell_resumed(cell.spec.cell_id)
                             else:
                                 reference = _scaling_reference(cell, records)
+                                # What a cell that cannot pay is held to (runner/twin.py).
+                                cell.spec.float32_step_s = float32_step_s(cell.spec, records)
                                 record = _run_and_keep(
                                     cell, config, run_dir, reporter, plan, options, reference
                                 )

@@ -12,6 +12,7 @@ import itertools
 import os
 import platform
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from mpbench.policies import (
     FLOAT32,
     POLICIES,
     DeviceTraits,
+    MeasuredStep,
     Policy,
     PolicyRating,
     Rating,
@@ -52,7 +54,8 @@ PASSED_FROM_WORKLOAD = tuple(s.target for s in SETTINGS if s.cell and s.home == 
 # torch cell of more than one replica keeps); the data mode (--data chooses the built-ins'
 # data; a user workload's cell records "user": cell_data). `verbose` is no part of the plan:
 # the runner sets it as the cell starts, from this invocation's --verbose (a --resume may
-# differ).
+# differ); nor `float32_step_s`, which the runner hands the cell as it starts, from the run's
+# records (its float32 twin's step: runner/twin.py).
 WORKED_OUT = frozenset(
     {
         "run_id",
@@ -79,6 +82,7 @@ WORKED_OUT = frozenset(
         "grad_comm",
         "data",
         "verbose",
+        "float32_step_s",
     }
 )
 
@@ -125,15 +129,22 @@ class Cells(list[Cell]):
         self.notes = notes
 
 
-def resolve_policies(names: list[str], traits: DeviceTraits) -> list[Policy]:
-    """The policies `names` ask for, in order, each once: `auto` is float32 and every policy
-    rated fast on the device (never float8), `all` every policy; a policy named explicitly
-    runs even where it is slow (an unsupported one becomes a skipped cell, _skip_reason)."""
+def resolve_policies(
+    names: list[str],
+    traits: DeviceTraits,
+    framework: str | None = None,
+    measured: Sequence[MeasuredStep] = (),
+) -> list[Policy]:
+    """The policies `names` ask for in `framework`, in order, each once: `auto` is float32
+    and every policy rated fast on the device in that framework (measured where detect
+    --measure cached a step, by rule elsewhere; never float8; framework None: fast in any),
+    `all` every policy; a policy named explicitly runs even where it is slow (an unsupported
+    one becomes a skipped cell, _skip_reason)."""
     chosen: list[Policy] = []
     for name in names:
         key = name.strip().lower()
         if key == "auto":
-            chosen += auto_policies(traits)
+            chosen += auto_policies(traits, framework, measured)
         elif key == "all":
             chosen += POLICIES.values()
         else:
@@ -141,34 +152,71 @@ def resolve_policies(names: list[str], traits: DeviceTraits) -> list[Policy]:
     return list(dict.fromkeys(chosen))
 
 
-def left_out(names: list[str], traits: DeviceTraits) -> list[PolicyRating]:
-    """The policies `auto` among `names` left out on this device, with their ratings: none
-    where `all` or no `auto` is asked, and never one that another name asks for."""
+def left_out(
+    names: list[str],
+    traits: DeviceTraits,
+    framework: str | None = None,
+    measured: Sequence[MeasuredStep] = (),
+) -> list[PolicyRating]:
+    """The policies `auto` among `names` left out in `framework` on this device, with their
+    ratings: none where `all` or no `auto` is asked, and never one that another name asks
+    for."""
     keys = [name.strip().lower() for name in names]
     if "auto" not in keys or "all" in keys:
         return []
-    chosen = resolve_policies(names, traits)
-    return [r for r in left_out_by_auto(traits) if POLICIES[r.policy] not in chosen]
+    chosen = resolve_policies(names, traits, framework, measured)
+    return [
+        r for r in left_out_by_auto(traits, framework, measured) if POLICIES[r.policy] not in chosen
+    ]
 
 
-def left_out_note(names: list[str], traits: DeviceTraits) -> str | None:
-    """One line naming what `auto` left out and why (detect's rating), or None."""
-    ratings = left_out(names, traits)
-    if not ratings:
-        return None
-    kept = [policy.name for policy in resolve_policies(names, traits)]
-    said = []
-    for rating in ratings:
+def _said(ratings: list[PolicyRating]) -> str:
+    """Why one policy was left out: its rating and reason, once where the frameworks agree,
+    else each framework's."""
+
+    def one(rating: PolicyRating) -> str:
         why = f"{rating.rating.value}: {rating.reason}"
         if rating.rating is Rating.FAST:  # float8: opt-in even where fast
             why += "; auto never picks float8"
-        said.append(f"{rating.policy} ({why})")
+        return why
+
+    if len({(r.rating, r.reason) for r in ratings}) == 1:
+        return one(ratings[0])
+    return "; ".join(f"{r.framework}: {one(r)}" for r in ratings)
+
+
+def left_out_note(
+    names: list[str],
+    traits: DeviceTraits,
+    frameworks: Sequence[str] = FRAMEWORKS,
+    measured: Sequence[MeasuredStep] = (),
+) -> str | None:
+    """One line saying what `auto` runs in each framework and what it left out and why
+    (detect's ratings, per framework), or None where it left nothing out."""
+    names_of = {
+        f: [p.name for p in resolve_policies(names, traits, f, measured)] for f in frameworks
+    }
+    out = {f: left_out(names, traits, f, measured) for f in frameworks}
+    if not any(out.values()):
+        return None
+    ran = _runs(names_of)
+    said = []
+    for policy in POLICIES:
+        ratings = [r for f in frameworks for r in out[f] if r.policy == policy]
+        if not ratings:
+            continue
+        where = (
+            ""
+            if len(ratings) == len(frameworks)
+            else " in " + _and([r.framework or "" for r in ratings])
+        )
+        said.append(f"{policy}{where} ({_said(ratings)})")
     note = (
-        f"--policy auto runs {', '.join(kept)} (float32 and the policies rated fast on "
+        f"--policy auto runs {ran} (float32 and the policies rated fast there on "
         f"{traits.name}) and leaves out {', '.join(said)}; a policy named with -p (or in "
         "[run] policies) runs even where it is slow"
     )
-    if kept == [FLOAT32.name]:
+    if all(kept == [FLOAT32.name] for kept in names_of.values()):
         note += (
             "; with float32 alone, compare's --min-speedup and --max-accuracy-delta have "
             "nothing to compare it to"
@@ -176,29 +224,67 @@ def left_out_note(names: list[str], traits: DeviceTraits) -> str | None:
     return note
 
 
+def _runs(names_of: dict[str, list[str]]) -> str:
+    """ "float32, mixed_bfloat16 in torch and tensorflow", or each framework's set."""
+    sets = list(dict.fromkeys(tuple(kept) for kept in names_of.values()))
+    parts = []
+    for kept in sets:
+        frameworks = [f for f, names in names_of.items() if tuple(names) == kept]
+        parts.append(f"{', '.join(kept)} in {_and(frameworks)}")
+    return "; ".join(parts)
+
+
+def _and(words: list[str]) -> str:
+    return " and ".join(words) if len(words) < 3 else ", ".join(words[:-1]) + f" and {words[-1]}"
+
+
 def no_fast_path_notes(
-    cells: list[Cell], names: list[str], traits: DeviceTraits, fp8_mode: str
+    cells: list[Cell],
+    names: list[str],
+    traits: DeviceTraits,
+    fp8_mode: str,
+    measured: Sequence[MeasuredStep] = (),
 ) -> list[str]:
-    """One line per policy named by its name (-p bf16, [run] policies) whose cells run on a
-    device the policy table rates slow or emulated for it, in the table's own words: `-p bf16`
-    on a CPU without bf16 instructions ran 5-15× slower than float32 and said nothing. Not for
-    `auto` (left_out_note says what it left out, and why) nor `all` (every policy, fast or
-    not, by request); not for float8 under --fp8-mode emulated (emulation was asked for) or
-    hardware (its cells are skipped with the reason)."""
+    """One line per policy named by its name (-p bf16, [run] policies) whose cells run in a
+    framework the device's ratings call slow or emulated for it, in the ratings' own words:
+    `-p bf16` on a CPU without bf16 instructions ran 5-15× slower than float32 and said
+    nothing. Not for `auto` (left_out_note says what it left out, and why) nor `all` (every
+    policy, fast or not, by request); not for float8 under --fp8-mode emulated (emulation
+    was asked for) or hardware (its cells are skipped with the reason)."""
     keys = [name.strip().lower() for name in names]
     named = {resolve(key) for key in keys if key not in ("auto", "all")}
-    running = dict.fromkeys(POLICIES[c.spec.policy] for c in cells if c.skip_reason is None)
+    running: dict[Policy, list[str]] = {}
+    for cell in cells:
+        if cell.skip_reason is None:
+            frameworks = running.setdefault(POLICIES[cell.spec.policy], [])
+            if cell.spec.framework not in frameworks:
+                frameworks.append(cell.spec.framework)
     notes = []
-    for policy in running:
+    for policy, frameworks in running.items():
         if policy not in named or (policy.fp8 and fp8_mode != "auto"):
             continue
-        rating = rate(policy, traits)
-        if rating.rating in (Rating.SLOW, Rating.EMULATED):
-            notes.append(
-                f"-p {policy.short} on {traits.name}: {rating.reason} (rated "
-                f"{rating.rating.value}); its cells run as asked"
-            )
+        ratings = [rate(policy, traits, f, measured) for f in frameworks]
+        slow = [r for r in ratings if r.rating in (Rating.SLOW, Rating.EMULATED)]
+        if not slow:
+            continue
+        if len(slow) == len(ratings) and len({(r.rating, r.reason) for r in slow}) == 1:
+            said = f"{slow[0].reason} (rated {slow[0].rating.value})"
+        else:
+            said = "; ".join(f"{r.framework}: {r.reason} (rated {r.rating.value})" for r in slow)
+        notes.append(f"-p {policy.short} on {traits.name}: {said}; its cells run as asked")
     return notes
+
+
+def measured_steps_for(config: RunConfig, report) -> list[MeasuredStep]:
+    """The training steps `detect --measure` cached for the run's device (its hardware
+    fingerprint, the threads the cells run with, the installed frameworks' versions): what
+    `--policy auto` rates from, over the rules. [] where none applies."""
+    from mpbench.detect.steps import cached_steps
+
+    device, _ = resolve_device(config.device, report)
+    kind, _, index = device.partition(":")
+    fingerprint = report.hardware_fingerprint(kind, int(index) if index else None)
+    return cached_steps(fingerprint, device, threads=config.threads or available_cores())
 
 
 DEVICE_CHOICES = ["auto", "cpu", "cuda", "cuda:N", "mps"]
@@ -274,14 +360,25 @@ def _check_cuda_index(index: int, report) -> None:
     )
 
 
-def expand(config: RunConfig, report, run_id: str) -> tuple[str, DeviceTraits, Cells]:
+def expand(
+    config: RunConfig, report, run_id: str, measured: Sequence[MeasuredStep] = ()
+) -> tuple[str, DeviceTraits, Cells]:
+    """The run's cells. `measured`: the device's measured steps (measured_steps_for), which
+    `--policy auto` rates each framework's policies from where they apply."""
     device, traits = resolve_device(config.device, report)
     if device.startswith("cuda"):
         _check_gpus_per_node(max(config.nproc), report)
     frameworks = resolve_frameworks(config.frameworks)
     names = resolve_workloads(config.workload_names, traits.kind)
     workloads = [describe_workload(name) for name in names]
-    policies = resolve_policies(config.policies, traits)
+    # `auto` per framework: the same device may run a policy fast in one and slow in the
+    # other (fp16 on an AVX-512 FP16 CPU: slow in Keras, fast in torch with AMX-FP16).
+    # float32 first in each round, whatever order they were named in: it is every other
+    # cell's twin, which a cell that cannot pay is held to (backends/stopping.py).
+    policies_of = {
+        f: sorted(resolve_policies(config.policies, traits, f, measured), key=_after_float32)
+        for f in frameworks
+    }
     # The policies asked for other than by `auto` (by name, or `all`): they run even where a
     # workload makes them slow; `auto` leaves such a cell out, saying why.
     named = set(
@@ -308,7 +405,7 @@ def expand(config: RunConfig, report, run_id: str) -> tuple[str, DeviceTraits, C
             # Repeats in rounds (float32 r0, bf16 r0, float32 r1, bf16 r1, ...): slow drift of
             # the machine then hits every policy alike instead of one policy's whole series.
             for repeat in range(config.rounds):
-                for policy in policies:
+                for policy in policies_of[framework]:
                     for recipe in recipes(config, framework, policy):
                         spec = CellSpec(
                             **from_run,
@@ -337,7 +434,9 @@ def expand(config: RunConfig, report, run_id: str) -> tuple[str, DeviceTraits, C
                             data=cell_data(config, workload),
                             **sizes,
                         )
-                        skip = _skip_reason(policy, traits, framework, missing, config.fp8_mode)
+                        skip = _skip_reason(
+                            policy, traits, framework, missing, config.fp8_mode, measured
+                        )
                         skip = skip or _unsupported_by(workload, framework)
                         if policy not in named:
                             skip = skip or _auto_leaves_out(policy, traits, workload)
@@ -352,10 +451,15 @@ def expand(config: RunConfig, report, run_id: str) -> tuple[str, DeviceTraits, C
         # --repeat auto decides after whole rounds (runner/adaptive.py): a round is every cell
         # of the matrix once, so the repeat is the outermost loop (a stable sort keeps the rest).
         cells.sort(key=lambda cell: cell.spec.repeat)
-    note = left_out_note(config.policies, traits)
+    note = left_out_note(config.policies, traits, frameworks, measured)
     notes = [note] if note else []
-    notes += no_fast_path_notes(cells, config.policies, traits, config.fp8_mode)
+    notes += no_fast_path_notes(cells, config.policies, traits, config.fp8_mode, measured)
     return device, traits, Cells(cells, notes)
+
+
+def _after_float32(policy: Policy) -> bool:
+    """The sort key that puts float32 first and keeps the others' order (a stable sort)."""
+    return policy is not FLOAT32
 
 
 @dataclass(frozen=True)
@@ -424,11 +528,16 @@ def cell_id(framework: str, workload: str, policy: str, recipe: Recipe, repeat: 
 
 
 def _skip_reason(
-    policy: Policy, traits: DeviceTraits, framework: str, missing: str | None, fp8_mode: str
+    policy: Policy,
+    traits: DeviceTraits,
+    framework: str,
+    missing: str | None,
+    fp8_mode: str,
+    measured: Sequence[MeasuredStep] = (),
 ) -> str | None:
     if missing:
         return f"{framework} is not installed: {missing}"
-    rating = rate(policy, traits)
+    rating = rate(policy, traits, framework, measured)
     if rating.rating is Rating.UNSUPPORTED:
         return f"{policy.name} is unsupported on {traits.name}: {rating.reason}"
     if policy.fp8 and fp8_mode == "hardware" and rating.rating is not Rating.FAST:

@@ -37,7 +37,14 @@ from mpbench.runner.adaptive import Decision, percent
 from mpbench.runner.fallback import MARK as FALLBACK_MARK
 from mpbench.runner.launchers.process import STARTING
 
-_STYLE = {"ok": "green", "skipped": "yellow", "diverged": "red", "oom": "red", "timeout": "red"}
+_STYLE = {
+    "ok": "green",
+    "skipped": "yellow",
+    "stopped": "yellow",  # could not pay: measured and stopped, not a failure
+    "diverged": "red",
+    "oom": "red",
+    "timeout": "red",
+}
 
 # The running cell's phase as its line says it; TRAINING is "warm-up" or "timing" by step.
 _LABELS = {

@@ -135,6 +135,8 @@ def bottleneck_evidence(
         busy_step_s=busy.busy_step_s if busy else None,
         host_busy_fraction=busy.host_busy_fraction if busy else None,
         threads=busy.threads if busy and record.device.kind == "cpu" else None,
+        cast_share=busy.cast_share if busy else None,
+        cast_source=busy.cast_source if busy else None,
         contended=bool(record.contention and record.contention.contended),
         unavailable=unavailable,
     )
@@ -222,6 +224,7 @@ def _fill_measurements(
     record.params = measured.params
     record.params_non_trainable = measured.params_non_trainable
     record.end_to_end = measured.end_to_end
+    record.stopped = measured.stopped  # a cell that could not pay: its rule and ratio
     record.threads = measured.threads
     record.compile = CompileStats(**measured.compile) if measured.compile else None
     record.fp8 = build(Fp8Stats, measured.fp8) if measured.fp8 else None  # its prediction too

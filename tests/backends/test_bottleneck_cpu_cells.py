@@ -97,3 +97,26 @@ def test_a_cpu_cell_without_a_cached_peak_says_so():
     assert "detect --measure" in stats.unavailable["peak_tflops"]
     assert "detect --measure" in stats.unavailable["bandwidth_gbps"]
     assert stats.evidence.startswith("CPU busy ") and "not classified: " in stats.evidence
+
+
+def test_a_16_bit_cpu_cell_records_the_share_of_its_step_spent_converting_dtypes():
+    """A bf16 step converts its input batch and weights to bf16 and its gradients back
+    (aten::_to_copy), measured under torch.profiler's CPU activity; a float32 step converts
+    nothing and is not profiled. The evidence line names the share from 10 % up."""
+    sizes = dict(units=64, batch_size=512, max_steps=8, warmup_steps=2)
+    sizes.update(synthetic_train_size=512 * 8, synthetic_test_size=512)
+    for policy in ("mixed_bfloat16", "float32"):
+        spec = cell_spec(policy=policy, **sizes)
+        measurements = torch_backend.run_cell(spec, lambda step, total: None, lambda text: None)
+        record = build_record(spec, Outcome("ok", measurements=measurements), CPU, "f", "torch")
+        assert load_record(json.loads(json.dumps(record.to_dict()))) == record
+        stats = record.bottleneck
+        if policy == "float32":
+            assert stats.cast_share is None and stats.cast_source is None
+            assert "converting dtypes" not in stats.evidence
+            continue
+        assert 0 < stats.cast_share <= 1, stats
+        source = "torch.autograd.profiler CPU time of aten::_to_copy over 5 steps"
+        assert stats.cast_source == source
+        named = "converting dtypes takes" in stats.evidence
+        assert named == (stats.cast_share >= 0.1), stats.evidence

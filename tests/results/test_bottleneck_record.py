@@ -36,7 +36,7 @@ def round_trip(cell) -> object:
 
 
 def test_a_record_with_a_bottleneck_reads_back_the_same():
-    assert SCHEMA_VERSION == 13
+    assert SCHEMA_VERSION == 14
     cell = record("torch", "mnist_dense", "float32", median_ms=10.0)
     cell.bottleneck = bottleneck()
     assert round_trip(cell) == cell

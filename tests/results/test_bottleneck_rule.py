@@ -7,6 +7,8 @@ import pytest
 
 from mpbench.results.bottleneck import (
     BUSY_MIN,
+    CAST_REMEDY,
+    CAST_SHARE_NOTE,
     COMPUTE_REMEDY,
     INPUT_REMEDY,
     INPUT_SHARE_MIN,
@@ -174,3 +176,17 @@ def test_the_bytes_a_step_moves_count_each_tensor_once_per_use():
     assert step_bytes(params, activations, 784 * 16, 4, 1) == by_hand
     # A 16-bit policy halves the weights' and activations' bytes, not the optimizer's.
     assert MNIST_DENSE.bytes_per_step(16, 2, 16) == by_hand - 2 * 2 * params - 4 * 2 * activations
+
+
+def test_a_step_that_spends_a_tenth_or_more_converting_dtypes_says_so_and_how_to_convert_less():
+    stats = classify(cpu(cast_share=0.27, cast_source="profiler"))
+    assert stats.kind == "compute-bound" and stats.cast_share == 0.27
+    assert stats.cast_source == "profiler"
+    assert "converting dtypes takes 27 % of the step" in stats.evidence
+    assert stats.remedy == f"{CAST_REMEDY}; {COMPUTE_REMEDY}"
+    below = classify(cpu(cast_share=CAST_SHARE_NOTE - 0.01))
+    assert "converting" not in below.evidence and below.remedy == COMPUTE_REMEDY
+    # An input-bound step's remedy is its input pipeline's, whatever it converts.
+    fed = classify(cpu(cast_share=0.5, input_share=INPUT_SHARE_MIN))
+    assert fed.kind == "input-bound" and fed.remedy == INPUT_REMEDY
+    assert "converting dtypes takes 50 %" in fed.evidence

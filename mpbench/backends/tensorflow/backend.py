@@ -28,10 +28,11 @@ from mpbench.backends.base import (
     enter_phase,
 )
 from mpbench.backends.busy import CPU_DEVICE_BUSY, HostBusyMeter, cpu_threads
+from mpbench.backends.stopping import StopCheck, stopped_reason
 from mpbench.backends.tensorflow import distributed
 from mpbench.backends.tensorflow.device import Placement
 from mpbench.policies import POLICIES
-from mpbench.results.schema import MemoryStats
+from mpbench.results.schema import MemoryStats, Status
 from mpbench.telemetry.cell import CellTelemetry
 from mpbench.telemetry.memory import fill as fill_memory
 from mpbench.workloads import get_workload
@@ -73,19 +74,22 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
         enter_phase(progress, BUILDING)
         model, jit_compile, state = _build(tf, cell, data, warn)
         step = _training(cell, model, jit_compile, data, plan)
+        stop = StopCheck.for_cell(spec, plan, window, len(data.x_test), cell.batch, progress)
         # The first step traces (and with jit, compiles) the train function: a warm-up step.
         enter_phase(
             progress, TRAINING, warmup=plan.warmup_steps, timed=plan.total_steps, total=total
         )
-        timed = _timed_steps(tf, cell, model, step, plan, progress, total, state)
-        enter_phase(progress, END_TO_END)
-        end_to_end, e2e_trained = _end_to_end(
-            cell, model, step, data, window, progress, plan.total_steps, total
-        )
-        enter_phase(progress, EVALUATING)
-        accuracy, test_loss = _evaluate(
-            cell, model, data, timed.trained.micro_batches_run + e2e_trained
-        )
+        timed = _timed_steps(tf, cell, model, step, plan, progress, total, state, stop)
+        end_to_end, accuracy, test_loss = None, None, None
+        if timed.trained.stopped is None:  # a cell that cannot pay trains nothing more
+            enter_phase(progress, END_TO_END)
+            end_to_end, e2e_trained = _end_to_end(
+                cell, model, step, data, window, progress, plan.total_steps, total
+            )
+            enter_phase(progress, EVALUATING)
+            accuracy, test_loss = _evaluate(
+                cell, model, data, timed.trained.micro_batches_run + e2e_trained
+            )
         status, reason, divergence = _verdict(spec, timed)
     memory = _memory_stats(cell, timed, data)
     params = fp8.param_counts(model)
@@ -125,6 +129,7 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
         distributed=cell.mirrored.stats(spec) if cell.mirrored else None,
         fp8=cell.fp8,
         busy=timed.busy,
+        stopped=timed.trained.stopped,
     )
 
 
@@ -336,8 +341,10 @@ def _timed_steps(
     progress: Progress,
     total: int,
     state: dict[str, Any],
+    stop: StopCheck,
 ) -> _Timed:
-    """The timed steps, with the memory meter and the telemetry around them."""
+    """The timed steps, with the memory meter and the telemetry around them; `stop` may end
+    them early (a cell that cannot pay: backends/stopping.py)."""
     from mpbench.backends.tensorflow import device, loops
 
     spec, placement, micro = cell.spec, cell.placement, cell.spec.accumulate
@@ -353,7 +360,7 @@ def _timed_steps(
     try:
         if spec.loop == "fit":
             trained = loops.train_with_fit(
-                model, step.batches, plan, progress, total, micro, telemetry
+                model, step.batches, plan, progress, total, micro, telemetry, stop
             )
         else:
             trained = loops.train_with_custom_loop(
@@ -365,6 +372,7 @@ def _timed_steps(
                 micro,
                 telemetry,
                 loss_scaled=state["loss_scaling"],
+                stop=stop,
             )
     except BaseException:
         telemetry.close()  # a diverged cell (CellDiverged) stopped it already
@@ -377,10 +385,10 @@ def _timed_steps(
     # reads replica 0's GPU); a CPU's package over every replica's samples.
     sampled = 1 if placement.is_gpu else cell.world
     busy = _busy(cell, host)
-    telemetry.stop_timed(plan.total_steps * spec.effective_batch * sampled)
+    telemetry.stop_timed(trained.steps_run * spec.effective_batch * sampled)
     training_memory = meter.stop()
     device_peak = training_memory.peak_bytes if placement.is_gpu else None
-    if trained.steps_run != plan.total_steps:
+    if trained.steps_run != plan.total_steps and trained.stopped is None:
         raise RuntimeError(f"trained {trained.steps_run} steps, planned {plan.total_steps}")
     # The loss scale's figures and the whole-cell verdict are the timed steps', the steps
     # the side file numbers 1..N (as in torch): read now, before the end-to-end window.
@@ -451,9 +459,12 @@ def _evaluate(
 
 
 def _verdict(spec: CellSpec, timed: _Timed) -> tuple[str, str | None, Any]:
-    """The cell's status, reason and divergence: a loss-scaled cell is judged on its timed
-    steps' skips, counted in micro-batches (Keras skips single micro-batches,
-    loss_scale_stats); cells shorter than the detector's window on all of them, here."""
+    """The cell's status, reason and divergence: a stopped cell is stopped (its few steps
+    judge no loss scale); a loss-scaled cell is judged on its timed steps' skips, counted in
+    micro-batches (Keras skips single micro-batches, loss_scale_stats); cells shorter than
+    the detector's window on all of them, here."""
+    if timed.trained.stopped is not None:
+        return Status.STOPPED.value, stopped_reason(timed.trained.stopped), None
     loss_scale = timed.loss_scale
     if loss_scale is None:
         return "ok", None, None

@@ -17,9 +17,10 @@ import numpy as np
 import tensorflow as tf
 
 from mpbench.backends.base import Progress, StepPlan, WindowPlan, check_finite
+from mpbench.backends.stopping import NEVER, StopCheck
 from mpbench.backends.tensorflow.device import Placement
 from mpbench.backends.timing import StepTimer
-from mpbench.results.schema import EndToEndStats, LossScaleStats
+from mpbench.results.schema import EndToEndStats, LossScaleStats, StopStats
 from mpbench.telemetry.cell import CellTelemetry
 from mpbench.telemetry.numerics import tf_grad_health_tensors
 
@@ -30,6 +31,7 @@ class TrainResult:
     epoch_losses: list[float] = field(default_factory=list)
     steps_run: int = 0  # optimizer steps
     micro_batches_run: int = 0
+    stopped: StopStats | None = None  # a cell that could not pay, stopped early (stopping.py)
 
 
 def _as_float64(variable: keras.Variable) -> tf.Tensor:
@@ -103,6 +105,9 @@ class _StepTimingCallback(keras.callbacks.Callback):
       micro-batches (Keras checks each micro-batch: a skip here means none of them was
       applied; the cell's skipped count stays per micro-batch, loss_scale_stats).
     - gradient norm / non-finite gradients: None, `fit` does not expose the gradients.
+
+    `stop` (backends/stopping.py) may end training early at an optimizer step's end:
+    `model.stop_training`, which fit reads after each batch.
     """
 
     def __init__(
@@ -113,11 +118,14 @@ class _StepTimingCallback(keras.callbacks.Callback):
         total: int,
         micro: int,
         telemetry: CellTelemetry | None = None,
+        stop: StopCheck | None = None,
     ) -> None:
         super().__init__()
         self._plan, self._progress, self._result = plan, progress, result
         self._total, self._micro = total, micro
         self._telemetry = telemetry
+        self._stop = stop
+        self._next_check = stop.next_step if stop else NEVER
         self._timer = StepTimer()
         self._previous_mean = 0.0
         self._window: list[float] = []
@@ -150,6 +158,16 @@ class _StepTimingCallback(keras.callbacks.Callback):
         self._progress(step, self._total)
         if done >= self._plan.total_steps * self._micro:
             self.model.stop_training = True
+        elif step >= self._next_check and done % self._micro == 0:
+            self._decide()
+
+    def _decide(self) -> None:
+        assert self._stop is not None
+        times = per_optimizer_step(self._timer.times_s, self._micro)
+        self._result.stopped = self._stop.decide(times)
+        self._next_check = self._stop.next_step
+        if self._result.stopped is not None:
+            self.model.stop_training = True
 
     def _record(self, step: int, loss: float) -> None:
         if self._telemetry is None:
@@ -179,17 +197,19 @@ def train_with_fit(
     total: int,
     micro: int = 1,
     telemetry: CellTelemetry | None = None,
+    stop: StopCheck | None = None,
 ) -> TrainResult:
     """`micro` > 1: the optimizer accumulates (gradient_accumulation_steps), so fit's steps
     are micro-batches; they are timed one by one and summed per optimizer step. Each
     optimizer step's numerics go to `telemetry` after its clock read (_StepTimingCallback);
-    without one, a non-finite loss raises Diverged."""
+    without one, a non-finite loss raises Diverged. `stop` may end it early."""
     result = TrainResult()
+    timing = _StepTimingCallback(plan, progress, result, total, micro, telemetry, stop)
     model.fit(
         batches,
         epochs=plan.epochs,
         steps_per_epoch=plan.steps_per_epoch * micro,
-        callbacks=[_StepTimingCallback(plan, progress, result, total, micro, telemetry)],
+        callbacks=[timing],
         shuffle=False,
         verbose=0,
     )
@@ -394,6 +414,7 @@ def train_with_custom_loop(
     micro: int = 1,
     telemetry: CellTelemetry | None = None,
     loss_scaled: bool = False,
+    stop: StopCheck | None = None,
 ) -> TrainResult:
     """One timed step = `micro` calls of the micro-batch step (the optimizer accumulates).
 
@@ -404,9 +425,10 @@ def train_with_custom_loop(
     micro-batches; the cell's skipped count stays per micro-batch, loss_scale_stats); the
     non-finite gradient elements summed over the micro-batches, and the gradient norm for
     `micro` == 1 (under accumulation the norm of the accumulated gradient is not returned
-    by the step: None)."""
+    by the step: None). `stop` may end it early (backends/stopping.py)."""
     result, timer = TrainResult(), StepTimer()
     epoch_losses: list[float] = []
+    next_check = stop.next_step if stop else NEVER
     for step in range(1, plan.total_steps + 1):
         check = telemetry is not None and telemetry.wants_gradients() and step % GRADIENT_EVERY == 1
         train_step.check_gradients.assign(check)  # before the clock: not in the step's time
@@ -434,9 +456,15 @@ def train_with_custom_loop(
             )
         epoch_losses.append(loss)
         progress(step, total)
-        if step % plan.steps_per_epoch == 0 or step == plan.total_steps:
+        if step >= next_check:
+            assert stop is not None
+            result.stopped = stop.decide(timer.times_s)
+            next_check = stop.next_step
+        if step % plan.steps_per_epoch == 0 or step == plan.total_steps or result.stopped:
             result.epoch_losses.append(statistics.fmean(epoch_losses))
             epoch_losses = []
+        if result.stopped is not None:
+            break
     result.step_times_s = list(timer.times_s)
     return result
 

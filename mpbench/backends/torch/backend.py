@@ -36,6 +36,7 @@ from mpbench.backends.base import (
     thread_settings,
 )
 from mpbench.backends.busy import CPU_DEVICE_BUSY, HostBusyMeter
+from mpbench.backends.stopping import NEVER, StopCheck, stopped_reason
 from mpbench.backends.timing import StepTimer
 from mpbench.backends.torch.compiled import Compiler, undone
 from mpbench.backends.torch.distributed import DataParallel, job_step_times
@@ -45,10 +46,17 @@ from mpbench.backends.torch.fp8 import apply_fp8, fp8_compiled
 from mpbench.backends.torch.models import build_model, build_optimizer
 from mpbench.backends.torch.outputs import OutputReader, read_output
 from mpbench.backends.torch.precision import TorchPrecision, apply_policy, read_tf32
-from mpbench.backends.torch.profiled import PROFILED_STEPS, profile_steps
+from mpbench.backends.torch.profiled import PROFILED_STEPS, profile_casts, profile_steps
 from mpbench.backends.torch.steps import cross_entropy, train_step
 from mpbench.policies import resolve
-from mpbench.results.schema import DeviceInfo, EndToEndStats, LossScaleStats, MemoryStats
+from mpbench.results.schema import (
+    DeviceInfo,
+    EndToEndStats,
+    LossScaleStats,
+    MemoryStats,
+    Status,
+    StopStats,
+)
 from mpbench.telemetry.cell import CellTelemetry
 from mpbench.telemetry.memory import MemorySampler, TrainingMemory, rss_sampler
 from mpbench.telemetry.memory import fill as fill_memory
@@ -161,23 +169,30 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
     batches = _batches(cell, tensors, plan)
     forward, compiler = _trained_forward(cell, model, optimizer, precision, tensors, sync, progress)
     state: dict[str, Any] = {}  # the precision in effect, read back during the first step
+    stop = StopCheck.for_cell(spec, plan, window, len(tensors.x_test), spec.batch_size, progress)
     enter_phase(progress, TRAINING, warmup=plan.warmup_steps, timed=plan.total_steps, total=total)
     timed = _timed_steps(
-        cell, forward, optimizer, precision, batches, plan, total, sync, state, progress
+        cell, forward, optimizer, precision, batches, plan, total, sync, state, progress, stop
     )
-    _steady_window(cell, model, forward, optimizer, precision, tensors, timed, plan, sync)
-    enter_phase(progress, END_TO_END)
-    end_to_end = _train_end_to_end(
-        forward, optimizer, precision, batches, window, sync, progress, plan.total_steps, total,
-        cell.loss,
-    )  # fmt: skip
-    busy = _device_busy(cell, model, forward, optimizer, precision, batches, sync, timed.busy)
-    enter_phase(progress, EVALUATING)
-    test_accuracy, test_loss, compile_stats = _evaluate_cell(
-        cell, model, forward, compiler, precision, tensors, warn
-    )
+    stopped = timed.trained.stopped
+    end_to_end, busy, test_accuracy, test_loss, compile_stats = None, timed.busy, None, None, None
+    if stopped is None:  # a cell that cannot pay trains, profiles and evaluates nothing more
+        _steady_window(cell, model, forward, optimizer, precision, tensors, timed, plan, sync)
+        enter_phase(progress, END_TO_END)
+        end_to_end = _train_end_to_end(
+            forward, optimizer, precision, batches, window, sync, progress, plan.total_steps,
+            total, cell.loss,
+        )  # fmt: skip
+        busy = _device_busy(cell, model, forward, optimizer, precision, batches, sync, timed.busy)
+        enter_phase(progress, EVALUATING)
+        test_accuracy, test_loss, compile_stats = _evaluate_cell(
+            cell, model, forward, compiler, precision, tensors, warn
+        )
+    elif compiler:
+        compiler.training_done()
+        compile_stats = compiler.stats()
     memory = _memory_stats(cell.device, timed.memory, tensors.nbytes)
-    status, reason, divergence = _verdict(precision, timed, plan.total_steps)
+    status, reason, divergence = _verdict(precision, timed, len(timed.trained.step_times_s))
     _read_back(state, cell, model, precision, timed.loss_scale, tensors)
     step_times_s, report, distributed = timed.trained.step_times_s, timed.telemetry.report(), None
     if cell.parallel:
@@ -212,6 +227,7 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
         extra_config=extra,
         fp8=cell.fp8,
         busy=busy,
+        stopped=stopped,
     )
 
 
@@ -380,8 +396,10 @@ def _timed_steps(
     sync: Callable[[], None],
     state: dict[str, Any],
     progress: Progress,
+    stop: StopCheck,
 ) -> _Timed:
-    """The timed steps, with the memory meter and the telemetry around them."""
+    """The timed steps, with the memory meter and the telemetry around them; `stop` may end
+    them early (a cell that cannot pay: backends/stopping.py)."""
     meter = memory_meter(cell.device)
     dynamic = precision.scaler is not None and precision.static_scale is None
     telemetry = CellTelemetry(
@@ -389,6 +407,7 @@ def _timed_steps(
     )
     telemetry.start_timed()
     host = HostBusyMeter().start()
+    trained: _Trained | None = None
     try:
         trained = _train_synced(
             forward,
@@ -403,6 +422,7 @@ def _timed_steps(
             telemetry,
             cell.parallel.after_step if cell.parallel else None,
             cell.loss,
+            stop,
         )
     except BaseException:
         # The memory sampler's thread reads every 5 ms: left running, it would take the GIL
@@ -411,7 +431,8 @@ def _timed_steps(
             meter.stop()
         raise
     finally:
-        telemetry.stop_timed(plan.total_steps * cell.global_batch)
+        steps = len(trained.step_times_s) if trained else plan.total_steps  # stopped: fewer
+        telemetry.stop_timed(steps * cell.global_batch)
     # The CPU time is shared out among the intra-op threads on a CPU; on an accelerator one
     # Python thread launches the work.
     busy = host.stop(torch.get_num_threads() if cell.device.type == "cpu" else 1)
@@ -419,7 +440,7 @@ def _timed_steps(
     # The loss scale's figures are the timed steps' (those the side file numbers 1..N and
     # the whole-cell verdict judges): read before the end-to-end window trains on.
     loss_scale = (
-        _loss_scale_stats(precision, trained.skipped_steps, plan.total_steps, cell.spec)
+        _loss_scale_stats(precision, trained.skipped_steps, steps, cell.spec)
         if precision.scaler
         else None
     )
@@ -437,25 +458,46 @@ def _device_busy(
     busy: BusyEvidence,
 ) -> BusyEvidence:
     """On CUDA, the GPU's busy time over a few more steps under torch.profiler, undone
-    afterwards (profiled.py); elsewhere the timed steps' host figures as they are."""
+    afterwards (profiled.py); on a CPU, a 16-bit cell's share of the step spent converting
+    dtypes, profiled alike; elsewhere the timed steps' host figures as they are."""
     if cell.device.type == "cpu":
         busy.unavailable["device_busy_fraction"] = CPU_DEVICE_BUSY
-        return busy
+        if cell.policy.compute_dtype == "float32":
+            return busy  # nothing converts: float32 weights, inputs and gradients
+        return _profiled(
+            cell, model, forward, optimizer, precision, batches, sync, busy, profile_casts
+        )
     if cell.device.type != "cuda":
         busy.source = f"none: no kernel timing on {cell.device.type}"
         busy.unavailable["device_busy_fraction"] = (
             f"torch.profiler times CUDA kernels only, not {cell.device.type}'s"
         )
         return busy
+    return _profiled(cell, model, forward, optimizer, precision, batches, sync, busy, profile_steps)
+
+
+def _profiled(
+    cell: _Cell,
+    model: torch.nn.Module,
+    forward: Callable[[torch.Tensor], torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    precision: TorchPrecision,
+    batches: _Batches,
+    sync: Callable[[], None],
+    busy: BusyEvidence,
+    profiler: Callable[..., BusyEvidence],
+) -> BusyEvidence:
+    """`profiler` (profiled.py) over PROFILED_STEPS more steps, undone afterwards (weights,
+    optimizer, scaler and RNG), so the cell trains exactly the steps it would have."""
     steps = min(PROFILED_STEPS, batches.steps_per_epoch)
     micro_batches = batches.epoch(steps)
 
     def step() -> None:
         train_step(forward, optimizer, precision, next(micro_batches), loss_fn=cell.loss)
 
-    devices = [cell.device.index or 0]
+    devices = [cell.device.index or 0] if cell.device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices), undone(model, optimizer, precision.scaler):
-        return profile_steps(step, steps, sync, busy)
+        return profiler(step, steps, sync, busy)
 
 
 def _steady_window(
@@ -545,8 +587,11 @@ def _memory_stats(
 
 
 def _verdict(precision: TorchPrecision, timed: _Timed, counted: int) -> tuple[str, str | None, Any]:
-    """The cell's status, reason and divergence: a loss-scaled cell is judged on its timed
-    steps' skips (cells shorter than the detector's window on all of them, here)."""
+    """The cell's status, reason and divergence: a stopped cell is stopped (its few steps
+    judge no loss scale); a loss-scaled cell is judged on its timed steps' skips (cells
+    shorter than the detector's window on all of them, here)."""
+    if timed.trained.stopped is not None:
+        return Status.STOPPED.value, stopped_reason(timed.trained.stopped), None
     if precision.scaler:
         scale_text = (
             f"a static loss scale of {precision.static_scale:g}"
@@ -677,6 +722,7 @@ class _Trained:
     step_times_s: list[float]
     epoch_losses: list[float]
     skipped_steps: int
+    stopped: StopStats | None = None  # a cell that could not pay, stopped early
 
 
 def _train_synced(
@@ -692,16 +738,20 @@ def _train_synced(
     telemetry: CellTelemetry,
     after_step: Callable[[], None] | None = None,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    stop: StopCheck | None = None,
 ) -> _Trained:
     """Every step timed on its own, the device synchronised before each clock read. After
     each step's clock read (outside the timed region) its numerics go to `telemetry`: the
     loss, the scale, whether it was skipped and, for the steps the side file keeps, the
-    gradient health; a divergence signal ends the cell there (CellDiverged)."""
+    gradient health; a divergence signal ends the cell there (CellDiverged), and `stop`
+    where it cannot pay (one comparison a step between its decisions)."""
     timer = StepTimer(sync)
     epoch_losses: list[float] = []
     skipped_steps = 0
     step = 0
-    while step < plan.total_steps:
+    stopped = None
+    next_check = stop.next_step if stop else NEVER
+    while step < plan.total_steps and stopped is None:
         losses: list[float] = []
         for micro_batches in batches.epoch():
             if step >= plan.total_steps:
@@ -731,8 +781,14 @@ def _train_synced(
             losses.append(loss)
             skipped_steps += bool(result.skipped)
             progress(step, total)
+            if step >= next_check:
+                assert stop is not None
+                stopped = stop.decide(timer.times_s)
+                if stopped is not None:
+                    break
+                next_check = stop.next_step
         epoch_losses.append(sum(losses) / len(losses))
-    return _Trained(timer.times_s, epoch_losses, skipped_steps)
+    return _Trained(timer.times_s, epoch_losses, skipped_steps, stopped)
 
 
 _TORCH_PIPELINE = (

@@ -80,3 +80,58 @@ def profile_steps(
     else:
         host.device_busy_s = busy / 1e6 / steps
     return host
+
+
+# The op every dtype conversion goes through: autocast's casts of weights and inputs
+# (`aten::to` -> `aten::_to_copy`), their gradients' casts back in the backward
+# (ToCopyBackward0), and the float32 output's `.float()`. Its inclusive CPU time holds the
+# conversion's `aten::copy_` and the new tensor's allocation, and nothing else: a copy that
+# converts nothing calls `aten::copy_` directly.
+CAST_OP = "aten::_to_copy"
+
+
+def cast_source(steps: int) -> str:
+    return f"torch.autograd.profiler CPU time of {CAST_OP} over {steps} steps"
+
+
+def cast_us(events: Iterable[Any]) -> float:
+    """The inclusive CPU time of the dtype conversions in a profiler's `key_averages()`,
+    microseconds (0.0 when none ran: a float32 step)."""
+    return sum(e.cpu_time_total for e in events if e.key == CAST_OP)
+
+
+def cpu_op_profiler() -> Any:
+    """A profiler of the per-op CPU events. The autograd profiler's own recorder, without
+    Kineto: its first start in a process takes about 1 ms, where torch.profiler's (Kineto)
+    takes about 0.8 s (torch 2.13, this CPU), which every 16-bit CPU cell would pay; both give
+    the same `key_averages()`. Kineto where a build has no other (`use_kineto=False` refused)."""
+    import torch
+
+    try:
+        return torch.autograd.profiler.profile(use_kineto=False)
+    except (TypeError, RuntimeError):
+        from torch.profiler import ProfilerActivity, profile
+
+        return profile(activities=[ProfilerActivity.CPU])
+
+
+def profile_casts(
+    step: Callable[[], None], steps: int, sync: Callable[[], None], host: BusyEvidence
+) -> BusyEvidence:
+    """`host` with the share of the step spent converting dtypes, from `steps` calls of
+    `step` under a CPU op profiler (on a CPU the cores are the device: its op events are the
+    device's work). A 16-bit step on a CPU converts every input batch and weight to its dtype
+    and the gradients back: at small widths that, not the matmuls, is where much of its time
+    goes (docs/policies.md, "CPUs"). The profiler's own cost lengthens the profiled steps a
+    little; the share is taken of those steps' wall time, so it is a share of like with
+    like."""
+    timer = StepTimer(sync)
+    with cpu_op_profiler() as profiler:
+        for _ in range(steps):
+            timer.start()
+            step()
+            timer.stop()
+    wall_us = sum(timer.times_s) * 1e6
+    host.cast_source = cast_source(steps)
+    host.cast_share = min(1.0, cast_us(profiler.key_averages()) / wall_us) if wall_us else None
+    return host

@@ -65,6 +65,13 @@ def cell_json(report: Report, group: PolicyGroup, policy: str, cell: CellSummary
         "config": key.config_dict(),
         "status": cell.status,
         "reason": cell.reason,
+        # Repeats stopped early (they could not pay): the rule, the measured ratio to float32
+        # and the projected time; no figure of the cell is taken from them.
+        "stopped": [
+            {"run_id": r.run_id, "repeat": r.repeat, **dataclasses.asdict(r.stopped)}
+            for r in cell.stopped
+            if r.stopped is not None
+        ],
         "repeats": cell.repeats,
         "runs": sorted({r.run_id for r in cell.records}),
         "step_time_ms": estimate_json(cell.step_time_s, ms),

@@ -319,12 +319,19 @@ class CellSummary:
         return any(r.status in _FAILED for r in self.records)
 
     @property
+    def stopped(self) -> list[CellRecord]:
+        """The repeats stopped early because they could not pay (their `stopped` figures say
+        the ratio): measured, but no ratio, gate or verdict is taken from them."""
+        return [r for r in self.records if r.status is Status.STOPPED]
+
+    @property
     def status(self) -> str:
-        """`ok` when every repeat is; otherwise the worst status among the repeats."""
+        """`ok` when every repeat is; otherwise the worst status among the repeats (a
+        failure, then stopped, then skipped)."""
         if self.all_ok:
             return Status.OK.value
         bad = [r.status for r in self.records if r.status is not Status.OK]
-        worst = next((s for s in _FAILED if s in bad), Status.SKIPPED)
+        worst = next((s for s in (*_FAILED, Status.STOPPED) if s in bad), Status.SKIPPED)
         return worst.value
 
     @property

@@ -46,6 +46,9 @@ class Events:
     display never shows a stale count through a long phase."""
 
     def __init__(self, fd: int) -> None:
+        # When the cell began, its spec just read: the time it has taken so far is what a
+        # projection of its whole time starts from (backends/stopping.py).
+        self.started = time.monotonic()
         self._stream = os.fdopen(fd, "w", buffering=1, encoding="utf-8")
         self._last_progress = 0.0
         self._held: tuple[int, int] | None = None  # a step not sent (too soon after the last)
