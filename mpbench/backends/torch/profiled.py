@@ -22,7 +22,10 @@ a driver without CUPTI): the fraction is then unavailable with that reason, neve
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import contextlib
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from mpbench.backends.base import BusyEvidence
@@ -31,6 +34,35 @@ from mpbench.backends.timing import StepTimer
 # Enough steps to average a step's kernels over, few enough that the profiler's trace stays
 # small and the cell barely longer.
 PROFILED_STEPS = 5
+
+
+@contextlib.contextmanager
+def quietly(profiler: Any) -> Iterator[Any]:
+    """`profiler` entered and exited with file descriptor 2 sent to /dev/null meanwhile, and
+    only then: torch 2.13's profiler writes two lines of its own to the process's stderr at
+    each start and stop ("USDT: ... SyncActivityProfilerHandler.cpp:52] profiler_start"), Kineto
+    or not, whatever KINETO_LOG_LEVEL says; on `--verbose` they reached the user's terminal
+    from every profiled cell. The profiled steps themselves write to stderr as usual."""
+    with _stderr_silenced():
+        entered = profiler.__enter__()
+    try:
+        yield entered
+    finally:
+        with _stderr_silenced():
+            profiler.__exit__(None, None, None)
+
+
+@contextlib.contextmanager
+def _stderr_silenced() -> Iterator[None]:
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def source(steps: int) -> str:
@@ -64,7 +96,7 @@ def profile_steps(
     from torch.profiler import ProfilerActivity, profile
 
     timer = StepTimer(sync)
-    with profile(activities=[ProfilerActivity.CUDA]) as profiler:
+    with quietly(profile(activities=[ProfilerActivity.CUDA])) as profiler:
         for _ in range(steps):
             timer.start()
             step()
@@ -126,7 +158,7 @@ def profile_casts(
     little; the share is taken of those steps' wall time, so it is a share of like with
     like."""
     timer = StepTimer(sync)
-    with cpu_op_profiler() as profiler:
+    with quietly(cpu_op_profiler()) as profiler:
         for _ in range(steps):
             timer.start()
             step()
