@@ -19,20 +19,26 @@ import tempfile
 import time
 from pathlib import Path
 
-UNITS, BATCH, STEPS, WARMUP = 1024, 1024, 60, 5
+UNITS, BATCH, STEPS, WARMUP = 1024, 1024, 60, 5  # --units, --batch-size, --steps override
 
 
-def synthetic_mnist():
-    """The same synthetic MNIST stand-in mpbench trains on (loading is outside the timing)."""
+def synthetic_mnist(train_size: int | None = None):
+    """The same synthetic MNIST stand-in mpbench trains on (loading is outside the timing):
+    8 batches, or `train_size` samples."""
     from mpbench.data import load
 
-    data = load("mnist", mode="synthetic", synthetic_train_size=8 * BATCH, synthetic_test_size=16)
+    size = train_size or 8 * BATCH
+    data = load("mnist", mode="synthetic", synthetic_train_size=size, synthetic_test_size=16)
     images = (data.x_train.reshape(-1, 784) / 255.0).astype("float32")
     return images, data.y_train.astype("int64")
 
 
-def minimal_torch(policy: str) -> list[float]:
-    """The loop a person would write by hand: autocast, scaler for fp16, sync, perf_counter."""
+def minimal_torch(policy: str, shuffled: bool = False) -> list[float]:
+    """The loop a person would write by hand: autocast, scaler for fp16, sync, perf_counter.
+    Its batches are 8 slices of the data, in turn; `shuffled`: mpbench's data path instead
+    (MNIST's 60,000 training samples, a new permutation each epoch, each batch gathered from
+    it into the same buffer before the clock starts), so that a difference between the two
+    is the data path's."""
     import torch
     from torch import nn
 
@@ -47,12 +53,21 @@ def minimal_torch(policy: str) -> list[float]:
     optimizer = torch.optim.RMSprop(model.parameters(), lr=1e-3, alpha=0.9, eps=1e-7)
     dtype = {"mixed_bfloat16": torch.bfloat16, "mixed_float16": torch.float16}.get(policy)
     scaler = torch.amp.GradScaler("cpu") if policy == "mixed_float16" else None
-    images, labels = synthetic_mnist()
+    images, labels = synthetic_mnist(60_000 if shuffled else None)
     x, y = torch.from_numpy(images), torch.from_numpy(labels)
+    per_epoch = len(x) // BATCH
+    order = torch.randperm(len(x))
+    xb, yb = x.new_empty((BATCH, x.shape[1])), y.new_empty((BATCH,))
     times = []
     for step in range(STEPS):
-        start = (step % 8) * BATCH
-        xb, yb = x[start : start + BATCH], y[start : start + BATCH]
+        if shuffled:
+            if step % per_epoch == 0:
+                order = torch.randperm(len(x))
+            rows = order[(step % per_epoch) * BATCH : (step % per_epoch + 1) * BATCH]
+            xb, yb = torch.index_select(x, 0, rows, out=xb), torch.index_select(y, 0, rows, out=yb)
+        else:
+            start = (step % 8) * BATCH
+            xb, yb = x[start : start + BATCH], y[start : start + BATCH]
         began = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=dtype or torch.float32, enabled=dtype is not None):
@@ -166,8 +181,17 @@ def mpbench_median(framework: str, policy: str, loop: str) -> float:
         return record["step_time"]["median_s"]
 
 
-def minimal_median(framework: str, policy: str, loop: str) -> float:
+def _size(units: int, batch: int, steps: int) -> None:
+    """The model's width, the batch and the steps of both sides (the CPU default cell is
+    64 units at batch 8192: `--units 64 --batch-size 8192`)."""
+    global UNITS, BATCH, STEPS
+    UNITS, BATCH, STEPS = units, batch, steps
+
+
+def minimal_median(framework: str, policy: str, loop: str, shuffled: bool = False) -> float:
     command = [sys.executable, __file__, "--minimal", framework, "--policy", policy, "--loop", loop]
+    command += ["--shuffled"] if shuffled else []
+    command += ["--units", str(UNITS), "--batch-size", str(BATCH), "--steps", str(STEPS)]
     out = subprocess.run(command, check=True, capture_output=True, text=True)
     return statistics.median(json.loads(out.stdout.strip().splitlines()[-1]))
 
@@ -179,9 +203,18 @@ def main() -> None:
     parser.add_argument("--policy", default=None)
     parser.add_argument("--loop", default="fit", choices=["fit", "custom"])
     parser.add_argument("--minimal", choices=["torch", "tensorflow"], help=argparse.SUPPRESS)
+    parser.add_argument("--units", type=int, default=UNITS)
+    parser.add_argument("--batch-size", type=int, default=BATCH)
+    parser.add_argument("--steps", type=int, default=STEPS)
+    parser.add_argument(
+        "--shuffled",
+        action="store_true",
+        help="torch: also time the hand-written loop on mpbench's data path (shuffled batches)",
+    )
     args = parser.parse_args()
+    _size(args.units, args.batch_size, args.steps)
     if args.minimal == "torch":
-        print(json.dumps(minimal_torch(args.policy)))
+        print(json.dumps(minimal_torch(args.policy, args.shuffled)))
         return
     if args.minimal == "tensorflow":
         print(json.dumps(minimal_tensorflow(args.policy, args.loop)))
@@ -196,15 +229,35 @@ def main() -> None:
     if args.policy:
         cases = [c for c in cases if c[1] == args.policy]
     print(f"mnist_dense, units {UNITS}, batch {BATCH}, {STEPS} steps ({WARMUP} warm-up), CPU")
-    header = ("framework", "policy", "loop", "mpbench ms", "minimal ms", "ratio")
-    print("{:<11}{:<16}{:<8}{:>11}{:>11}{:>7}".format(*header))
+    print(f"load average before: {_load()}")
+    header = ("framework", "policy", "loop", "mpbench ms", "minimal ms", "ratio (range)")
+    print("{:<11}{:<16}{:<10}{:>11}{:>11}  {}".format(*header))
     for framework, policy, loop in cases:
-        ours, theirs = [], []
+        arms = {"minimal": False}
+        if args.shuffled and framework == "torch":
+            arms["shuffled"] = True
+        ours: list[float] = []
+        theirs: dict[str, list[float]] = {arm: [] for arm in arms}
         for _ in range(args.rounds):  # interleaved so drift on a shared machine hits both
             ours.append(mpbench_median(framework, policy, loop))
-            theirs.append(minimal_median(framework, policy, loop))
-        a, b = statistics.median(ours), statistics.median(theirs)
-        print(f"{framework:<11}{policy:<16}{loop:<8}{a * 1e3:>11.2f}{b * 1e3:>11.2f}{a / b:>7.3f}")
+            for arm, shuffled in arms.items():
+                theirs[arm].append(minimal_median(framework, policy, loop, shuffled))
+        a = statistics.median(ours)
+        for arm, values in theirs.items():
+            b = statistics.median(values)
+            ratios = [x / y for x, y in zip(ours, values, strict=True)]
+            label = loop if arm == "minimal" else f"{loop}/shuf"
+            spread = f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})"
+            print(
+                f"{framework:<11}{policy:<16}{label:<10}{a * 1e3:>11.2f}{b * 1e3:>11.2f}  {spread}"
+            )
+    print(f"load average after: {_load()}")
+
+
+def _load() -> str:
+    import os
+
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
 if __name__ == "__main__":
