@@ -376,7 +376,7 @@ def _timed_steps(
             )
     except BaseException:
         telemetry.close()  # a diverged cell (CellDiverged) stopped it already
-        # The memory sampler's thread reads every 5 ms: left running, it would take the GIL
+        # The memory sampler's thread reads every 20 ms: left running, it would take the GIL
         # from whatever this process does next (a fallback's steps, an in-process caller).
         with contextlib.suppress(Exception):  # the failure that got here is the news
             meter.stop()

@@ -146,9 +146,9 @@ MEMORY_MEANINGS = {
         "its start"
     ),
     "process anonymous RSS sampled": (
-        "the cell process's anonymous resident memory sampled every few ms, its peak while "
-        "training less its start (all the process allocates, a framework's own buffer pools "
-        "included; a peak between two samples is missed)"
+        "the cell process's anonymous resident memory sampled every few ms (20 since schema "
+        "14), its peak while training less its start (all the process allocates, a "
+        "framework's own buffer pools included; a peak between two samples is missed)"
     ),
     "process RSS sampled": (
         "the cell process's whole resident memory sampled (code pages included, as mpbench "
