@@ -10,7 +10,10 @@ For each policy, runs (interleaved, round by round, each in its own process):
   `end_to_end.samples_per_s`.
 
 Prints mpbench / guide per round and the median with its range. Target (issue 9): within
-+-10 %.
++-10 %. With float32 among the policies it also prints each 16-bit policy's speed-up over
+float32, the guide's and mpbench's (end-to-end and synced step), per round (the two policies
+of one round side by side), and mpbench's against the guide's. Target (issue 54): within
++-10 % at the guide's CPU size (`--units 64 --batch-size 8192`).
 
     python benchmarks/keras_end_to_end.py [--units 1024] [--batch-size 1024] [--rounds 3]
         [--policy float32 mixed_bfloat16]
@@ -76,7 +79,9 @@ def guide(policy: str, units: int, batch: int, epochs: int) -> float:
     return json.loads(out.stdout.strip().splitlines()[-1])["samples_per_s"]
 
 
-def mpbench(policy: str, units: int, batch: int, max_steps: int, out: Path) -> tuple[float, str]:
+def mpbench(
+    policy: str, units: int, batch: int, max_steps: int, out: Path
+) -> tuple[float, str, float]:
     subprocess.run(
         [
             sys.executable,
@@ -108,7 +113,7 @@ def mpbench(policy: str, units: int, batch: int, max_steps: int, out: Path) -> t
     )
     record = json.loads((out / "results.jsonl").read_text().splitlines()[-1])
     e2e = record["end_to_end"]
-    return e2e["samples_per_s"], e2e["input_pipeline"]
+    return e2e["samples_per_s"], e2e["input_pipeline"], record["step_time"]["median_s"]
 
 
 def main() -> int:
@@ -122,13 +127,19 @@ def main() -> int:
     args = parser.parse_args()
 
     ratios: dict[str, list[float]] = {p: [] for p in args.policy}
+    # Per policy, per round: the guide's samples/s, mpbench's end-to-end samples/s, its step.
+    seen: dict[str, list[tuple[float, float, float]]] = {p: [] for p in args.policy}
+    print(f"load average before: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     with tempfile.TemporaryDirectory() as tmp:
         for round_ in range(args.rounds):
             for policy in args.policy:
                 theirs = guide(policy, args.units, args.batch_size, args.epochs)
                 out = Path(tmp) / f"{policy}-{round_}"
-                ours, pipeline = mpbench(policy, args.units, args.batch_size, args.max_steps, out)
+                ours, pipeline, step_s = mpbench(
+                    policy, args.units, args.batch_size, args.max_steps, out
+                )
                 ratios[policy].append(ours / theirs)
+                seen[policy].append((theirs, ours, step_s))
                 print(
                     f"round {round_ + 1} {policy:<15} guide {theirs:9.0f} samples/s   "
                     f"mpbench end-to-end {ours:9.0f} samples/s   ratio {ours / theirs:.3f}",
@@ -140,7 +151,34 @@ def main() -> int:
             f"{policy:<15} mpbench / guide: median {statistics.median(values):.3f} "
             f"(range {min(values):.3f}-{max(values):.3f}, {len(values)} rounds; target 0.90-1.10)"
         )
+    if "float32" in seen:
+        print_speedups(seen)
+    print(f"load average after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     return 0
+
+
+def print_speedups(seen: dict[str, list[tuple[float, float, float]]]) -> None:
+    """Each 16-bit policy's speed-up over float32, round by round: the guide's (epoch
+    throughput), mpbench's end-to-end throughput and its synced step, and mpbench's end-to-end
+    speed-up over the guide's."""
+    base = seen["float32"]
+    for policy, runs in seen.items():
+        if policy == "float32":
+            continue
+        guide_x = [r[0] / b[0] for r, b in zip(runs, base, strict=True)]
+        e2e_x = [r[1] / b[1] for r, b in zip(runs, base, strict=True)]
+        step_x = [b[2] / r[2] for r, b in zip(runs, base, strict=True)]
+        agree = [ours / theirs for ours, theirs in zip(e2e_x, guide_x, strict=True)]
+
+        def spread(values: list[float]) -> str:
+            return f"{statistics.median(values):.2f}x ({min(values):.2f}-{max(values):.2f})"
+
+        print(
+            f"{policy} over float32: guide {spread(guide_x)}, mpbench end-to-end "
+            f"{spread(e2e_x)}, mpbench step {spread(step_x)}; mpbench end-to-end / guide "
+            f"{statistics.median(agree):.3f} ({min(agree):.3f}-{max(agree):.3f}; target "
+            "0.90-1.10)"
+        )
 
 
 if __name__ == "__main__":
