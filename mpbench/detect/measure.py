@@ -244,6 +244,18 @@ def busy_reason(contention: Any) -> str | None:
     )
 
 
+def child_env(command: list[str], device: str, threads: int | None) -> dict[str, str]:
+    """The environment a measuring child runs in (CUDA in PCI order); on a CPU also its
+    thread count, `threads` or default_threads(), added to `command` as --threads and set as
+    OMP_NUM_THREADS (where the environment does not set it already)."""
+    env = in_pci_order(os.environ)
+    if device.partition(":")[0] == "cpu":
+        threads = threads or default_threads()
+        command += ["--threads", str(threads)]
+        env.setdefault("OMP_NUM_THREADS", str(threads))
+    return env
+
+
 def run_measure_child(
     device: str,
     *,
@@ -281,12 +293,7 @@ def run_measure_child(
     ):
         if value is not None:
             command += [option, str(value)]
-    env = in_pci_order(os.environ)
-    if device.partition(":")[0] == "cpu":
-        threads = threads or default_threads()
-        command += ["--threads", str(threads)]
-        env.setdefault("OMP_NUM_THREADS", str(threads))
-    answer = run_child(command, MEASURE_MARKER, timeout, env)
+    answer = run_child(command, MEASURE_MARKER, timeout, child_env(command, device, threads))
     if answer.result is None:
         return {"ok": False, "device": device, "error": f"measurement {answer.error}"}
     result = answer.result

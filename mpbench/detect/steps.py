@@ -29,9 +29,14 @@ from typing import Any
 from mpbench import __version__
 from mpbench.cache import cache_dir
 from mpbench.detect.child import STEP_MARKER, run_child
-from mpbench.detect.cuda_order import in_pci_order
 from mpbench.detect.devices import rated
-from mpbench.detect.measure import busy_reason, cache_path, default_threads, write_json_atomically
+from mpbench.detect.measure import (
+    busy_reason,
+    cache_path,
+    child_env,
+    default_threads,
+    write_json_atomically,
+)
 from mpbench.detect.step_child import BASELINE, BATCH, FRAMEWORKS, default_units
 from mpbench.policies import MeasuredStep
 
@@ -203,12 +208,7 @@ def run_step_child(
     command += ["--device", device, "--batch", str(batch)]
     if budget_s is not None:
         command += ["--budget", str(budget_s)]
-    env = in_pci_order(os.environ)
-    if device.partition(":")[0] == "cpu":
-        threads = threads or default_threads()
-        command += ["--threads", str(threads)]
-        env.setdefault("OMP_NUM_THREADS", str(threads))
-    answer = run_child(command, STEP_MARKER, timeout, env)
+    answer = run_child(command, STEP_MARKER, timeout, child_env(command, device, threads))
     if answer.result is None:
         return {"ok": False, "framework": framework, "error": f"step {answer.error}"}
     answer.result["wall_seconds"] = answer.seconds
