@@ -226,6 +226,7 @@ def cache_for(report, monkeypatch, **answers: dict) -> None:
     measure_steps("cpu", report.hardware_fingerprint("cpu"))
 
 
+@needs_tensorflow  # detect rates the installed frameworks: both, here
 def test_detect_rates_each_framework_from_the_cache(monkeypatch, no_gpu):
     # Measured: Keras fp16 1.3× faster (a contradiction of the rule), torch bf16 slower.
     report = spr_report()
@@ -254,6 +255,7 @@ def test_detect_rates_each_framework_from_the_cache(monkeypatch, no_gpu):
     assert data["measured_steps"][0]["framework"] in ("torch", "tensorflow")
 
 
+@needs_tensorflow  # detect rates the installed frameworks: both, here
 def test_the_table_shows_each_framework_where_they_differ(no_gpu):
     console = Console(width=80, record=True)
     print_report(spr_report(), console)

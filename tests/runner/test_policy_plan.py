@@ -10,6 +10,8 @@ import json
 import re
 from pathlib import Path
 
+from frameworks import needs_tensorflow
+
 from mpbench.cli import main
 from mpbench.detect import collect
 from mpbench.policies import DeviceTraits, MeasuredStep
@@ -297,6 +299,7 @@ def test_a_measured_step_decides_auto_in_its_framework_only() -> None:
     assert "mixed_bfloat16 in tensorflow (slow: measured 1.11× slower than float32 here " in note
 
 
+@needs_tensorflow  # the note is of the TensorFlow cells that run
 def test_named_policies_still_run_in_every_framework() -> None:
     cells = both_frameworks(GRANITE, policies=["fp32", "fp16"])
     assert by_framework(cells) == {f: ["float32", "mixed_float16"] for f in ("torch", "tensorflow")}
