@@ -210,7 +210,8 @@ COMPARE_OPTIONS: tuple[Option, ...] = (
     Option(
         "baseline",
         ("--baseline", "-b"),
-        "Baseline results file or run directory to gate against.",
+        "Baseline results file, run directory or store to gate against (less the run "
+        "compared, which is never its own baseline).",
         kind=Path,
     ),
     Option(

@@ -27,7 +27,13 @@ from mpbench.formats import BY_NAME, parse_format
 from mpbench.results import CellRecord
 from mpbench.results.io import RESULTS_FILE
 from mpbench.results.run_json import AdaptiveBlock
-from mpbench.results.sources import Machine, Selection, read_sources, runs_margin
+from mpbench.results.sources import (
+    Machine,
+    Selection,
+    read_baseline,
+    read_sources,
+    runs_margin,
+)
 from mpbench.results.store import StoredRun, StoreFilter
 
 
@@ -122,12 +128,17 @@ def compare(options: CompareOptions, stdout: TextIO | None = None) -> int:
         )
     filters = options.record_filter()
     selection = read(paths, filters, options.pool)
-    baseline = read([options.baseline]).records if options.baseline is not None else None
+    # A run is never its own baseline (results/sources.py's rule): a store it was added to
+    # is read less its records, and the report says so.
+    against = None if options.baseline is None else read_baseline(options.baseline, selection)
+    baseline = against.selection.records if against is not None else None
     if options.accuracy_margin_pp is None:
         options.accuracy_margin_pp = runs_margin(selection.run_jsons)
     directories = selection.directories if options.plot is not None else None
     report = build_report(selection.records, options, baseline, run_dirs=directories)
     report.notes += selection_notes(selection)
+    if against is not None and against.note:
+        report.notes.append(against.note)
     adaptive_repeats(report, selection.run_jsons)
     write_outputs(report, options, safe_stream(stdout or sys.stdout), inputs)
     return report.exit_code

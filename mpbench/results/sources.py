@@ -14,6 +14,10 @@ in any mix, under one rule.
   picks runs: --commits, --since, --until) each machine's newest run only where its runs
   measured several commits or come from a store: a store's runs are a history, not repeats of
   one experiment, and pooling them would hide a regression inside one tight interval.
+- A baseline never holds the runs it is compared with (`read_baseline`): a run found in the
+  baseline's source (a store it was added to as it finished, a directory, a results file) is
+  left out of it before its newest run is chosen, and the report says so; a baseline with
+  nothing else is one line. Gating a run against itself passes whatever it measured.
 """
 
 from __future__ import annotations
@@ -114,6 +118,24 @@ class Sources:
             {run_id: dirs for run_id, dirs in self.directories.items() if run_id in used},
         )
 
+    def without(self, run_ids: set[str]) -> tuple[Sources, list[str]]:
+        """These sources less the runs `run_ids` names, and which of those they held (in
+        history's order)."""
+        held = {run.run_id for run in self.runs} | {r.run_id for r in self.records}
+        held &= run_ids
+        ordered = [run.run_id for run in self.runs if run.run_id in held]
+        ordered += sorted(held - set(ordered))
+        if not held:
+            return self, []
+        kept = Sources(
+            self.paths,
+            [run for run in self.runs if run.run_id not in held],
+            [r for r in self.records if r.run_id not in held],
+            self.from_store - held,
+            {k: v for k, v in self.directories.items() if k not in held},
+        )
+        return kept, ordered
+
     def _a_history(self, runs: list[StoredRun]) -> bool:
         """Runs of one machine that are not repeats of one experiment: a store's, or of
         several known commits."""
@@ -153,6 +175,38 @@ class Selection:
             if len(commits) > 1:
                 out[fingerprint] = commits
         return out
+
+
+@dataclass
+class Baseline:
+    """What `compare --baseline` gates against: its selection, and the runs compared that its
+    source held and that were left out of it (the note says which)."""
+
+    selection: Selection
+    left_out: list[str]
+    note: str | None
+
+
+def read_baseline(path: Path, compared: Selection) -> Baseline:
+    """The baseline at `path` (a store, a run directory or a results file) less the runs
+    `compared` reads: a run is never its own baseline. Its runs are then chosen as any
+    comparison's are (`Sources.select`: a store's newest run per machine), so a store that
+    already holds the run compared gates it against the run before it. Nothing left is one
+    line (InvalidInput)."""
+    path = Path(path)
+    own = {record.run_id for record in compared.records}
+    sources, held = read_sources([path]).without(own)
+    if not held:
+        return Baseline(sources.select(), [], None)
+    kind = "store" if is_store(path) else "run directory" if path.is_dir() else "results file"
+    runs = ", ".join(held)
+    which = "the run compared" if len(held) == 1 else "the runs compared"
+    if not sources.records:
+        raise InvalidInput(
+            f"--baseline {path} holds only {runs}, {which}: nothing to compare against"
+        )
+    note = f"the baseline {kind} holds {runs}, {which}: left out of the baseline"
+    return Baseline(sources.select(), held, note)
 
 
 def _machine_runs(runs: list[StoredRun], records: list[CellRecord]) -> dict[str, list[StoredRun]]:

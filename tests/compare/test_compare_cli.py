@@ -26,12 +26,17 @@ def _one_line_error(outcome: subprocess.CompletedProcess[str], *expected: str) -
         assert text in lines[0], lines[0]
 
 
-def test_a_run_against_itself_exits_0(cpu_run_dir: Path) -> None:
+def test_a_run_against_itself_is_one_line_and_exit_2(cpu_run_dir: Path) -> None:
+    # It passed, +0.0 % whatever the run measured (issue 55): a run is never its own baseline.
     outcome = run_mpbench(
         "compare", cpu_run_dir, "--baseline", cpu_run_dir, "--max-slowdown", "10%"
     )
-    assert outcome.returncode == 0, outcome.stderr
-    assert "PASS: all" in outcome.stdout
+    assert outcome.returncode == 2, outcome.stdout
+    assert outcome.stderr.strip() == (
+        f"mpbench: error: --baseline {cpu_run_dir} holds only 20260301-101500-cpu, the run "
+        "compared: nothing to compare against"
+    )
+    assert "PASS" not in outcome.stdout
 
 
 def test_a_slower_float32_exits_1_and_names_the_cell(cpu_run_dir, baseline_dir) -> None:

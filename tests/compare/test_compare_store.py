@@ -99,3 +99,41 @@ def test_the_command_line_filters_and_refuses_in_one_line(runs):
     bad = run_mpbench("compare", store, "-p", "fp12")
     assert bad.returncode == 2 and "--policy 'fp12': unknown policy" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_a_baseline_never_holds_the_run_compared(runs, tmp_path):
+    """Issue 55: a store the run was added to as it finished held it as its own newest run,
+    and `compare RUN --baseline STORE` gated the run against itself (+0.0 %, PASS)."""
+    store, directories = runs
+    newest = "20260301-100200-run2"
+    report = _json(directories[2], baseline=store, output=tmp_path / "a.json", max_slowdown=0.1)
+    assert report["runs"] == [newest]
+    assert report["baseline_runs"] == ["20260301-100100-run1"]  # the run before it
+    assert (
+        f"the baseline store holds {newest}, the run compared: left out of the baseline"
+        in report["notes"]
+    )
+    # A baseline that does not hold the run is read as it was, without the note.
+    both = _json(directories[2], baseline=directories[1], output=tmp_path / "b.json")
+    assert not any("left out of the baseline" in n for n in both["notes"])
+
+
+@pytest.mark.parametrize("kind", ["store", "run directory", "results file"])
+def test_a_baseline_of_only_the_run_compared_is_one_line(runs, tmp_path, kind):
+    _, directories = runs
+    run = directories[2]
+    if kind == "store":
+        baseline = tmp_path / "only.sqlite"
+        found = read_run_dir(run)
+        attach_commits(found, None, None, None)
+        with Store.create(baseline) as db:
+            for stored in found:
+                db.add(stored)
+    else:
+        baseline = run if kind == "run directory" else run / "results.jsonl"
+    said = run_mpbench("compare", run, "--baseline", baseline, "--max-slowdown", "10%")
+    assert said.returncode == 2, said.stdout
+    assert said.stderr.strip() == (
+        f"mpbench: error: --baseline {baseline} holds only 20260301-100200-run2, the run "
+        "compared: nothing to compare against"
+    )

@@ -44,13 +44,16 @@ esac
 """
 
 
-def _records(contended: dict[str, ContentionStats] | None = None) -> list[CellRecord]:
+def _records(
+    contended: dict[str, ContentionStats] | None = None, run_id: str = "20260301-101500-cpu"
+) -> list[CellRecord]:
     """torch/mnist_dense float32 and bf16, 2 repeats each; `contended`: policy -> contention."""
     out = []
     for repeat in range(2):
         for policy, ms in (("float32", 2.4), ("mixed_bfloat16", 0.98)):
             rec = record("torch", "mnist_dense", policy, median_ms=ms + repeat / 100,
-                         accuracy=0.97, rss_mib=600, training_mib=40, repeat=repeat)  # fmt: skip
+                         accuracy=0.97, rss_mib=600, training_mib=40, repeat=repeat,
+                         run_id=run_id)  # fmt: skip
             rec.contention = (contended or {}).get(policy, QUIET)
             out.append(rec)
     return out
@@ -123,7 +126,7 @@ def test_a_contended_run_is_not_saved_as_the_baseline(tmp_path: Path) -> None:
 def test_one_contended_cell_is_enough_and_an_old_baseline_stays(tmp_path: Path) -> None:
     repo, env = _repo(tmp_path, _records({"mixed_bfloat16": BUSY}))
     baseline = repo / "results" / "ci-baseline"
-    write_run(baseline, _records())
+    write_run(baseline, _records(run_id="20260228-101500-cpu"))  # an older run's
     before = (baseline / "results.jsonl").read_bytes()
     done = _gate(repo, env, MPBENCH_SAVE_BASELINE="true")
     assert done.returncode == 1, done.stdout + done.stderr

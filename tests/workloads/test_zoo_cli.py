@@ -93,6 +93,16 @@ def test_a_bad_hugging_face_name_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert "the gpt2 config (GPT2Config) has no 'n_layerz' (did you mean n_layer?)" in line
 
 
+@needs_transformers
+def test_a_causal_lm_that_would_see_its_targets_is_refused_before_anything_runs(tmp_path):
+    name = (
+        "hf:bert?num_hidden_layers=1&hidden_size=32&num_attention_heads=2&intermediate_size=64"
+        "&vocab_size=300&seq_len=16&samples=20&task=causal-lm&is_decoder=false"
+    )
+    line = refused(tmp_path, name)
+    assert "task=causal-lm needs is_decoder=true for bert, not is_decoder=false" in line
+
+
 @needs_tensorflow
 def test_an_unknown_keras_application_lists_the_valid_ones(tmp_path: Path) -> None:
     line = refused(tmp_path, "keras:MobileNetV3")

@@ -48,7 +48,8 @@ _MAPPINGS = {
     CLASSIFICATION: "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
 }
 # The default task. BERT-like encoders also have a causal-LM head in transformers
-# (BertLMHeadModel, for use as a decoder), but an encoder is what they are and are trained as:
+# (BertLMHeadModel, for use as a decoder: task=causal-lm builds it with is_decoder=True, see
+# DECODER_FLAG), but an encoder is what they are and are trained as:
 # a type named here, or one that has no causal-LM model at all, defaults to sequence
 # classification; every other type (gpt2, llama, mistral, qwen2, ...) to causal LM.
 ENCODERS = frozenset(
@@ -57,6 +58,18 @@ ENCODERS = frozenset(
         "distilbert", "electra", "ernie", "esm", "flaubert", "funnel", "ibert", "megatron-bert",
         "mobilebert", "modernbert", "mpnet", "nezha", "roberta", "roberta-prelayernorm",
         "squeezebert", "xlm", "xlm-roberta", "xlm-roberta-xl", "xmod",
+    }
+)  # fmt: skip
+# Types whose causal-LM model attends causally only with `is_decoder=True` (BertLMHeadModel
+# and its kin: "If you want to use ... as a standalone, add `is_decoder=True`"): built with
+# is_decoder=False, every position sees the token it must predict, and next-token accuracy is
+# a lie (issue 55). task=causal-lm builds them with is_decoder=True, which the record's config
+# keeps; an explicit is_decoder=false with it is refused.
+DECODER_FLAG = frozenset(
+    {
+        "bert", "bert-generation", "big_bird", "camembert", "data2vec-text", "electra", "ernie",
+        "megatron-bert", "reformer", "rembert", "roberta", "roberta-prelayernorm", "roc_bert",
+        "roformer", "xlm-roberta", "xlm-roberta-xl", "xmod",
     }
 )  # fmt: skip
 EXAMPLES = ("gpt2", "llama", "mistral", "qwen2", "bert", "roberta", "distilbert")
@@ -108,10 +121,20 @@ def resolve(name: ZooName) -> Resolved:
         raise name.invalid("labels is for task=sequence-classification")
     labels = options.integer("labels", LABELS, minimum=2) if task == CLASSIFICATION else None
     lr = options.number("lr", LEARNING_RATE)
+    causal_flag = task == CAUSAL_LM and model_type in DECODER_FLAG
+    if causal_flag and options.left.get("is_decoder", True) is not True:
+        raise name.invalid(
+            f"task=causal-lm needs is_decoder=true for {model_type}, not "
+            f"is_decoder={_query_text(options.left['is_decoder'])}: without it its attention is "
+            "not causal and every position sees the token it must predict (leave is_decoder out: "
+            "causal-lm sets it)"
+        )
     attn = options.left.pop("attn_implementation", None)
     if attn is not None and not isinstance(attn, str):
         raise name.invalid(f"attn_implementation must be a name (sdpa, eager, ...), not {attn!r}")
     config = _config(name, model_type, options.left)
+    if causal_flag:
+        config.is_decoder = True  # causal attention; the record's config says so
 
     text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
     vocab = getattr(text_config, "vocab_size", None)
@@ -271,6 +294,13 @@ def _used_ids(text_config: Any, config: Any, vocab: int) -> np.ndarray:
             special |= {v for v in values if isinstance(v, int) and not isinstance(v, bool)}
     ids = [i for i in range(min(vocab, USED_VOCAB + len(special))) if i not in special]
     return np.array(ids[:USED_VOCAB], dtype=np.int64)
+
+
+def _query_text(value: Any) -> str:
+    """A query value as it would be written (`false`, `none`, `0`)."""
+    if value is None:
+        return "none"
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _class_name(found: Any) -> str | None:
