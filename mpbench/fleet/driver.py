@@ -14,6 +14,7 @@ it, which `mpbench compare`, `store add` and `history --by device` read as they 
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from pathlib import Path
@@ -23,7 +24,7 @@ from rich.console import Console
 
 from mpbench import __version__
 from mpbench.errors import InvalidInput
-from mpbench.fleet.machines import FLEET_FILE, Machine, write_fleet
+from mpbench.fleet.machines import FLEET_FILE, FleetRecord, Machine, read_fleet, write_fleet
 from mpbench.fleet.options import FleetOptions
 from mpbench.runner.config import RunOptions, build_config
 from mpbench.runner.loop import Warnings, new_run_id
@@ -82,18 +83,30 @@ def _new_fleet(options: RunOptions, fleet: FleetOptions, console: Console, warn:
                 )
                 write_state(machine.run_dir, state)
                 machines.append(machine)
-            return _run(engine, fleet, machines, fleet_dir, options, console, warn)
+            store = str(fleet.store.resolve()) if fleet.store is not None else None
+            record = FleetRecord(engine.engine, options.command_line, store)
+            return _run(engine, fleet, machines, fleet_dir, record, options, console, warn)
     finally:
         engine.close()
 
 
 def _resume(options: RunOptions, fleet: FleetOptions, console: Console, warn: Warnings) -> int:
+    """Continue the fleet in --out: its machines' runs, into the store the command that
+    started it named (fleet.json keeps it), unless this command names one; fleet.json keeps
+    that command's line, and adds this one to its `resumes`."""
     fleet_dir = options.out
     if fleet_dir is None:
         raise InvalidInput("--resume needs --out DIR: the fleet's folder to continue")
     check_out_path(fleet_dir)
     if not (fleet_dir / FLEET_FILE).is_file():
         raise InvalidInput(f"--resume: {fleet_dir} holds no fleet run ({FLEET_FILE} missing)")
+    record = read_fleet(fleet_dir)
+    resume = {"command_line": options.command_line, "at": now_iso()}
+    if fleet.store is not None:
+        resume["store"] = str(fleet.store.resolve())
+    elif record.store is not None:
+        fleet = dataclasses.replace(fleet, store=Path(record.store))
+    record.resumes.append(resume)
     states = {
         p.name: read_state(p) for p in sorted(fleet_dir.iterdir()) if (p / RUN_FILE).is_file()
     }
@@ -105,9 +118,10 @@ def _resume(options: RunOptions, fleet: FleetOptions, console: Console, warn: Wa
     device = states[machines[0].kind].config.device if machines else "auto"
     engine = _engine(fleet, device, warn)
     engine.connect()
+    record.engine = engine.engine
     try:
         with RunLock(fleet_dir):
-            return _run(engine, fleet, machines, fleet_dir, options, console, warn)
+            return _run(engine, fleet, machines, fleet_dir, record, options, console, warn)
     finally:
         engine.close()
 
@@ -147,18 +161,20 @@ def _run(
     fleet: FleetOptions,
     machines: list[Machine],
     fleet_dir: Path,
+    record: FleetRecord,
     options: RunOptions,
     console: Console,
     warn: Warnings,
 ) -> int:
+    stored = f"; store: {fleet.store}" if fleet.store is not None else ""
     console.print(
         f"mpbench fleet on {engine.engine}: {len(machines)} machine kinds "
-        f"({', '.join(m.kind for m in machines)}); results: {fleet_dir}"
+        f"({', '.join(m.kind for m in machines)}); results: {fleet_dir}{stored}"
     )
     lock = threading.Lock()
-    write_fleet(fleet_dir, engine.engine, machines, options.command_line)
+    write_fleet(fleet_dir, record, machines)
     _check_versions(engine, machines, warn)
-    write_fleet(fleet_dir, engine.engine, machines, options.command_line)
+    write_fleet(fleet_dir, record, machines)
 
     def keep(machine: Machine, event) -> None:
         with lock:
@@ -172,12 +188,12 @@ def _run(
             elif event.kind == "done":
                 console.print(f"  {machine.kind}: {_outcome(machine)}")
                 _store(machine, fleet.store, console)
-            write_fleet(fleet_dir, engine.engine, machines, options.command_line)
+            write_fleet(fleet_dir, record, machines)
 
     def say(machine: Machine, text: str) -> None:
         with lock:
             console.print(f"  {machine.kind}: {text}")
-            write_fleet(fleet_dir, engine.engine, machines, options.command_line)
+            write_fleet(fleet_dir, record, machines)
 
     threads = [
         threading.Thread(
@@ -198,7 +214,7 @@ def _run(
         engine.stop()
         for thread in threads:
             thread.join(timeout=60)
-    write_fleet(fleet_dir, engine.engine, machines, options.command_line)
+    write_fleet(fleet_dir, record, machines)
     _closing(machines, fleet_dir, console)
     if interrupted is not None:
         console.print(

@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mpbench.errors import InvalidInput
 from mpbench.fleet.node import Event, read_files
 from mpbench.results.io import RESULTS_FILE
 from mpbench.results.writer import write_atomically
@@ -78,7 +79,40 @@ class Machine:
         }
 
 
-def write_fleet(fleet_dir: Path, engine: str, machines: list[Machine], command: str) -> None:
+@dataclass
+class FleetRecord:
+    """fleet.json's own fields: the command that started the fleet, the store it named (an
+    absolute path, so a resume run from elsewhere finds it), and each `--resume` since."""
+
+    engine: str
+    command_line: str
+    store: str | None = None
+    resumes: list[dict] = field(default_factory=list)  # {"command_line", "at"} each
+
+
+def read_fleet(fleet_dir: Path) -> FleetRecord:
+    """The fleet.json a fleet wrote (one of an older mpbench: no store); InvalidInput in one
+    line where it is damaged."""
+    path = fleet_dir / FLEET_FILE
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        why = getattr(exc, "strerror", None) or exc
+        raise InvalidInput(f"{path}: cannot read the fleet's record ({why})") from None
+    except ValueError as exc:
+        raise InvalidInput(f"{path}: damaged (not JSON: {exc}); restore it from a copy") from None
+    texts = (
+        [raw.get(k) for k in ("engine", "command_line", "store")] if isinstance(raw, dict) else []
+    )
+    if not texts or not all(isinstance(t, (str, type(None))) for t in texts):
+        raise InvalidInput(f"{path}: damaged (not the fleet record mpbench writes)")
+    resumes = raw.get("resumes")
+    return FleetRecord(
+        texts[0] or "", texts[1] or "", texts[2], resumes if isinstance(resumes, list) else []
+    )
+
+
+def write_fleet(fleet_dir: Path, record: FleetRecord, machines: list[Machine]) -> None:
     """fleet.json: what ran where, rewritten as the machines go on. A machine kind this
     command does not run (`--resume --fleet` naming fewer) keeps its entry as it was."""
     path = fleet_dir / FLEET_FILE
@@ -89,7 +123,13 @@ def write_fleet(fleet_dir: Path, engine: str, machines: list[Machine], command: 
         before = []
     kept = [e for e in before if isinstance(e, dict) and e.get("kind") not in entries]
     text = json.dumps(
-        {"engine": engine, "command_line": command, "machines": [*kept, *entries.values()]},
+        {
+            "engine": record.engine,
+            "command_line": record.command_line,
+            "store": record.store,
+            "resumes": record.resumes,
+            "machines": [*kept, *entries.values()],
+        },
         indent=2,
     )
     write_atomically(path, text + "\n")

@@ -48,13 +48,15 @@ def store_add(
     replace: bool = typer.Option(
         False,
         "--replace",
-        help="Replace a stored run even with a copy that has fewer records (refused without).",
+        help="Replace a stored run even with a copy that lacks or changes some of what the "
+        "store holds of it: a record, its environment.json or run.json (refused without).",
     ),
 ) -> None:
     """Add runs to the store, each in one transaction.
 
-    Adding a run again changes nothing, a run whose records changed since (resumed) replaces
-    its copy, and a copy with fewer records than the stored one is refused unless --replace."""
+    Adding a run again changes nothing, a fuller copy of it (resumed: every stored record
+    unchanged, and more) replaces the stored one, and a copy that lacks or changes what the
+    store holds (a record lost or edited, run.json moved aside) is refused unless --replace."""
     counts: dict[str, int] = {}
     for run, result in add_runs(run_dirs, store, commit, commit_time, repo, replace):
         counts[result.outcome] = counts.get(result.outcome, 0) + 1
@@ -78,8 +80,8 @@ def add_runs(
 ) -> Iterator[tuple[RunSource, AddResult]]:
     """`store add`'s work, for it and the fleet's driver: every run read and checked first,
     its commit attached, then each added in its own transaction (none where a copy would
-    shrink), yielded as it is added, so a fault later leaves what was said true.
-    InvalidInput, one line, for a bad run or store."""
+    lose what the store holds: Store.add's rule), yielded as it is added, so a fault later
+    leaves what was said true. InvalidInput, one line, for a bad run or store."""
     from mpbench.results.commits import attach_commits, check_commit
     from mpbench.results.store import Store, read_run_dir
 
@@ -88,7 +90,7 @@ def add_runs(
     runs = [run for path in run_dirs for run in read_run_dir(path)]  # all checked first
     attach_commits(runs, commit, commit_time, repo)
     with Store.create(store) as db:
-        db.check_replacements(runs, replace=replace)  # a smaller copy: nothing is added
+        db.check_replacements(runs, replace=replace)  # a poorer copy: nothing is added
         for run in runs:
             yield run, db.add(run, replace=replace)
 

@@ -23,9 +23,12 @@ Rules:
   opened).
 - Idempotent: a run is its run id. Adding it again with the same content (records,
   environment.json, run.json) changes nothing; different content (the run was resumed, or
-  `--repeat auto` ran more rounds) replaces its rows, in one transaction. A copy with fewer
-  records than the stored one is refused unless `replace=True`: a record lost from a run
-  directory must not silently thin the store.
+  `--repeat auto` ran more rounds) replaces its rows, in one transaction, where the new copy
+  is fuller: it holds every stored record unchanged, and the stored environment.json and
+  run.json (`lost_by`, the one place this rule is written; `store add` and the fleet's driver
+  both add through `Store.add`). Any other copy (a record lost or changed, a file moved
+  aside) is refused in one line naming what differs unless `replace=True`: what the store
+  holds is never silently thinned nor overwritten.
 - A reader refuses a store of a schema version it does not know, in one line (exit 2).
 - Every fault of the file or the machine (a damaged file, a read-only one, a full disk, a lock
   held past the busy timeout) is InvalidInput naming the store and what to do: one line and
@@ -191,6 +194,68 @@ def read_run_dir(path: str | Path) -> list[RunSource]:
             )
         run.records.append((number, record, text))
     return list(runs.values())
+
+
+def lost_by(
+    run: RunSource,
+    stored: dict[tuple[str, int], Any],
+    environment: dict[str, Any] | None,
+    run_json: dict[str, Any] | None,
+) -> list[str]:
+    """What the store would lose if `run` replaced its stored copy of the same run (records
+    by (cell, repeat), as JSON values; its files): empty where the copy is fuller, the only
+    copy that replaces a stored run unasked. Fuller: every stored record present and
+    identical (as JSON: key order and line do not matter), the stored environment.json
+    present and identical, the stored run.json present (`--resume` rewrites it, so its
+    content may be newer). More records, or a file the store lacked, is fuller."""
+    copy = {(r.cell_id, r.repeat): json.loads(text) for _, r, text in run.records}
+    missing = [key for key in stored if key not in copy]
+    changed = [
+        (key, _differing(stored[key], copy[key]))
+        for key in stored
+        if key in copy and _canonical(stored[key]) != _canonical(copy[key])
+    ]
+    lost = []
+    if missing:
+        lost.append(
+            f"lacks {len(missing)} of the store's {len(stored)} records ({_cells(missing)})"
+        )
+    if len(changed) == 1:
+        ((key, fields),) = changed
+        lost.append(f"changes its record of {_cells([key])} (it differs in {fields})")
+    elif changed:
+        lost.append(
+            f"changes {len(changed)} of its records ({_cells([key for key, _ in changed])})"
+        )
+    if environment is not None and run.environment is None:
+        lost.append("lacks the environment.json the store holds")
+    elif environment is not None and _canonical(environment) != _canonical(run.environment):
+        lost.append(
+            "changes the environment.json the store holds (it differs in "
+            f"{_differing(environment, run.environment)})"
+        )
+    if run_json is not None and run.run_json is None:
+        lost.append("lacks the run.json the store holds")
+    return lost
+
+
+def _cells(keys: list[tuple[str, int]]) -> str:
+    """`cell torch/mnist_dense/float32/r0 repeat 0`, the first three of several."""
+    said = ", ".join(f"cell {cell} repeat {repeat}" for cell, repeat in keys[:3])
+    return said + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+
+
+def _differing(a: Any, b: Any) -> str:
+    """The top-level fields two JSON objects differ in (as compare names two records that
+    differ): `step_time, throughput`."""
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return "its content"
+    names = [
+        name
+        for name in dict.fromkeys([*a, *b])
+        if name not in a or name not in b or _canonical(a[name]) != _canonical(b[name])
+    ]
+    return ", ".join(names) or "its content"
 
 
 # --- times ----------------------------------------------------------------------------------
@@ -513,8 +578,8 @@ class Store:
     # -- writing
 
     def add(self, run: RunSource, *, replace: bool = False) -> AddResult:
-        """Add one run in one transaction (see the module's rules). `replace`: a copy with
-        fewer records than the stored one replaces it too (else: InvalidInput)."""
+        """Add one run in one transaction (see the module's rules). `replace`: a copy that is
+        not fuller than the stored one (`lost_by`) replaces it too (else: InvalidInput)."""
         content = run.content_sha256()
         with self._guard(writing=f"adding run {run.run_id}"), self._transaction():
             old = self._db.execute(
@@ -525,8 +590,10 @@ class Store:
             ).fetchone()
             if old is not None and old[0] == content:
                 return self._same_content(run, old)
-            if old is not None and len(run.records) < old[1] and not replace:
-                raise InvalidInput(self._smaller([(run, old[1])]))
+            if old is not None and not replace:
+                lost = self._lost_by(run)
+                if lost:
+                    raise InvalidInput(self._not_fuller([(run, lost)]))
             self._db.execute("DELETE FROM records WHERE run_id = ?", (run.run_id,))
             self._db.execute("DELETE FROM runs WHERE run_id = ?", (run.run_id,))
             if old is not None and run.git_commit is None:  # keep what was said before
@@ -538,31 +605,51 @@ class Store:
         return AddResult(run.run_id, "replaced", len(run.records), before=old[1])
 
     def check_replacements(self, runs: Sequence[RunSource], *, replace: bool = False) -> None:
-        """InvalidInput, before anything is added, where a run's copy has fewer records than
-        the store holds of it and not `replace` (the rule `add` keeps, for every run at once:
-        a command that refuses one run adds none)."""
+        """InvalidInput, before anything is added, where a run's copy is not fuller than the
+        one the store holds and not `replace` (the rule `add` keeps, for every run at once: a
+        command that refuses one run adds none)."""
         if replace or not runs:
             return
         with self._guard():
-            stored = dict(self._db.execute("SELECT run_id, record_count FROM runs").fetchall())
-        smaller = [
-            (run, stored[run.run_id])
-            for run in runs
-            if run.run_id in stored and len(run.records) < stored[run.run_id]
-        ]
-        if smaller:
-            raise InvalidInput(self._smaller(smaller) + "; nothing was added")
+            stored = dict(self._db.execute("SELECT run_id, content_sha256 FROM runs").fetchall())
+        refused = []
+        for run in runs:
+            if run.run_id in stored and stored[run.run_id] != run.content_sha256():
+                lost = self._lost_by(run)
+                if lost:
+                    refused.append((run, lost))
+        if refused:
+            raise InvalidInput(self._not_fuller(refused) + "; nothing was added")
 
-    def _smaller(self, runs: list[tuple[RunSource, int]]) -> str:
+    def _lost_by(self, run: RunSource) -> list[str]:
+        """What the store would lose if `run` replaced its stored copy (lost_by's rule)."""
+        with self._guard():
+            files = self._db.execute(
+                "SELECT environment, run_json FROM runs WHERE run_id = ?", (run.run_id,)
+            ).fetchone()
+            rows = self._db.execute(
+                "SELECT cell_id, repeat, line, record FROM records WHERE run_id = ?",
+                (run.run_id,),
+            ).fetchall()
+        if files is None:
+            return []
+        where = f"run {run.run_id}"
+        stored = {
+            (cell, repeat): self._json(text, f"{where} line {line}")
+            for cell, repeat, line, text in rows
+        }
+        environment = self._json(files[0], f"{where}: its environment.json")
+        run_json = self._json(files[1], f"{where}: its run.json")
+        return lost_by(run, stored, environment, run_json)
+
+    def _not_fuller(self, runs: list[tuple[RunSource, list[str]]]) -> str:
         said = "; ".join(
-            f"run {run.run_id} from {run.source} has {len(run.records)} records, the store "
-            f"has {had}"
-            for run, had in runs[:3]
+            f"run {run.run_id} from {run.source} {', '.join(lost)}" for run, lost in runs[:3]
         )
         more = f" (and {len(runs) - 3} more runs)" if len(runs) > 3 else ""
         return (
-            f"{self.name}: {said}{more}: a smaller copy does not replace a fuller one (was "
-            "a record lost?); add it with --replace to replace the stored copy anyway"
+            f"{self.name}: {said}{more}: a copy that lacks or changes what the store holds does "
+            "not replace it; add it with --replace to replace the stored copy anyway"
         )
 
     def remove(self, run_ids: Sequence[str]) -> list[StoredRun]:

@@ -202,11 +202,17 @@ def test_ctrl_c_keeps_every_finished_machine_and_what_the_others_sent(cluster, t
     # The hanging run on H's node was stopped with its task, as by Ctrl-C.
     wait_for(lambda: not _runs_on("H"), 60, "H's mpbench run to end")
     # --resume continues the fleet's machines (here A alone): nothing finished runs again.
+    # It adds to the store the first command named (fleet.json keeps it, and that command).
     before = records(out / "A")
+    started = json.loads((out / "fleet.json").read_text())["command_line"]
     resumed = run_mpbench("run", "--on", "ray", "--out", out, "--resume", "--fleet", "A",
                           env=fleet_env(cluster), cwd=tmp_path, fork=False)  # fmt: skip
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
     assert records(out / "A") == before
+    assert f"store: {store}" in resumed.stdout and f" in {store} (2 records)" in resumed.stdout
+    written = json.loads((out / "fleet.json").read_text())
+    assert written["command_line"] == started and "--store" in started
+    assert written["resumes"][0]["command_line"].endswith("--resume --fleet A")
 
 
 def _runs_on(kind: str) -> list[psutil.Process]:

@@ -247,20 +247,82 @@ def test_a_smaller_copy_never_silently_replaces_a_fuller_one(tmp_path):
     results.write_text("".join(lines[:-1]))
     refused = add(store, directory, make_run(tmp_path, 1))
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
-    assert f"run {run_id} from {directory} has {len(lines) - 1} records, the store has " in (
+    assert f"run {run_id} from {directory} lacks 1 of the store's {len(lines)} records (cell " in (
         refused.stderr
     )
-    assert "a smaller copy does not replace a fuller one" in refused.stderr
+    assert "a copy that lacks or changes what the store holds does not replace it" in (
+        refused.stderr
+    )
     assert "--replace" in refused.stderr and "nothing was added" in refused.stderr
     assert {r.run_id: r.record_count for r in stored_runs(store)} == before
     # Store.add keeps the rule itself, in its transaction.
-    with Store.create(store) as db, pytest.raises(InvalidInput, match="a smaller copy"):
+    with Store.create(store) as db, pytest.raises(InvalidInput, match="lacks 1 of the store's"):
         db.add(read_run_dir(directory)[0])
     # --replace says so, and replaces it.
     replaced = add(store, directory, extra=("--replace",))
     assert replaced.returncode == 0, replaced.stderr
     assert f"replaced {run_id} ({len(lines) - 1} records, had {len(lines)};" in replaced.stdout
     assert stored_runs(store)[0].record_count == len(lines) - 1
+
+
+def test_a_copy_that_changes_or_lacks_what_is_stored_never_silently_replaces_it(tmp_path):
+    """Issue 55: only a fuller copy (every stored record unchanged, the stored
+    environment.json and run.json present) replaces a stored run without --replace."""
+    directory = make_run(tmp_path, 0)
+    store = tmp_path / "store.sqlite"
+    assert add(store, directory).returncode == 0
+    run_id = read_records(directory)[0].run_id
+    stored = store_records(store)
+    tail = (
+        ": a copy that lacks or changes what the store holds does not replace it; add it with "
+        "--replace to replace the stored copy anyway; nothing was added\n"
+    )
+
+    def refused(copy: Path, what: str) -> None:
+        done = add(store, copy)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+        assert done.stderr == f"mpbench: error: {store}: run {run_id} from {copy} {what}{tail}"
+        assert store_records(store) == stored and stored_runs(store)[0].run_json is not None
+
+    # Its run.json moved aside, as the message for a damaged run.json advises.
+    aside = tmp_path / "aside"
+    make_run(aside, 0)
+    (aside / "run-00" / "run.json").rename(aside / "run.json.damaged")
+    refused(aside / "run-00", "lacks the run.json the store holds")
+    # One record's median doubled (the other fields as they were): compare refuses it too.
+    edited = make_run(tmp_path / "edited", 0)
+    results = edited / "results.jsonl"
+    lines = results.read_text().splitlines()
+    first = json.loads(lines[0])
+    first["step_time"]["median_s"] *= 2
+    results.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+    refused(
+        edited,
+        f"changes its record of cell {first['cell_id']} repeat {first['repeat']} (it differs "
+        "in step_time)",
+    )
+    # Its environment.json gone.
+    bare = make_run(tmp_path / "bare", 0)
+    (bare / "environment.json").unlink()
+    refused(bare, "lacks the environment.json the store holds")
+    # Store.add itself keeps the rule (the fleet's driver adds through it too).
+    with Store.create(store) as db, pytest.raises(InvalidInput, match="changes its record"):
+        db.add(read_run_dir(edited)[0])
+    assert store_records(store) == stored
+    # A fuller copy replaces it unasked: a record more, and run.json rewritten (a resume).
+    fuller = make_run(tmp_path / "fuller", 0)
+    extra = record("torch", "mnist_dense", "float32", median_ms=2.4, repeat=1, run_id=run_id)
+    write_run(fuller, [extra])
+    (fuller / "run.json").write_text(json.dumps({"run_id": run_id, "finished": True}))
+    done = add(store, fuller)
+    assert done.returncode == 0 and f"replaced {run_id} ({len(lines) + 1} records, had " in (
+        done.stdout
+    ), done.stderr
+    # --replace replaces it with the edited copy anyway, and says so.
+    done = add(store, edited, extra=("--replace",))
+    assert done.returncode == 0, done.stderr
+    assert f"replaced {run_id} ({len(lines)} records, had {len(lines) + 1};" in done.stdout
+    assert store_records(store) == read_runs([edited])
 
 
 def test_store_remove_removes_runs_in_one_transaction(tmp_path):
