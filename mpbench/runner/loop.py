@@ -36,9 +36,11 @@ from mpbench.runner.preflight import preflight
 from mpbench.runner.progress import Reporter, startup_line
 from mpbench.runner.records import build_record, cell_telemetry, now_iso
 from mpbench.runner.rundir import (
+    LOGS,
     RUN_FILE,
     RunLock,
     RunState,
+    cell_log,
     check_out_path,
     holds_a_run,
     make_dir,
@@ -282,7 +284,7 @@ def _run_cells(
     try:
         with (
             Reporter(console, total) as reporter,
-            ForkServers(run_dir / "logs", plan.warn) as servers,
+            ForkServers(run_dir / LOGS, plan.warn) as servers,
         ):
             plan.fork_servers = servers
             try:
@@ -465,7 +467,7 @@ def _run_cell(
         outcome = Outcome("skipped", cell.skip_reason)
     else:
         reporter.cell_started(spec.cell_id)
-        log_path = run_dir / "logs" / (spec.cell_id.replace("/", "__") + ".log")
+        log_path = cell_log(run_dir, spec.cell_id)
         outcome = run_in_child(
             spec,
             config.timeout,

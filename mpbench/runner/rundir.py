@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
@@ -26,11 +27,28 @@ from mpbench.runner.config import RunConfig
 
 RUN_FILE = RUN_JSON  # one name for the file, results/run_json.py's
 LOCK_FILE = ".mpbench.lock"
+LOGS = "logs"
+# A file name may hold 255 bytes (NAME_MAX on Linux and macOS); a cell's id holds its
+# workload's name, which a zoo name with its options or a user's module path can make
+# longer than that ("File name too long" ended a run after earlier cells had finished).
+LOG_NAME_BYTES = 200
 
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows: no advisory locks, runs are not guarded
     fcntl = None  # type: ignore[assignment]
+
+
+def cell_log(run_dir: Path, cell_id: str) -> Path:
+    """Where a cell's output goes: `logs/torch__mnist_dense__float32__r0.log`, the cell id with
+    its slashes as "__"; an id too long for a file name keeps its first bytes and gets a hash
+    of the whole id, so two cells never share a log."""
+    name = cell_id.replace("/", "__")
+    if len(name.encode("utf-8")) + len(".log") > LOG_NAME_BYTES:
+        digest = hashlib.sha256(cell_id.encode("utf-8")).hexdigest()[:16]
+        head = name.encode("utf-8")[: LOG_NAME_BYTES - len(digest) - 6].decode("utf-8", "ignore")
+        name = f"{head}.{digest}"
+    return run_dir / LOGS / f"{name}.log"
 
 
 def check_out_path(path: Path, option: str = "--out") -> None:
