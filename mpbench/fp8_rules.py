@@ -97,6 +97,10 @@ def plan_layers(linears: Iterable[LinearLayer], other: dict[str, str] | None = N
     return plan
 
 
+# Why a float8 cell's FLOP share is 0: the record's flop_share_note, and compare's verdict.
+NO_FP8_LAYER = "no layer ran in fp8, so the cell trained as its bf16 base"
+
+
 def flop_share(plan: LayerPlan, forward_flops_per_sample: float | None) -> float | None:
     """The fp8 GEMMs' share of the model's forward FLOPs per sample (the backward pass of a
     GEMM or a convolution costs twice its forward, so the training step's share is the same);
@@ -184,7 +188,12 @@ def record(
     `traced_share` where the backend counted it per module itself (torch: fp8_layers), else
     from the plan's shapes against `forward_flops` per sample."""
     ran = set(layers_fp8)
-    if traced_share is not None:
+    if not ran:
+        # No layer went fp8: the cell trained as its bf16 base, bit for bit. Its share is 0,
+        # known without counting a FLOP (a Keras zoo model has no counter: "unknown" was a
+        # wrong answer there).
+        share, flop_note = 0.0, NO_FP8_LAYER
+    elif traced_share is not None:
         share = traced_share
     else:
         share = flop_share(LayerPlan(fp8=[x for x in plan.fp8 if x.name in ran]), forward_flops)

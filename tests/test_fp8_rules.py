@@ -219,3 +219,25 @@ def test_an_older_record_may_not_hold_fp8():
     with pytest.raises(SchemaError) as err:
         load_record(raw)
     assert "fp8 is a field of schema version 9" in str(err.value)
+
+
+def test_a_cell_in_which_no_layer_went_fp8_covers_0_percent_whatever_its_flops():
+    """Issue 55: a Keras fp8 cell with no fp8 layer recorded its share as unknown (Keras zoo
+    models have no FLOP counter) where it is 0: the cell trained as its bf16 base."""
+    from mpbench.compare.summary.cells import _summarize_fp8
+    from mpbench.fp8_rules import NO_FP8_LAYER, Execution, LayerPlan, record
+
+    run = Execution(EMULATED, FP8_CPU_REASON)
+    plan = LayerPlan(skipped={"dense": "out 10 not a multiple of 16"})
+    for flops, note in ((None, "no FLOP counter in Keras"), (1e6, None)):
+        fp8 = record(
+            run, "auto", plan, [], flops, note, backend="keras", gemm="emulated",
+            recipe="tensorwise", scaling="delayed", formats={},
+        )  # fmt: skip
+        assert fp8["flop_share_fp8"] == 0.0 and fp8["flop_share_note"] == NO_FP8_LAYER
+    raw = _fp8_record(layers_fp8=[], flop_share_fp8=0.0, flop_share_note=NO_FP8_LAYER)
+    summary = _summarize_fp8([load_record(raw)])
+    assert summary.coverage() == (
+        "fp8 covers 0 % of the step's matmul FLOPs: no layer ran in fp8, so the cell trained "
+        "as its bf16 base"
+    )

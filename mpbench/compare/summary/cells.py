@@ -188,7 +188,7 @@ class Fp8Summary:
     layers_fp8: int
     layers_total: int  # fp8 and kept in the base precision
     flop_share: float | None  # the fp8 GEMMs' share of the step's matmul FLOPs
-    flop_share_note: str | None = None  # why the share is unknown (the record's words)
+    flop_share_note: str | None = None  # why the share is unknown or 0 (the record's words)
     # v12 (torch): its GEMMs' shapes and timings as the first repeat measured them, and the
     # gain over bf16 they predict, the median over the repeats (None: no prediction).
     prediction: Fp8Prediction | None = None
@@ -205,6 +205,8 @@ class Fp8Summary:
         """`fp8 covers 98 % of the step's matmul FLOPs`, or why that share is unknown. A
         count of layers is never the answer: GPT-2's one converted head is 1 of 3 layers and
         7 % of its FLOPs."""
+        if self.flop_share == 0 and self.flop_share_note:
+            return f"fp8 covers 0 % of the step's matmul FLOPs: {self.flop_share_note}"
         if self.share() is not None:
             return f"fp8 covers {self.share()} of the step's matmul FLOPs"
         why = self.flop_share_note or "the records do not say why"
@@ -499,7 +501,8 @@ def _summarize_fp8(ok: list[CellRecord]) -> Fp8Summary | None:
         layers_fp8=len(first.layers_fp8),
         layers_total=len(first.layers_fp8) + len(first.skipped_layers),
         flop_share=median_of_present(f.flop_share_fp8 for f in ran),
-        flop_share_note=next((f.flop_share_note for f in ran if f.flop_share_fp8 is None), None),
+        # Why the share is unknown, or 0 (no layer ran in fp8): the records' words.
+        flop_share_note=next((f.flop_share_note for f in ran if not f.flop_share_fp8), None),
         swapped_layers=dict(first.swapped_layers),
         prediction=next((f.prediction for f in ran if f.prediction is not None), None),
         predicted_gain=median_of_present(f.prediction.predicted_gain for f in ran if f.prediction),
