@@ -234,4 +234,39 @@ def build_user(workload: Any) -> tuple[keras.Model, keras.optimizers.Optimizer, 
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise TypeError(f"workload {workload.name}: the optimizer is a "
                         f"{type(optimizer).__name__}, not a keras optimizer")  # fmt: skip
-    return model, optimizer, loss
+    return model, optimizer, as_loss(loss, workload.name)
+
+
+class _FunctionLoss(keras.losses.Loss):
+    """A loss function (`keras.losses.sparse_categorical_crossentropy`, or a user's own) as
+    a keras Loss: the custom loop calls a loss's `call` for per-sample losses, and the
+    evaluation calls the compiled loss for its mean."""
+
+    def __init__(self, function: Any) -> None:
+        super().__init__(name=getattr(function, "__name__", "loss"))
+        self.function = function
+
+    def call(self, y_true: Any, y_pred: Any) -> Any:
+        return self.function(y_true, y_pred)
+
+
+def as_loss(loss: Any, workload: str) -> keras.losses.Loss:
+    """A user workload's loss as a keras Loss, whichever way Keras itself accepts it in
+    `compile`: a Loss, a loss's name (`"sparse_categorical_crossentropy"`), or a function. A
+    name used to train every cell and then fail in evaluation (`model.loss(...)` of a str),
+    losing the cell's measurements; TypeError naming the workload for what is none of them."""
+    if isinstance(loss, keras.losses.Loss):
+        return loss
+    if isinstance(loss, str):
+        try:
+            loss = keras.losses.get(loss)
+        except ValueError:
+            raise TypeError(f"workload {workload}: keras knows no loss named {loss!r}") from None
+        if isinstance(loss, keras.losses.Loss):
+            return loss
+    if callable(loss):
+        return _FunctionLoss(loss)
+    raise TypeError(
+        f"workload {workload}: the loss is a {type(loss).__name__}, not a keras Loss, a "
+        "loss's name or a function"
+    )
