@@ -322,11 +322,13 @@ def _rate_cpu(policy: Policy, device: DeviceTraits, framework: str) -> PolicyRat
 
 
 # Keras' mixed-precision guide: on a CPU fp16 "will run significantly slower" than float32;
-# measured on a 2-core Xeon with avx512_fp16 (no amx_fp16), Keras 3.15 / TF 2.21, mnist_dense
-# 784→64→64→10 at batch 512: 5.3 ms a step in float32, 1,198 ms in mixed_float16.
+# measured on a 2-core AMX Xeon with avx512_fp16 (no amx_fp16), Keras 3.15 / TF 2.21 (load
+# average 1.35): mnist_dense 784→64→64→10 at batch 512, 2.24 ms a step in float32, 180× that
+# in mixed_float16 (`mpbench run -f tensorflow -w mnist_dense -p fp32 -p fp16 --batch-size
+# 512`, the fp16 cell stopped early).
 TF_CPU_FP16_REASON = (
     "TensorFlow runs fp16 far slower than float32 on any CPU (Keras mixed-precision guide; "
-    "~227× measured on a Xeon with avx512_fp16)"
+    "180× measured on a Xeon with avx512_fp16)"
 )
 
 

@@ -85,9 +85,8 @@ class StopCheck:
         ratio = step_s / self.float32_step_s if self.float32_step_s else None
         # Decided on the fastest step, said with the median: a neighbour that takes the cores
         # for a while slows some steps, not every one, so a policy stops only when even its
-        # best step is past the limit (beside a test suite on a 2-core AMX Xeon, a bf16
-        # cifar10_cnn cell's median step read 13x its float32 twin's and was stopped; its
-        # p10 step was 7.6x).
+        # best step is past the limit (beside a test suite, a contended bf16 cell's median
+        # was past the limit where many of its steps were not).
         slower = (
             self.float32_step_s is not None
             and self.limit is not None
@@ -111,8 +110,8 @@ class StopCheck:
 
 
 def stopped_reason(stopped: StopStats) -> str:
-    """The record's reason: 'stopped: 227× slower than float32 after 4 steps; would have
-    taken 15 min' (or '... would have passed its 900 s timeout')."""
+    """The record's reason: 'stopped: 180× slower than float32 after 3 steps; would have
+    taken 8 min' (or '... would have passed its 900 s timeout')."""
     after = f"after {stopped.steps} step{'s' if stopped.steps != 1 else ''}"
     late = stopped.timeout_s is not None and stopped.projected_s > stopped.timeout_s
     if stopped.rule == SLOWER:

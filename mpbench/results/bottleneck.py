@@ -55,8 +55,8 @@ COMPUTE_REMEDY = (
     "it) or fewer FLOPs shortens the step"
 )
 # A 16-bit step on a CPU that spends this share or more converting dtypes is said to: the
-# casts, not the matmuls, then hold back its speed-up (docs/policies.md, "CPUs": 26-29 % of a
-# bf16 mnist_dense step at 64 units on an AMX Xeon, where bf16 gained 1.45x, not 2x).
+# casts, not the matmuls, then hold back its speed-up (docs/policies.md, "CPUs": 15-20 % of a
+# bf16 mnist_dense step at 64 units on an AMX Xeon, where bf16 gained 1.56x, not 2x).
 CAST_SHARE_NOTE = 0.1
 CAST_REMEDY = (
     "fewer dtype conversions: --compile (Inductor fuses the casts into their neighbours), "

@@ -86,7 +86,7 @@ def test_ci_on_a_cpu_slow_at_fp16_leaves_fp16_out_and_says_why(fake_nvml) -> Non
 
 def test_ci_on_avx512_fp16_without_amx_fp16_leaves_fp16_out(fake_nvml) -> None:
     """Sapphire Rapids: avx512_fp16 but no amx_fp16, where torch's fp16 matmuls ran no faster
-    than float32 (and Keras fp16 227× slower): auto runs bf16, not fp16."""
+    than float32 (and Keras fp16 180× slower): auto runs bf16, not fp16."""
     fake_nvml()
     _, cells = ci_plan(SAPPHIRE_RAPIDS)
     assert policies(cells) == ["float32", "mixed_bfloat16"]

@@ -457,38 +457,14 @@ def _device_busy(
     sync: Callable[[], None],
     busy: BusyEvidence,
 ) -> BusyEvidence:
-    """On CUDA, the GPU's busy time over a few more steps under torch.profiler, undone
-    afterwards (profiled.py); on a CPU, a 16-bit cell's share of the step spent converting
-    dtypes, profiled alike; elsewhere the timed steps' host figures as they are."""
-    if cell.device.type == "cpu":
-        busy.unavailable["device_busy_fraction"] = CPU_DEVICE_BUSY
-        if cell.policy.compute_dtype == "float32":
-            return busy  # nothing converts: float32 weights, inputs and gradients
-        return _profiled(
-            cell, model, forward, optimizer, precision, batches, sync, busy, profile_casts
-        )
-    if cell.device.type != "cuda":
-        busy.source = f"none: no kernel timing on {cell.device.type}"
-        busy.unavailable["device_busy_fraction"] = (
-            f"torch.profiler times CUDA kernels only, not {cell.device.type}'s"
-        )
+    """On CUDA, the GPU's busy time over PROFILED_STEPS more steps under torch.profiler; on a
+    CPU, a 16-bit cell's share of the step spent converting dtypes, profiled alike
+    (profiled.py); the steps undone afterwards (weights, optimizer, scaler and RNG), so the
+    cell trains exactly the steps it would have. Elsewhere the timed steps' host figures as
+    they are."""
+    profiler = _busy_profiler(cell, busy)
+    if profiler is None:
         return busy
-    return _profiled(cell, model, forward, optimizer, precision, batches, sync, busy, profile_steps)
-
-
-def _profiled(
-    cell: _Cell,
-    model: torch.nn.Module,
-    forward: Callable[[torch.Tensor], torch.Tensor],
-    optimizer: torch.optim.Optimizer,
-    precision: TorchPrecision,
-    batches: _Batches,
-    sync: Callable[[], None],
-    busy: BusyEvidence,
-    profiler: Callable[..., BusyEvidence],
-) -> BusyEvidence:
-    """`profiler` (profiled.py) over PROFILED_STEPS more steps, undone afterwards (weights,
-    optimizer, scaler and RNG), so the cell trains exactly the steps it would have."""
     steps = min(PROFILED_STEPS, batches.steps_per_epoch)
     micro_batches = batches.epoch(steps)
 
@@ -498,6 +474,21 @@ def _profiled(
     devices = [cell.device.index or 0] if cell.device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices), undone(model, optimizer, precision.scaler):
         return profiler(step, steps, sync, busy)
+
+
+def _busy_profiler(cell: _Cell, busy: BusyEvidence) -> Callable[..., BusyEvidence] | None:
+    """What profiles this cell's extra steps (profiled.py), or None, with `busy` told why."""
+    if cell.device.type == "cpu":
+        busy.unavailable["device_busy_fraction"] = CPU_DEVICE_BUSY
+        # float32 converts nothing: float32 weights, inputs and gradients.
+        return None if cell.policy.compute_dtype == "float32" else profile_casts
+    if cell.device.type != "cuda":
+        busy.source = f"none: no kernel timing on {cell.device.type}"
+        busy.unavailable["device_busy_fraction"] = (
+            f"torch.profiler times CUDA kernels only, not {cell.device.type}'s"
+        )
+        return None
+    return profile_steps
 
 
 def _steady_window(

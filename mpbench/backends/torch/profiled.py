@@ -134,9 +134,11 @@ def cast_us(events: Iterable[Any]) -> float:
 
 def cpu_op_profiler() -> Any:
     """A profiler of the per-op CPU events. The autograd profiler's own recorder, without
-    Kineto: its first start in a process takes about 1 ms, where torch.profiler's (Kineto)
-    takes about 0.8 s (torch 2.13, this CPU), which every 16-bit CPU cell would pay; both give
-    the same `key_averages()`. Kineto where a build has no other (`use_kineto=False` refused)."""
+    Kineto: its first start took 0.3-0.6 ms in a new process, where torch.profiler's (Kineto)
+    took 0.86-0.92 s before any parallel work had run and 0.7 ms after a few training steps
+    (torch 2.13, a 2-core AMX Xeon, load average 0.4-0.7), so a cell never pays Kineto's
+    start-up whatever ran before; both give `key_averages()`. Kineto where a build has no
+    other (`use_kineto=False` refused)."""
     import torch
 
     try:
