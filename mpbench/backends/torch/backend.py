@@ -40,7 +40,6 @@ from mpbench.backends.stopping import NEVER, StopCheck, stopped_reason
 from mpbench.backends.timing import StepTimer
 from mpbench.backends.torch.compiled import Compiler, undone
 from mpbench.backends.torch.distributed import DataParallel, job_step_times
-from mpbench.backends.torch.flops import SOURCE as FLOPS_SOURCE
 from mpbench.backends.torch.flops import counted
 from mpbench.backends.torch.fp8 import apply_fp8, fp8_compiled
 from mpbench.backends.torch.models import build_model, build_optimizer
@@ -973,5 +972,5 @@ def user_flops(cell: _Cell, model: torch.nn.Module, tensors: _Tensors) -> dict[s
     model.zero_grad(set_to_none=True)
     return {
         "flops_per_micro_batch": count.total,
-        "flops_source": f"{FLOPS_SOURCE} (forward + backward, float32)",
+        "flops_source": f"{count.source} (forward + backward, float32)",
     }

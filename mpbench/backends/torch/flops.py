@@ -36,23 +36,62 @@ def math_attention() -> Iterator[None]:
         yield
 
 
+def grouped_mm_flop(a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
+    """aten._grouped_mm: the groups' matmuls, which FlopCounterMode (torch 2.13) scores 0.
+    transformers 5 runs mixture-of-experts layers through it, so a count without it misses
+    the experts (a tiny Mixtral: 0.34 of its FLOPs, issue 56). Its four forms, by the
+    operands' ranks (torch/_meta_registrations.py `_meta_grouped_mm_common`; the groups split
+    the dimension that `offs` indexes, so each row or column is multiplied once):
+    2-D × 3-D (tokens sorted by expert, one weight per group): (M, K) × (G, K, N) → (M, N);
+    2-D × 2-D (the weight gradient, groups along K): (M, K) × (K, N) → (G, M, N);
+    3-D × 2-D: (G, M, K) × (K, N) → (M, N); 3-D × 3-D (batched): (G, M, K) × (G, K, N)."""
+    if len(a_shape) == 2 and len(b_shape) == 3:
+        return 2 * a_shape[0] * a_shape[1] * b_shape[2]
+    if len(a_shape) == 2:
+        return 2 * a_shape[0] * a_shape[1] * b_shape[1]
+    if len(b_shape) == 2:
+        return 2 * a_shape[1] * a_shape[2] * b_shape[1]
+    return 2 * a_shape[0] * a_shape[1] * a_shape[2] * b_shape[2]
+
+
+# Matmul-class ops FlopCounterMode scores 0, counted by mpbench's own formula: op -> formula.
+# Only ops the installed torch has (the scaled form is float8's, on GPUs with it).
+ADDED_FORMULAS = {
+    op: grouped_mm_flop
+    for name in ("_grouped_mm", "_scaled_grouped_mm")
+    if (op := getattr(torch.ops.aten, name, None)) is not None
+}
+
+
 @dataclass
 class Count:
     """What one counted run did: its total and each module's (a module's figure includes its
-    submodules', as FlopCounterMode keeps them), by the module's qualified name."""
+    submodules', as FlopCounterMode keeps them), by the module's qualified name; `added`: the
+    ops counted by mpbench's formulas (ADDED_FORMULAS) that ran."""
 
     total: float
     by_module: dict[str, float] = field(default_factory=dict)
+    added: list[str] = field(default_factory=list)
+
+    @property
+    def source(self) -> str:
+        """Where the count comes from, naming the formulas mpbench added that counted."""
+        if not self.added:
+            return SOURCE
+        return f"{SOURCE}; {', '.join(self.added)} by mpbench's formula"
 
 
 def counted(model: torch.nn.Module, run: Callable[[], object]) -> Count:
     """The FLOPs `run()` does, with attention on the math path; `model` names the modules
     (FlopCounterMode calls the root by its class name and the rest `Root.qualified.name`)."""
-    with math_attention(), FlopCounterMode(display=False) as counter:
+    with math_attention(), FlopCounterMode(display=False, custom_mapping=ADDED_FORMULAS) as counter:
         run()
     root = type(model).__name__
     by_module: dict[str, float] = {}
-    for name, ops in counter.get_flop_counts().items():
+    counts = counter.get_flop_counts()
+    for name, ops in counts.items():
         if name == root or name.startswith(root + "."):
             by_module[name[len(root) + 1 :]] = float(sum(ops.values()))
-    return Count(float(counter.get_total_flops()), by_module)
+    ran = {str(op) for op in counts.get("Global", {})}
+    added = [f"aten.{op.__name__}" for op in ADDED_FORMULAS if str(op) in ran]
+    return Count(float(counter.get_total_flops()), by_module, added)
