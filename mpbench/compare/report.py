@@ -32,6 +32,7 @@ from mpbench.compare.summary.labels import Labeler, short_fingerprint
 from mpbench.errors import InvalidInput
 from mpbench.policies import BASELINE
 from mpbench.results import CellRecord
+from mpbench.results.matmul_share import low_precision_note
 
 if TYPE_CHECKING:
     from mpbench.results.sidefile import SideFile
@@ -144,6 +145,7 @@ def build_report(
         report.results += results
         report.notes += notes
     report.notes += _pairing_notes(sections, labeler)
+    report.notes += _precision_notes(cells, labeler)
     report.notes += _repeat_notes(report.results)
     if options.plot is not None:
         report.side_files()  # before anything is rendered: its notes belong in every format
@@ -166,6 +168,19 @@ def _pairing_notes(sections: list[Section], labeler: Labeler) -> list[str]:
                 f"{labeler.cell(CellKey(group.key, policy))}: left out of the ratios to float32 "
                 f"(no partner of the same run and repeat): {', '.join(missing)}"
             )
+    return notes
+
+
+def _precision_notes(cells: dict[CellKey, CellSummary], labeler: Labeler) -> list[str]:
+    """A 16-bit cell whose matmuls ran largely in float32 (results/matmul_share.py), once
+    per cell, in the words the run warned with."""
+    notes = []
+    for key, cell in cells.items():
+        label = labeler.cell(key)
+        said = (low_precision_note(label, r.precision) for r in cell.ok_records)
+        note = next((text for text in said if text), None)
+        if note:
+            notes.append(note)
     return notes
 
 

@@ -23,6 +23,7 @@ from mpbench.git import git
 from mpbench.machine import machine_name, named_fingerprint
 from mpbench.results import CellRecord, Status, append_record, write_csv, write_environment
 from mpbench.results.io import ENVIRONMENT_FILE, RESULTS_FILE, read_records
+from mpbench.results.matmul_share import low_precision_note
 from mpbench.results.scaling import weak_scaling_efficiency
 from mpbench.results.sidefile import write_side_file
 from mpbench.results.writer import ResultsWriteError, drop_torn_tail, write_atomically
@@ -502,7 +503,8 @@ def _run_cell(
         key = resolve(record.policy).peak_key
         forget_measured(plan.fingerprint, key, record.implausible["mfu_measured"])
         plan.measured_peaks.pop(key, None)
-    return record, outcome.warnings
+    narrow = low_precision_note(record.cell_id, record.precision)
+    return record, [*outcome.warnings, *([narrow] if narrow else [])]
 
 
 def _write_side_file(

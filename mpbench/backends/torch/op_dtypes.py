@@ -9,13 +9,18 @@ inside a timed step), under the cell's own autocast state, exactly as train_step
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
+from torch.utils.flop_counter import flop_registry, shape_wrapper
+from torch.utils.module_tracker import ModuleTracker
 
+from mpbench.backends.torch.flops import ADDED_FORMULAS
 from mpbench.backends.torch.precision import TorchPrecision
 from mpbench.backends.torch.steps import cross_entropy
 
@@ -47,21 +52,95 @@ ROLES = {
 }
 
 
+# The matmul-class ops and their FLOP formulas: torch's (flop_counter's registry, which takes
+# the op's own arguments) and those mpbench adds (flops.ADDED_FORMULAS, which take shapes).
+MATMUL_FORMULAS = {
+    **{op: formula for op, formula in flop_registry.items() if op not in ADDED_FORMULAS},
+    **{op: shape_wrapper(formula) for op, formula in ADDED_FORMULAS.items()},
+}
+LOW_PRECISION = {"bfloat16", "float16"}  # and every float8 dtype (_low)
+
+
+def _low(dtype: str) -> bool:
+    return dtype in LOW_PRECISION or dtype.startswith("float8")
+
+
+@dataclass
+class MatmulFlops:
+    """The forward's matmul FLOPs, by the dtype they ran in and by where they ran:
+    (module path with layer numbers as *, op) -> dtype -> FLOPs."""
+
+    by_place: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
+
+    def add(self, place: tuple[str, str], dtype: str, flops: float) -> None:
+        into = self.by_place.setdefault(place, {})
+        into[dtype] = into.get(dtype, 0.0) + flops
+
+    def total(self) -> float:
+        return sum(sum(d.values()) for d in self.by_place.values())
+
+    def by_dtype(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for dtypes in self.by_place.values():
+            for dtype, flops in dtypes.items():
+                out[dtype] = out.get(dtype, 0.0) + flops
+        return out
+
+    def record(self) -> dict[str, Any]:
+        """The record's fields: FLOPs by dtype, the share below float32, and where the rest
+        ran (`module op`: share of all matmul FLOPs), largest first."""
+        total = self.total()
+        if total <= 0:
+            return {}
+        low = sum(f for d, f in self.by_dtype().items() if _low(d))
+        wide = {
+            f"{module} {op}": sum(f for d, f in dtypes.items() if not _low(d)) / total
+            for (module, op), dtypes in self.by_place.items()
+        }
+        return {
+            "matmul_flops_by_dtype": dict(sorted(self.by_dtype().items())),
+            "matmul_share_low_precision": low / total,
+            "matmul_float32_places": dict(
+                sorted(((k, round(v, 4)) for k, v in wide.items() if v > 0), key=lambda kv: -kv[1])
+            ),
+        }
+
+
+_LAYER_NUMBER = re.compile(r"\.\d+(?=\.|$)")
+
+
+def _place(tracker: ModuleTracker) -> str:
+    """The innermost module running, layer numbers as * (model.layers.*.mlp.experts): one
+    row for the same module in every layer. The root's class name is left out."""
+    inner = max(tracker.parents, key=lambda name: name.count("."), default="Global")
+    _, _, path = inner.partition(".")
+    return _LAYER_NUMBER.sub(".*", path) or "(the model itself)"
+
+
 class _Recorder(TorchDispatchMode):
-    def __init__(self) -> None:
+    def __init__(self, tracker: ModuleTracker) -> None:
         super().__init__()
         self.seen: dict[str, set[str]] = {}
+        self.tracker = tracker
+        self.matmuls = MatmulFlops()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        floating = {
+        floating = [
             str(leaf.dtype).replace("torch.", "")
             for leaf in tree_leaves((args, kwargs))
             if isinstance(leaf, torch.Tensor) and leaf.is_floating_point()
-        }
+        ]
         if floating:
             self.seen.setdefault(str(func.overloadpacket), set()).update(floating)
-        return func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        formula = MATMUL_FORMULAS.get(func.overloadpacket)
+        if formula is not None and floating:
+            # The dtype of its first floating operand: autocast casts them all alike, and
+            # an fp8 GEMM's scales (float32) come after its operands.
+            place = (_place(self.tracker), str(func.overloadpacket))
+            self.matmuls.add(place, floating[0], float(formula(*args, **kwargs, out_val=out)))
+        return out
 
 
 def _one(dtypes: set[str]) -> str | list[str]:
@@ -83,9 +162,10 @@ def traced_op_dtypes(
     trained, and a read-back is no reason to fail it."""
     was_training = model.training
     model.eval()
-    recorder = _Recorder()
+    tracker = ModuleTracker()
+    recorder = _Recorder(tracker)
     try:
-        with recorder:
+        with tracker, recorder:
             with precision.autocast():
                 logits = model(inputs)
             (loss_fn or cross_entropy)(logits.float(), targets)
@@ -103,4 +183,6 @@ def traced_op_dtypes(
         if found:
             state[f"{role}_dtype"] = _one(found)
     state["op_dtypes_source"] = "torch dispatcher (TorchDispatchMode), one forward + loss"
+    if precision.autocast_dtype is not None:  # a 16-bit (or fp8) cell: what ran below fp32
+        state.update(recorder.matmuls.record())
     return state
