@@ -1,5 +1,5 @@
 """What ran in 16 bits (issue 56): a 16-bit or fp8 cell's matmul FLOPs by the dtype they ran
-in, read from the record's `precision` (the torch op trace fills `matmul_flops_by_dtype`,
+in, read from the record's `precision` (the torch op trace fills `matmul_flops`,
 `matmul_share_low_precision` and `matmul_float32_places`: backends/torch/op_dtypes.py).
 
 A cell labelled bf16 whose experts ran in float32 (a transformers MoE's `aten._grouped_mm`,
@@ -31,7 +31,7 @@ def low_precision_note(cell: str, precision: dict[str, Any]) -> str | None:
         return None
     places = precision.get("matmul_float32_places") or {}
     wide = [f"{fraction * 100:.0f} % at {place}" for place, fraction in list(places.items())[:3]]
-    narrow = [d for d in precision.get("matmul_flops_by_dtype") or {} if d != "float32"]
+    narrow = [d for d in precision.get("matmul_flops") or {} if d != "float32"]
     text = f"{cell}: {share * 100:.0f} % of matmul FLOPs ran in {' or '.join(narrow) or '16 bits'}"
     if wide:
         text += f"; in float32: {', '.join(wide)}"

@@ -41,7 +41,7 @@ def test_a_bf16_moe_says_its_experts_ran_in_float32(tmp_path: Path) -> None:
     narrow = grouped["precision"]
     assert narrow["matmul_share_low_precision"] == pytest.approx(0.2529, abs=1e-3)
     assert narrow["matmul_float32_places"] == {EXPERTS: pytest.approx(0.7471, abs=1e-3)}
-    assert set(narrow["matmul_flops_by_dtype"]) == {"bfloat16", "float32"}
+    assert set(narrow["matmul_flops"]) == {"bfloat16", "float32"}
     assert eager["precision"]["matmul_share_low_precision"] == 1.0
     assert eager["precision"]["matmul_float32_places"] == {}
     said = f"25 % of matmul FLOPs ran in bfloat16; in float32: 75 % at {EXPERTS}"

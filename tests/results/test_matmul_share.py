@@ -6,7 +6,7 @@ from __future__ import annotations
 from mpbench.results.matmul_share import WARN_BELOW, low_precision_note
 
 MOE = {
-    "matmul_flops_by_dtype": {"bfloat16": 2.0e6, "float32": 6.0e6},
+    "matmul_flops": {"bfloat16": 2.0e6, "float32": 6.0e6},
     "matmul_share_low_precision": 0.25,
     "matmul_float32_places": {"model.layers.*.mlp.experts aten._grouped_mm": 0.75},
 }
@@ -30,7 +30,7 @@ def test_a_cell_at_the_threshold_or_untraced_says_nothing() -> None:
 
 def test_an_fp8_cell_names_both_narrow_dtypes_and_no_reason_it_does_not_know() -> None:
     fp8 = {
-        "matmul_flops_by_dtype": {"bfloat16": 1.0, "float8_e4m3fn": 3.0, "float32": 6.0},
+        "matmul_flops": {"bfloat16": 1.0, "float8_e4m3fn": 3.0, "float32": 6.0},
         "matmul_share_low_precision": 0.4,
         "matmul_float32_places": {"head aten.mm": 0.6},
     }

@@ -39,8 +39,7 @@ ROLES = {
         "aten._scaled_dot_product_cudnn_attention",
         "aten._scaled_dot_product_attention_math",
     ),
-    "linear": ("aten.addmm",),  # the projections and the MLP (with biases)
-    "head": ("aten.mm",),  # the tied output projection (no bias)
+    # linear_dtype and head_dtype come from the matmuls in the order they ran (_roles_of_matmuls)
     # A user model's (a CNN's): did BatchNorm run in 16-bit?
     "convolution": ("aten.convolution",),
     "batch_norm": (
@@ -51,6 +50,17 @@ ROLES = {
     ),
 }
 
+
+# The ops a projection runs as, with or without a bias, in 16 bits, fp8 or grouped (MoE
+# experts), whichever module calls them (nn.MultiheadAttention calls its out_proj
+# functionally): the forward's last one is the output head, the others are linear_dtype.
+PROJECTIONS = {
+    "aten.mm",
+    "aten.addmm",
+    "aten._scaled_mm",
+    "aten._grouped_mm",
+    "aten._scaled_grouped_mm",
+}
 
 # The matmul-class ops and their FLOP formulas: torch's (flop_counter's registry, which takes
 # the op's own arguments) and those mpbench adds (flops.ADDED_FORMULAS, which take shapes).
@@ -98,7 +108,7 @@ class MatmulFlops:
             for (module, op), dtypes in self.by_place.items()
         }
         return {
-            "matmul_flops_by_dtype": dict(sorted(self.by_dtype().items())),
+            "matmul_flops": dict(sorted(self.by_dtype().items())),
             "matmul_share_low_precision": low / total,
             "matmul_float32_places": dict(
                 sorted(((k, round(v, 4)) for k, v in wide.items() if v > 0), key=lambda kv: -kv[1])
@@ -123,6 +133,7 @@ class _Recorder(TorchDispatchMode):
         self.seen: dict[str, set[str]] = {}
         self.tracker = tracker
         self.matmuls = MatmulFlops()
+        self.projections: list[str] = []  # each projection's dtype, in the order they ran
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -140,7 +151,21 @@ class _Recorder(TorchDispatchMode):
             # an fp8 GEMM's scales (float32) come after its operands.
             place = (_place(self.tracker), str(func.overloadpacket))
             self.matmuls.add(place, floating[0], float(formula(*args, **kwargs, out_val=out)))
+        if floating and str(func.overloadpacket) in PROJECTIONS:
+            self.projections.append(floating[0])
         return out
+
+    def projection_roles(self) -> dict[str, str | list[str]]:
+        """head_dtype: the last projection of the forward (the classifier or LM head: the
+        loss computes no matmul); linear_dtype: every other one. From what ran, whatever the
+        model's names or biases (a llama's projections have no bias, a phi's head has one)."""
+        if not self.projections:
+            return {}
+        *linear, head = self.projections
+        roles: dict[str, str | list[str]] = {"head_dtype": head}
+        if linear:
+            roles["linear_dtype"] = _one(set(linear))
+        return roles
 
 
 def _one(dtypes: set[str]) -> str | list[str]:
@@ -148,7 +173,6 @@ def _one(dtypes: set[str]) -> str | list[str]:
     return ordered[0] if len(ordered) == 1 else ordered
 
 
-@torch.no_grad()
 def traced_op_dtypes(
     model: torch.nn.Module,
     precision: TorchPrecision,
@@ -165,7 +189,10 @@ def traced_op_dtypes(
     tracker = ModuleTracker()
     recorder = _Recorder(tracker)
     try:
-        with tracker, recorder:
+        # With gradients on, as in a training step: nn.MultiheadAttention takes its fused
+        # inference kernel (_native_multi_head_attention, projections hidden inside) only
+        # when they are off. Eval mode keeps BatchNorm's running statistics as they are.
+        with torch.enable_grad(), tracker, recorder:
             with precision.autocast():
                 logits = model(inputs)
             (loss_fn or cross_entropy)(logits.float(), targets)
@@ -182,6 +209,7 @@ def traced_op_dtypes(
         found = set().union(*(seen[op] for op in ops if op in seen))
         if found:
             state[f"{role}_dtype"] = _one(found)
+    state.update(recorder.projection_roles())
     state["op_dtypes_source"] = "torch dispatcher (TorchDispatchMode), one forward + loss"
     if precision.autocast_dtype is not None:  # a 16-bit (or fp8) cell: what ran below fp32
         state.update(recorder.matmuls.record())
