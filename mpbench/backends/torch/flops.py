@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 SOURCE = "torch FlopCounterMode, attention on the math path"
 
@@ -61,6 +61,11 @@ ADDED_FORMULAS = {
     for name in ("_grouped_mm", "_scaled_grouped_mm")
     if (op := getattr(torch.ops.aten, name, None)) is not None
 }
+
+
+# Every op whose FLOPs are a matmul's (or a convolution's, or attention's): the ones the
+# counter scores and the ones mpbench added.
+MATMUL_OPS = frozenset(flop_registry) | frozenset(ADDED_FORMULAS)
 
 
 @dataclass

@@ -18,13 +18,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
-from mpbench.backends.torch.flops import SOURCE, counted
+from mpbench.backends.torch.flops import MATMUL_OPS, SOURCE, counted
 from mpbench.fp8_rules import LayerPlan, LinearLayer, plan_layers
 
 CONV_REASON = "convolution: torchao converts nn.Linear only"
 NOT_LINEAR = "not nn.Linear ({kind}): torchao converts nn.Linear only"
 NOT_CALLED = "not called in the traced forward: no GEMM of the step to convert"
+# nn.MultiheadAttention's out_proj: its parent multiplies by its weight itself
+# (F.multi_head_attention_forward), so the module, and a float8 swap of it, is never called.
+FUNCTIONAL = (
+    "its weight is multiplied by {parent} directly, not through the module: torchao's swap "
+    "of the module would never run, so its GEMM stays in bfloat16"
+)
 EMBEDDING = "embedding: a table lookup, no GEMM"
 # The built-in language model's head is F.linear on the token embedding's weight.
 TIED_FUNCTIONAL_HEAD = (
@@ -61,6 +69,34 @@ class ForwardTrace:
     rows: dict[str, list[int]] = field(default_factory=dict)  # layer -> M of each call
     flops: dict[str, float] = field(default_factory=dict)  # module -> forward FLOPs
     total_flops: float = 0.0
+    # The storages of every tensor a matmul-class op took (flops.MATMUL_OPS): which weights
+    # fed a GEMM, whichever module or function multiplied by them.
+    multiplied: set[int] = field(default_factory=set)
+
+    def feeds_a_matmul(self, module: torch.nn.Module) -> bool:
+        """Whether one of the module's own matrix weights went into a matmul of the trace."""
+        return any(
+            p.dim() >= 2 and p.untyped_storage().data_ptr() in self.multiplied
+            for p in module.parameters(recurse=False)
+        )
+
+
+class _Multiplied(TorchDispatchMode):
+    """Records the storage of every tensor operand of a matmul-class op. The trace runs in
+    float32, without autocast, so a weight reaches its GEMM as itself or as a view of it
+    (a transpose), which shares its storage."""
+
+    def __init__(self, into: set[int]) -> None:
+        super().__init__()
+        self.into = into
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func.overloadpacket in MATMUL_OPS:
+            for leaf in tree_leaves((args, kwargs)):
+                if isinstance(leaf, torch.Tensor):
+                    self.into.add(leaf.untyped_storage().data_ptr())
+        return func(*args, **kwargs)
 
 
 def trace_forward(model: torch.nn.Module, sample: torch.Tensor) -> ForwardTrace:
@@ -81,7 +117,8 @@ def trace_forward(model: torch.nn.Module, sample: torch.Tensor) -> ForwardTrace:
             handles.append(module.register_forward_pre_hook(record))
     devices = [sample.device.index or 0] if sample.device.type == "cuda" else []
     try:
-        with torch.no_grad(), torch.random.fork_rng(devices=devices):
+        multiplied = _Multiplied(trace.multiplied)
+        with torch.no_grad(), torch.random.fork_rng(devices=devices), multiplied:
             count = counted(model, lambda: model(sample))
     finally:
         for handle in handles:
@@ -119,6 +156,11 @@ def layer_plan(model: torch.nn.Module, trace: ForwardTrace) -> LayerPlan:
             continue
         if isinstance(module, torch.nn.Linear):
             calls = trace.rows.get(name)
+            if not calls and trace.feeds_a_matmul(module):
+                other[name] = FUNCTIONAL.format(
+                    kind=type(module).__name__, parent=_parent(model, name)
+                )
+                continue
             if not calls:
                 other[name] = NOT_CALLED
                 continue
@@ -133,9 +175,18 @@ def layer_plan(model: torch.nn.Module, trace: ForwardTrace) -> LayerPlan:
             other[name] = CONV_REASON
         elif isinstance(module, torch.nn.Embedding):
             other[name] = _embedding_reason(model, name, module)
-        else:
+        elif trace.feeds_a_matmul(module):
             other[name] = NOT_LINEAR.format(kind=type(module).__name__)
+        # else: its matrices (ViT's position embeddings, a class token) feed no matmul: it
+        # has no GEMM to convert, and is no layer fp8 passed by
     return plan_layers(linears, other)
+
+
+def _parent(model: torch.nn.Module, name: str) -> str:
+    """`its parent, self_attn (MultiheadAttention)`, or the model itself."""
+    parent_name = name.rpartition(".")[0]
+    parent = model.get_submodule(parent_name) if parent_name else model
+    return f"its parent {parent_name or 'the model'} ({type(parent).__name__})"
 
 
 def flop_share(trace: ForwardTrace, layers: list[str]) -> float | None:
