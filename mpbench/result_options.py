@@ -118,8 +118,9 @@ SOURCE_OPTIONS: tuple[Option, ...] = (
     Option(
         "devices",
         ("--device",),
-        "Only records of devices whose name holds this (h200, xeon) or of this hardware "
-        "fingerprint (repeatable).",
+        "Only records of devices whose name holds this (h200, xeon), or whose hardware "
+        "fingerprint it is: whole, or as the tables show it, its first 12 characters or more "
+        "(repeatable).",
         kind=list[str],
         parse=_names,
     ),

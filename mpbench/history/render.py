@@ -20,6 +20,7 @@ from mpbench.history.ci import FAIL, INCONCLUSIVE, NewestVerdict
 from mpbench.history.findings import BY_DATE, HistoryReport
 from mpbench.history.fleet import FleetCell, FleetTable
 from mpbench.history.series import STEP_TIME, Point, Series
+from mpbench.results.identity import short_fingerprint
 from mpbench.results.store import StoredRun
 
 JSON_VERSION = 1
@@ -96,7 +97,7 @@ def history_tables(report: HistoryReport, points: bool = False) -> list[TextTabl
                 p.run.run_id for s in report.series if section_title(s) == where for p in s.points
             }
             table = TextTable(
-                f"{workload} on {device} ({fingerprint[:12]}), {len(runs)} runs",
+                f"{workload} on {device} ({short_fingerprint(fingerprint)}), {len(runs)} runs",
                 [
                     "series",
                     "points",

@@ -20,13 +20,27 @@ from typing import Any
 from mpbench.results.schema import CellRecord
 from mpbench.results.variant import FALLBACK, Layout, row_marks
 
+# Figures a cell counted, which the runner keeps in its config beside its settings (a user
+# workload's FLOPs, and how they were counted: runner/records.py): what the cell measured, not
+# how it ran. Two cells of one config that counted differently are one cell, and no table
+# names a row by a count.
+COUNTED = ("flops_per_micro_batch", "flops_source")
 # Not what makes two cells comparable: the seed (repeats may reseed), the requested data mode
-# and folder (the data actually used is), the device string (the machine is in the key).
-_NOT_IDENTITY = ("seed", "data", "data_dir", "device")
+# and folder (the data actually used is), the device string (the machine is in the key), and
+# the counted figures.
+_NOT_IDENTITY = ("seed", "data", "data_dir", "device", *COUNTED)
 # The data-parallel layout (docs/distributed.md): in a data-parallel cell's config only, so a
 # world-size-1 cell has none of them. Each world size is a group of its own (ratios to float32
 # are taken at one world size); the scaling table relates the groups across world sizes.
 PARALLEL_KEYS = ("world_size", "nproc_per_node", "nnodes", "grad_comm")
+# How much of a hardware fingerprint every table shows (`[9f3c2a7b41d0]`): enough to tell a
+# fleet's machines apart, and the shortest prefix --device takes for a fingerprint
+# (results/store.py's StoreFilter).
+SHORT_FINGERPRINT = 12
+
+
+def short_fingerprint(fingerprint: str) -> str:
+    return fingerprint[:SHORT_FINGERPRINT] if fingerprint else "unknown"
 
 
 @dataclass(frozen=True, order=True)

@@ -31,7 +31,15 @@ from mpbench.results.commits import attach_commits
 from mpbench.results.io import read_environment, read_run_files
 from mpbench.results.run_json import read_run_json
 from mpbench.results.schema import CellRecord
-from mpbench.results.store import RunSource, Store, StoredRun, StoreFilter, device_label, is_store
+from mpbench.results.store import (
+    RunSource,
+    Store,
+    StoredRun,
+    StoreFilter,
+    damaged_store,
+    device_label,
+    is_store,
+)
 
 Identity = tuple[str, str, int]  # (run id, cell id, repeat)
 
@@ -88,6 +96,7 @@ class Sources:
         (several commits, or a store's), its newest run only. `newest`: each machine's newest
         run whatever its runs are (the fleet)."""
         filters = filters or StoreFilter()
+        filters.check_devices({r.hardware_fingerprint: device_label(r) for r in self.records})
         chosen = filters.runs(self.runs)
         ids = {run.run_id for run in chosen}
         records = [r for r in self.records if r.run_id in ids and filters.keeps(r)]
@@ -225,7 +234,9 @@ def read_sources(paths: list[Path], repo: Path | None = None, ask_git: bool = Fa
     `ask_git`: look up in `repo` (default: here) the time of a commit a run directory
     recorded without one."""
     paths = [Path(p) for p in paths]
-    stores = [p for p in paths if is_store(p)]
+    # A store whose header was overwritten is still a store: Store.read says it is damaged,
+    # where the results-file reader would quote its line 1 as not JSON.
+    stores = [p for p in paths if is_store(p) or damaged_store(p)]
     files = [p for p in paths if p not in stores]
     found: dict[Identity, CellRecord] = {}
     where: dict[Identity, str] = {}

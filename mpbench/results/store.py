@@ -31,9 +31,12 @@ Rules:
   holds is never silently thinned nor overwritten.
 - A reader refuses a store of a schema version it does not know, in one line (exit 2).
 - Every fault of the file or the machine (a damaged file, a read-only one, a full disk, a lock
-  held past the busy timeout) is InvalidInput naming the store and what to do: one line and
-  exit 2, never a traceback nor exit 1, which means "a regression" to CI. SQLite's errors are
-  turned into it here, in every read and write, not by the callers.
+  held past the wait) is InvalidInput naming the store and what to do: one line and exit 2,
+  never a traceback nor exit 1, which means "a regression" to CI. SQLite's errors are turned
+  into it here, in every read and write, not by the callers.
+- A lock another process holds is waited for, up to BUSY_TIMEOUT_S (LockWait), with a line
+  on stderr while it lasts; the message past it says how long it waited, and names no
+  holder (SQLite cannot say which process holds a lock).
 
 The module imports no git and no pandas at the top: `mpbench.history` finds commits, and
 `load_store` imports pandas when called.
@@ -46,14 +49,16 @@ import hashlib
 import json
 import os
 import sqlite3
+import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 from mpbench.errors import InvalidInput
+from mpbench.results.identity import SHORT_FINGERPRINT, short_fingerprint
 from mpbench.results.io import read_environment, read_runs, results_file
 from mpbench.results.run_json import read_run_json
 from mpbench.results.schema import CellRecord, SchemaError
@@ -63,6 +68,8 @@ from mpbench.results.versions import load_record
 if TYPE_CHECKING:
     import pandas as pd
 
+T = TypeVar("T")
+
 STORE_VERSION = 1
 READABLE_STORE_VERSIONS = (1,)
 # PRAGMA application_id: says "an mpbench store" to `file(1)` and to us ("mpbs").
@@ -70,10 +77,14 @@ APPLICATION_ID = 0x6D706273
 # Test-only: seconds to sleep inside each run's transaction, before its commit, so that a test
 # can kill `store add` mid-transaction deterministically (tests/results/test_store.py).
 PAUSE_ENV = "MPBENCH_STORE_TEST_PAUSE_S"
-# How long a command waits for another writer's lock before it gives up (SQLite's busy
-# timeout). Test-only override, in seconds, so that a test of a locked store waits ~1 s.
+# How long a command waits for a lock another process holds on the store before it gives up
+# (LockWait). Test-only override, in seconds, so that a test of a locked store waits a few
+# seconds.
 BUSY_TIMEOUT_S = 60.0
 BUSY_ENV = "MPBENCH_STORE_TEST_BUSY_S"
+# While it waits: how often it tries again, and after how long it says so (LockNotice).
+LOCK_POLL_S = 0.05
+LOCK_NOTICE_AFTER_S = 1.0
 # How many of quick_check's lines a damaged store's message quotes.
 QUICK_CHECK_LINES = 3
 
@@ -338,7 +349,9 @@ class StoreFilter:
     """Which records a reader wants. Empty fields select everything.
 
     devices: a device matches when one of these is part of its name (case-insensitive:
-    `h200`, `cpu`, `EPYC`) or equals its hardware fingerprint. frameworks, workloads,
+    `h200`, `cpu`, `EPYC`) or names its hardware fingerprint: the whole of it, or a prefix
+    at least as long as the tables show (SHORT_FINGERPRINT: `9f3c2a7b41d0`) that no other
+    machine's fingerprint starts with (`check_devices`). frameworks, workloads,
     policies: exact names (policies canonical: `mixed_bfloat16`; callers resolve aliases;
     a speed-up needs float32's records too). commits: `A..B`, the runs from commit A to
     commit B in history's order, both included (unlike git's A..B, which leaves A out);
@@ -397,10 +410,43 @@ class StoreFilter:
             return False
         if self.policies and record.policy not in self.policies:
             return False
-        return not self.devices or any(
-            d.lower() in device_label(record).lower() or d == record.hardware_fingerprint
-            for d in self.devices
-        )
+        return not self.devices or any(_names_device(d, record) for d in self.devices)
+
+    def check_devices(self, machines: dict[str, str]) -> None:
+        """InvalidInput, in one line, for a --device value that names none of `machines`
+        (fingerprint -> device) for being too short a prefix of a fingerprint, or that
+        names several by their fingerprints: read as a name, it would keep them all."""
+        for value in self.devices:
+            named = [fp for fp in machines if _names_fingerprint(value, fp)]
+            if len(named) > 1:
+                listed = ", ".join(f"{fp} ({machines[fp]})" for fp in sorted(named))
+                raise InvalidInput(
+                    f"--device {value}: the fingerprints of {len(named)} machines start with "
+                    f"it: {listed}; give more of the one you mean"
+                )
+            by_name = any(value.lower() in device.lower() for device in machines.values())
+            short = [fp for fp in machines if fp.lower().startswith(value.lower())]
+            if not named and not by_name and short:
+                raise InvalidInput(
+                    f"--device {value}: too short to name a fingerprint; give at least its "
+                    f"first {SHORT_FINGERPRINT} characters, as the tables show them "
+                    f"({', '.join(sorted(short_fingerprint(fp) for fp in short))})"
+                )
+
+
+def _names_device(value: str, record: CellRecord) -> bool:
+    """--device VALUE keeps the record: part of its device's name, or its fingerprint."""
+    named = value.lower() in device_label(record).lower()
+    return named or _names_fingerprint(value, record.hardware_fingerprint)
+
+
+def _names_fingerprint(value: str, fingerprint: str) -> bool:
+    """The whole fingerprint, or a prefix of it as long as a table shows or longer (a
+    shorter one would name machines by chance)."""
+    value, fingerprint = value.lower(), fingerprint.lower()
+    if value == fingerprint:
+        return True
+    return len(value) >= SHORT_FINGERPRINT and fingerprint.startswith(value)
 
 
 def _until(text: str) -> str:
@@ -474,7 +520,7 @@ class Store:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise InvalidInput(f"cannot make the store {path}: {exc.strerror or exc}") from None
-        store = cls(_open(path, "rwc"), str(path))
+        store = cls(_open(path, "rwc", LockWait(str(path))), str(path))
         store._initialise()
         return store
 
@@ -483,19 +529,22 @@ class Store:
         path = Path(path)
         if not path.is_file():
             raise InvalidInput(f"{path}: no such store (make one with 'mpbench store add')")
+        wait = LockWait(str(path))
         try:
             # rw, not ro: opening the file after a kill mid-transaction rolls the unfinished
             # transaction back (a hot journal), which a read-only connection cannot do.
-            connection = _open(path, "rw")
+            connection = _open(path, "rw", wait)
+        except StoreLocked:
+            raise  # read-only would wait for the same lock again (issue 55: twice the limit)
         except InvalidInput:
-            connection = _open(path, "ro")  # a read-only file or folder: read it as it is
+            connection = _open(path, "ro", wait)  # a read-only file or folder: read it as it is
         store = cls(connection, str(path))
         store._check_version()
         return store
 
     @classmethod
     def memory(cls) -> Store:
-        store = cls(_connect(":memory:"), "(run directories)")
+        store = cls(_connect(":memory:", LockWait("(run directories)")), "(run directories)")
         store._initialise()
         return store
 
@@ -513,7 +562,7 @@ class Store:
             return int(self._db.execute(f"PRAGMA {name}").fetchone()[0])
         except sqlite3.DatabaseError as exc:
             if _code(exc) == _NOTADB:  # a text file, or something else that is no SQLite
-                raise InvalidInput(f"{self.name}: not an mpbench store ({exc})") from None
+                raise _not_a_store(Path(self.name), exc) from None
             raise _fault(self.name, exc) from None
 
     @contextlib.contextmanager
@@ -769,6 +818,11 @@ class Store:
     def records(self, filters: StoreFilter | None = None) -> list[CellRecord]:
         """The records the filters keep: runs in history's order, each in its file's order."""
         filters = filters or StoreFilter()
+        if filters.devices:
+            with self._guard():
+                machines = self._db.execute("SELECT DISTINCT fingerprint, device FROM records")
+                held = dict(machines.fetchall())
+            filters.check_devices(held)
         out: list[CellRecord] = []
         for run in self.runs(filters):
             with self._guard():
@@ -794,22 +848,26 @@ def _uri_path(path: Path) -> str:
     return quote(str(path.resolve()))
 
 
-def _open(path: Path, mode: str) -> sqlite3.Connection:
+def _open(path: Path, mode: str, wait: LockWait) -> sqlite3.Connection:
     """A connection to the store's file; InvalidInput in one line where there is none."""
     try:
-        return _connect(f"file:{_uri_path(path)}?mode={mode}")
+        return _connect(f"file:{_uri_path(path)}?mode={mode}", wait)
     except sqlite3.DatabaseError as exc:
         if _code(exc) == _NOTADB:
-            raise InvalidInput(f"{path}: not an mpbench store ({exc})") from None
+            raise _not_a_store(path, exc) from None
         if _code(exc) in (_CANTOPEN, None):  # "unable to open database file", ...
             hint = " (can its folder be written?)" if mode == "rwc" else ""
             raise InvalidInput(f"cannot open the store {path}: {exc}{hint}") from None
         raise _fault(str(path), exc) from None
 
 
-def _connect(target: str) -> sqlite3.Connection:
+def _connect(target: str, wait: LockWait) -> _Connection:
     # isolation_level=None: this module says BEGIN and COMMIT itself (one per run).
-    connection = sqlite3.connect(target, uri=True, isolation_level=None, timeout=_busy_timeout())
+    # timeout=0: SQLite's own busy handler off; _Connection waits (LockWait).
+    connection = sqlite3.connect(
+        target, uri=True, isolation_level=None, timeout=0, factory=_Connection
+    )
+    connection.wait = wait
     connection.execute("PRAGMA foreign_keys = ON")
     # FULL: each COMMIT is on disk before it returns (the default of the rollback journal,
     # said here because WAL mode would change it). One file, no -wal beside it to forget.
@@ -819,6 +877,127 @@ def _connect(target: str) -> sqlite3.Connection:
 
 def _busy_timeout() -> float:
     return float(os.environ.get(BUSY_ENV) or BUSY_TIMEOUT_S)
+
+
+# --- waiting for another process's lock -------------------------------------------------------
+
+
+class StoreLocked(InvalidInput):
+    """The store stayed locked by another process for the whole wait."""
+
+
+def _locked(name: str, waited_s: float | None) -> StoreLocked:
+    """SQLite does not say who holds a lock: any process with the file open may (another
+    `mpbench store add`, or any program writing to it), so the message names none."""
+    waited = f"; gave up after waiting {_seconds(waited_s)}" if waited_s is not None else ""
+    return StoreLocked(
+        f"the store {name} is locked: another process holds it (an mpbench store add, or any "
+        f"program writing to it){waited}; try again when it is done"
+    )
+
+
+def _seconds(value: float) -> str:
+    """`60 s`, `2.0 s`: whole seconds from ten on, tenths below (a short test wait)."""
+    return f"{value:.0f} s" if value >= 10 else f"{value:.1f} s"
+
+
+@dataclass
+class LockNotice:
+    """The line that says a command is waiting for the store's lock, on stderr once it has
+    waited LOCK_NOTICE_AFTER_S, as mpbench shows progress (runner/progress.py): on a
+    terminal one line that counts the seconds and goes when the wait ends; elsewhere (a pipe,
+    a CI log) a plain line, said once and left, as the reason a job stalled."""
+
+    name: str
+    limit_s: float
+    stream: TextIO = field(default_factory=lambda: sys.stderr)
+    _shown: str = ""  # the text on screen, or said once
+
+    @property
+    def text(self) -> str:
+        return (
+            f"waiting for the store's lock, held by another process ({self.name}; giving up "
+            f"after {_seconds(self.limit_s)})..."
+        )
+
+    def waiting(self, waited_s: float) -> None:
+        if waited_s < LOCK_NOTICE_AFTER_S:
+            return
+        if not self._terminal:
+            if not self._shown:
+                self._write(self.text + "\n")
+                self._shown = self.text
+            return
+        line = f"{self.text} {waited_s:.0f} s"
+        if line != self._shown:  # redrawn once a second, not at every try
+            self._write(f"\r{line}\x1b[K")
+            self._shown = line
+
+    def ended(self) -> None:
+        """The wait is over (the lock taken, or given up): a terminal's line goes (a later
+        wait draws it again); a plain line, said, stays said."""
+        if self._shown and self._terminal:
+            self._write("\r\x1b[K")
+            self._shown = ""
+
+    @property
+    def _terminal(self) -> bool:
+        return self.stream.isatty()
+
+    def _write(self, text: str) -> None:
+        self.stream.write(text)
+        self.stream.flush()
+
+
+@dataclass
+class LockWait:
+    """How a statement waits for a lock another process holds on the store: tried again
+    until the lock is free or `limit_s` has passed, the time measured and said while it lasts
+    (LockNotice). SQLite's own busy timeout waits in silence, and the store once met it twice
+    in a row for one lock (a reader that opened the file read-write, then read-only: 121 s,
+    for a stated 60); a lock is now waited for once, and a command that gave up does not try
+    another way in."""
+
+    name: str
+    limit_s: float = field(default_factory=_busy_timeout)
+    notice: LockNotice = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.notice = LockNotice(self.name, self.limit_s)
+
+    def run(self, statement: Callable[[], T], retry: bool = True) -> T:
+        """The statement's result. `retry=False`: a statement inside a transaction other
+        than COMMIT, which SQLite says not to try again (the transaction is rolled back)."""
+        waited = 0.0
+        try:
+            while True:
+                started = time.monotonic()
+                try:
+                    return statement()
+                except sqlite3.OperationalError as exc:
+                    if _code(exc) != _BUSY:
+                        raise
+                    if not retry or waited >= self.limit_s:
+                        raise _locked(self.name, waited if retry else None) from None
+                self.notice.waiting(waited)
+                time.sleep(min(LOCK_POLL_S, self.limit_s - waited))
+                waited += time.monotonic() - started
+        finally:
+            self.notice.ended()
+
+
+class _Connection(sqlite3.Connection):
+    """SQLite's connection, each statement run through the store's LockWait."""
+
+    wait: LockWait
+
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+        retry = not self.in_transaction or sql == "COMMIT"
+        return self.wait.run(lambda: super(_Connection, self).execute(sql, parameters), retry)
+
+    def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:
+        retry = not self.in_transaction
+        return self.wait.run(lambda: super(_Connection, self).executemany(sql, parameters), retry)
 
 
 # --- SQLite's errors, said for the user -------------------------------------------------------
@@ -845,11 +1024,21 @@ def _code(exc: sqlite3.Error) -> int | None:
     return _MESSAGES.get(str(exc))
 
 
+_RESTORE = (
+    "restore it from a copy (a CI cache or branch), or move it aside and add the runs again "
+    "with 'mpbench store add'"
+)
+
+
 def _damaged(name: str, said: str) -> str:
-    return (
-        f"the store {name} is damaged ({said}); restore it from a copy (a CI cache or branch), "
-        "or move it aside and add the runs again with 'mpbench store add'"
-    )
+    return f"the store {name} is damaged ({said}); {_RESTORE}"
+
+
+def _not_a_store(path: Path, exc: sqlite3.DatabaseError) -> InvalidInput:
+    """SQLite's "file is not a database", said for what the file is."""
+    if damaged_store(path):
+        return InvalidInput(f"{path} is not a readable mpbench store (damaged header?); {_RESTORE}")
+    return InvalidInput(f"{path}: not an mpbench store ({exc})")
 
 
 def _fault(name: str, exc: sqlite3.DatabaseError, writing: str | None = None) -> InvalidInput:
@@ -864,11 +1053,8 @@ def _fault(name: str, exc: sqlite3.DatabaseError, writing: str | None = None) ->
         return InvalidInput(_damaged(name, said))
     if said.startswith("Could not decode to UTF-8"):  # text pages holding garbage
         return InvalidInput(_damaged(name, "text that is not UTF-8"))
-    if code == _BUSY:
-        return InvalidInput(
-            f"the store {name} is locked by another mpbench store add (waited "
-            f"{_busy_timeout():g} s); try again when it finishes"
-        )
+    if code == _BUSY:  # met outside a statement's LockWait (none is known to)
+        return _locked(name, None)
     if code == _READONLY and not writing:  # a hot journal to roll back, in a read-only file
         return InvalidInput(
             f"cannot read the store {name}: {said_fully}: it must be written to (an unfinished "
@@ -936,15 +1122,38 @@ def _pause_for_tests() -> None:
 
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+# Where SQLite keeps PRAGMA application_id in its 100-byte header (big-endian), and the most
+# its first page (the schema's) may hold.
+_APPLICATION_ID_AT = 68
+_FIRST_PAGE_MAX = 65536
 
 
 def is_store(path: str | Path) -> bool:
     """A file that starts as an SQLite database does: a store, not a results file."""
+    return _head(path, len(_SQLITE_MAGIC)) == _SQLITE_MAGIC
+
+
+def damaged_store(path: str | Path) -> bool:
+    """A store whose first bytes were overwritten: no SQLite magic, yet binary (a results
+    file is text, without a NUL byte), with mpbench's application id where SQLite keeps it or
+    the store's schema on its first page."""
+    head = _head(path, _FIRST_PAGE_MAX)
+    if head is None or head.startswith(_SQLITE_MAGIC) or b"\x00" not in head:
+        return False
+    app = APPLICATION_ID.to_bytes(4, "big")
+    return (
+        head[_APPLICATION_ID_AT : _APPLICATION_ID_AT + 4] == app
+        or b"CREATE TABLE records (" in head
+    )
+
+
+def _head(path: str | Path, size: int) -> bytes | None:
+    """A file's first `size` bytes; None where it is no file (a directory, nothing)."""
     path = Path(path)
     if not path.is_file():
-        return False
+        return None
     with open(path, "rb") as fh:
-        return fh.read(16) == _SQLITE_MAGIC
+        return fh.read(size)
 
 
 def store_records(path: str | Path, filters: StoreFilter | None = None) -> list[CellRecord]:

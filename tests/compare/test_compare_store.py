@@ -137,3 +137,63 @@ def test_a_baseline_of_only_the_run_compared_is_one_line(runs, tmp_path, kind):
         f"mpbench: error: --baseline {baseline} holds only 20260301-100200-run2, the run "
         "compared: nothing to compare against"
     )
+
+
+# Two machines whose fingerprints share the 12 characters the tables show, and a third.
+TWINS = ("9f3c2a7b41d06e85", "9f3c2a7b41d0ffff")
+OTHER = "0a1b2c3d4e5f6071"
+
+
+@pytest.fixture
+def three_machines(tmp_path: Path) -> Path:
+    """A store (made by `mpbench store add`) of one run on each of three machines."""
+    directories = []
+    for index, fingerprint in enumerate((*TWINS, OTHER)):
+        directory = tmp_path / f"machine-{index}"
+        write_run(directory, cpu_run(f"20260301-10{index:02d}00-m{index}", fingerprint=fingerprint))
+        directories.append(directory)
+    store = tmp_path / "fleet.sqlite"
+    added = run_mpbench("store", "add", *directories, "--store", store)
+    assert added.returncode == 0, added.stderr
+    return store
+
+
+def _fingerprints(store: Path, *filters: str) -> set[str]:
+    out = store.parent / "report.json"
+    done = run_mpbench("compare", store, *filters, "--format", "json", "-o", out)
+    assert done.returncode == 0, done.stderr
+    return {cell["hardware_fingerprint"] for cell in json.loads(out.read_text())["cells"]}
+
+
+def test_device_takes_the_fingerprint_as_the_tables_show_it(three_machines):
+    """Issue 55: `--device` took only the whole 16-hex fingerprint, not the 12 every table
+    shows (`no record passes --device ...`)."""
+    store = three_machines
+    table = run_mpbench("compare", store, "-w", "mnist_dense").stdout
+    shown = f"[{OTHER[:12]}]"
+    assert f"mnist_dense on cpu: AMD EPYC {shown}" in table
+    assert _fingerprints(store, "--device", OTHER[:12]) == {OTHER}
+    assert _fingerprints(store, "--device", OTHER.upper()) == {OTHER}
+    assert _fingerprints(store, "--device", TWINS[1][:13]) == {TWINS[1]}
+    history = run_mpbench("history", store, "--device", OTHER[:12], "-w", "mnist_dense")
+    assert history.returncode == 0, history.stderr
+    assert f"({OTHER[:12]})" in history.stdout
+    assert not any(f"({twin[:12]})" in history.stdout for twin in TWINS)
+
+
+@pytest.mark.parametrize("command", ["compare", "history"])
+def test_a_fingerprint_prefix_of_several_machines_or_too_short_is_one_line(three_machines, command):
+    store = three_machines
+    ambiguous = run_mpbench(command, store, "--device", TWINS[0][:12])
+    assert ambiguous.returncode == 2
+    assert ambiguous.stderr == (
+        f"mpbench: error: --device {TWINS[0][:12]}: the fingerprints of 2 machines start with "
+        f"it: {TWINS[0]} (cpu: AMD EPYC), {TWINS[1]} (cpu: AMD EPYC); give more of the one "
+        "you mean\n"
+    )
+    short = run_mpbench(command, store, "--device", OTHER[:6])
+    assert short.returncode == 2
+    assert short.stderr == (
+        f"mpbench: error: --device {OTHER[:6]}: too short to name a fingerprint; give at least "
+        f"its first 12 characters, as the tables show them ({OTHER[:12]})\n"
+    )

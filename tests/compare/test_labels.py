@@ -116,6 +116,35 @@ def test_a_config_entry_that_differs_between_runs_is_named_by_its_value(tmp_path
     assert "tensorflow/mnist_dense/float32 [loop=custom]" in {c["cell"] for c in cells}
 
 
+def test_a_counted_figure_is_no_setting_and_names_no_row(tmp_path: Path) -> None:
+    """A user workload's FLOPs per micro-batch (and how they were counted) sit in its config
+    beside its settings: they follow the batch, and a count may differ between cells of one
+    config. Neither names a row nor splits a group (issue 55: `torch
+    [batch_size=128, flops_per_micro_batch=1.5e+09] fp32`, and a bf16 cell with no speed-up)."""
+
+    def cell(policy: str, batch: int, flops: float):
+        counted = {"batch_size": batch, "flops_per_micro_batch": flops,
+                   "flops_source": "counted (forward + backward, float32)"}  # fmt: skip
+        made = record("torch", "mnist_dense", policy, median_ms=2.4 * batch / 128,
+                      accuracy=0.97, rss_mib=600, config_overrides=counted)  # fmt: skip
+        made.cell_id = made.cell_id.replace("/r0", f"@b{batch}/r0")
+        return made
+
+    records = [cell(policy, batch, 1.5e9 * batch / 128) for batch in (128, 256)
+               for policy in ("float32", "mixed_bfloat16")]  # fmt: skip
+    records[-1] = cell("mixed_bfloat16", 256, 2.9e9)  # counted apart from its float32 twin
+    report = _report(tmp_path, records)
+    groups = report.sections[0].groups
+    assert [report.labeler.group(g.key) for g in groups] == [
+        "torch [batch_size=128]",
+        "torch [batch_size=256]",
+    ]
+    assert all(set(g.cells) == {"float32", "mixed_bfloat16"} for g in groups)
+    for fmt in ("markdown", "table", "json", "csv"):
+        text = render(report, fmt, terminal=False)
+        assert "flops_per_micro_batch" not in text and "counted (" not in text, fmt
+
+
 def test_a_diverged_cell_stays_in_its_own_group_and_tells_of_its_fallback(tmp_path: Path) -> None:
     """It never loaded more than its siblings, yet it belongs with the plain cells it ran
     beside, not with the accumulating or compiled ones."""

@@ -35,7 +35,6 @@ def test_an_fp8_cell_names_both_narrow_dtypes_and_no_reason_it_does_not_know() -
         "matmul_float32_places": {"head aten.mm": 0.6},
     }
     note = low_precision_note("c", fp8)
-    assert (
-        note
-        == "c: 40 % of matmul FLOPs ran in bfloat16 or float8_e4m3fn; in float32: 60 % at head aten.mm"
+    assert note == (
+        "c: 40 % of matmul FLOPs ran in bfloat16 or float8_e4m3fn; in float32: 60 % at head aten.mm"
     )

@@ -27,7 +27,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from mpbench.compare.summary.cells import CellKey, GroupKey
-from mpbench.results.identity import PARALLEL_KEYS
+from mpbench.results.identity import PARALLEL_KEYS, short_fingerprint
 from mpbench.results.variant import (
     DEFAULTS,
     GROUP_RECIPE,
@@ -101,7 +101,3 @@ def varying_entries(configs: list[dict[str, str]]) -> list[str]:
     skip = set(PARALLEL_KEYS) | set(GROUP_RECIPE)
     names = sorted({n for d in configs for n in d if n not in skip})
     return [n for n in names if len({d.get(n) for d in configs}) > 1]
-
-
-def short_fingerprint(fingerprint: str) -> str:
-    return fingerprint[:12] if fingerprint else "unknown"
