@@ -190,7 +190,7 @@ def record(
     ran = set(layers_fp8)
     if not ran:
         # No layer went fp8: the cell trained as its bf16 base, bit for bit. Its share is 0,
-        # known without counting a FLOP (a Keras zoo model has no counter: "unknown" was a
+        # known without counting a FLOP (a model that cannot be counted said "unknown", a
         # wrong answer there).
         share, flop_note = 0.0, NO_FP8_LAYER
     elif traced_share is not None:

@@ -438,7 +438,8 @@ class CellRecord:
     # Trainable parameters (torch: parameters that require a gradient; Keras:
     # trainable_weights). v13: the frozen and running state apart, in `params_non_trainable`
     # (torch: parameters that need no gradient and persistent floating-point buffers such as
-    # BatchNorm's running statistics; Keras: non_trainable_weights), so that both frameworks
+    # BatchNorm's running statistics; Keras: the floating-point non_trainable_weights, no
+    # integer counter), so that both frameworks
     # count one model alike.
     params: int | None = None
     params_non_trainable: int | None = None

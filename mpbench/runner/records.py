@@ -235,7 +235,7 @@ def _fill_measurements(
     if stats.median_s and not emulated:
         record.peak_tflops = _peak_tflops(record.device, record.policy)
         record.measured_peak_tflops = measured_peaks.get(resolve(record.policy).peak_key)
-        if record.flops_per_step is not None:  # None: a user workload's, unknown in Keras
+        if record.flops_per_step is not None:  # None: a user workload's that could not be counted
             record.achieved_tflops = record.flops_per_step / stats.median_s / 1e12
             if record.peak_tflops:
                 record.mfu = record.achieved_tflops / record.peak_tflops

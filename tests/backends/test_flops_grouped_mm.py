@@ -1,4 +1,4 @@
-"""Every matmul counted (issue 56, item 1): FlopCounterMode scores aten._grouped_mm 0, and
+"""Every matmul counted, once (issue 56, item 1): FlopCounterMode scores aten._grouped_mm 0, and
 transformers 5 runs mixture-of-experts layers through it, so a tiny Mixtral's FLOPs were a
 third of the truth. mpbench adds the formula; these tests hold it to the same products done
 one group at a time with aten.mm (which torch's own formula counts), and a whole MoE model to
@@ -94,3 +94,22 @@ def test_an_moe_counts_the_same_through_grouped_mm_as_through_eager_experts() ->
     model = _tiny_mixtral("grouped_mm")
     plain = _mm_flops(lambda: model(tokens, labels=tokens).loss.backward())
     assert plain < 0.5 * counts["grouped_mm"].total
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("groups", [1, 2, 8])
+def test_a_grouped_convolution_counts_three_times_its_forward(groups: int, transposed: bool):
+    """torch 2.13 scores a grouped convolution's weight gradient `groups` times its work (a
+    depthwise one: once per channel too many); mpbench's formula divides it back. Forward,
+    input gradient and weight gradient are each one convolution of the forward's size."""
+    kind = torch.nn.ConvTranspose2d if transposed else torch.nn.Conv2d
+    conv = kind(8, 16, 3, groups=groups)
+    x = torch.randn(4, 8, 10, 10, requires_grad=True)
+    out = 8 if not transposed else 10  # the output's side (3x3, no padding); the input's for
+    spatial = out * out  # a transposed one, which multiplies each input point by the kernel
+    forward = 2 * 4 * spatial * 9 * 16 * 8 // groups
+    count = counted(conv, lambda: conv(x).sum().backward())
+    assert count.total == 3 * forward
+    assert "aten.convolution_backward" in count.added
+    if groups > 1:  # what torch alone says
+        assert _mm_flops(lambda: conv(x).sum().backward()) == forward * (2 + groups)

@@ -11,7 +11,7 @@ import importlib.util
 import math
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from mpbench.backends import base
@@ -116,7 +116,7 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
             # precision.replica_devices and distributed fields).
             "input_pipeline": "pre-batched tf.data, prefetched"
             + (" to the device" if cell.placement.is_gpu else ""),
-            **_user_flops(cell),
+            **cell.flops,
             **data_layout,
         },
         end_to_end=end_to_end,
@@ -159,16 +159,18 @@ def _data(
     return moved, {"data_layout": f"{wanted} (given {given}, transposed)"}
 
 
-def _user_flops(cell: _Cell) -> dict[str, Any]:
-    """A user workload's FLOPs per micro-batch as it gives them; Keras has no counter, so
-    otherwise unknown (None)."""
-    if cell.workload.kind != "user":
-        return {}
+def _user_flops(cell: _Cell, model: Any, data: Any) -> dict[str, Any]:
+    """A user workload's FLOPs per micro-batch as it gives them, else counted from the
+    TensorFlow graph of one training step on the cell's first micro-batch (flops.py: traced,
+    not run), or unknown with the reason."""
     given = cell.workload.flops(cell.spec.batch_size)
-    return {
-        "flops_per_micro_batch": given,
-        "flops_source": "the workload" if given is not None else "unknown (no counter in Keras)",
-    }
+    if given is not None:
+        return {"flops_per_micro_batch": given, "flops_source": "the workload"}
+    from mpbench.backends.tensorflow import flops
+
+    micro = slice(0, cell.spec.batch_size)
+    cell.counted = flops.counted(model, data.x_train[micro], data.y_train[micro])
+    return cell.counted.record()
 
 
 def _refuse_unsupported(spec: CellSpec) -> None:
@@ -194,6 +196,9 @@ class _Cell:
     placement: Placement
     mirrored: Any  # distributed.Mirrored: replicas in sync on this node, or None
     fp8: dict[str, Any] | None = None  # a float8 cell's record (tensorflow/fp8.py), once labelled
+    # A user workload's flops_per_micro_batch and flops_source (_user_flops), once built.
+    flops: dict[str, Any] = field(default_factory=dict)
+    counted: Any = None  # flops.Count, where the FLOPs were counted from the graph
 
     @property
     def world(self) -> int:
@@ -262,6 +267,8 @@ def _build(
             state.update(precision.traced_op_dtypes(model, data.x_test[:2], data.y_test[:2]))
         elif cell.workload.kind == "user":
             state.update(precision.user_op_dtypes(model, data.x_test[:2], data.y_test[:2]))
+    if cell.workload.kind == "user":
+        cell.flops = _user_flops(cell, model, data)
     if state["loss_scaling"] != POLICIES[spec.policy].loss_scaling:
         raise RuntimeError(
             f"loss scaling is {'on' if state['loss_scaling'] else 'off'} "
@@ -274,7 +281,7 @@ def _build(
         micro = slice(0, spec.batch_size)
         cell.fp8 = fp8.finish(
             model, cell.placement, spec.fp8_mode, jit_compile,
-            data.x_train[micro], data.y_train[micro],
+            data.x_train[micro], data.y_train[micro], cell.counted,
         )  # fmt: skip
     # TensorFlow autotunes cuDNN convolutions unless this is set to false.
     state["cudnn_autotune"] = os.environ.get("TF_CUDNN_USE_AUTOTUNE", "1") not in ("0", "false")

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import keras
@@ -71,7 +71,12 @@ XLA_REASON = (
 # fp8.gemm of an emulated cell: the path, with the dtype its matmul ran in (rules.emulated_gemm).
 EMULATED_PATH = "Keras float8 quantise-dequantise"
 F8_GEMM_CALL = "__cublas$lt$matmul$f8"  # XLA's kCublasLtMatmulF8CallTarget
-NO_FLOP_COUNTER = "Keras has no FLOP counter and the workload gives no flops_per_step"
+NO_FLOP_COUNTER = (
+    "the workload gives no flops_per_step and its training graph was not counted (flops.py)"
+)
+COUNTED_NOTE = (
+    "forward FLOPs per sample counted from the TensorFlow graph of one training step (flops.py)"
+)
 _CONVOLUTIONS = tuple(
     getattr(keras.layers, name)
     for name in (
@@ -310,7 +315,8 @@ def _forward_flops(
     if workload.kind != "user":
         return workload.forward_flops(1, units), None
     # A user workload's flops_per_step is the training FLOPs of one step (forward, input
-    # and weight gradients of every GEMM: 3 x forward), at its own batch size.
+    # and weight gradients of every GEMM: 3 x forward), at its own batch size. Without it,
+    # the forward is counted from the graph once the cell has a batch (finish).
     given = workload.flops(workload.batch_size)
     if given is None:
         return None, NO_FLOP_COUNTER
@@ -432,11 +438,24 @@ def record(setup: Fp8Setup, run: Execution, requested: str) -> dict[str, Any]:
 
 
 def finish(
-    model: keras.Model, placement: Any, requested: str, jit_compile: bool, x: Any, y: Any
+    model: keras.Model,
+    placement: Any,
+    requested: str,
+    jit_compile: bool,
+    x: Any,
+    y: Any,
+    counted: Any = None,
 ) -> dict[str, Any]:
     """The backend's one call after compile(), before training: label the cell (Unsupported
     where it is refused) and return the record's `fp8`. `x`, `y`: one micro-batch, for the
-    compiled program's check."""
+    compiled program's check. `counted`: the flops.Count of a training step on that
+    micro-batch, for a user workload that gives no FLOPs (its forward is the share's
+    denominator)."""
     setup = setup_of(model)
+    if setup.forward_flops is None and setup.flop_note == NO_FLOP_COUNTER and counted is not None:
+        if counted.forward is not None:
+            setup = replace(setup, forward_flops=counted.forward / len(x), flop_note=COUNTED_NOTE)
+        else:
+            setup = replace(setup, flop_note=f"the model's FLOPs are {counted.source}")
     run = label(placement, requested, jit_compile, model, x, y)
     return record(setup, run, requested)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
+from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 SOURCE = "torch FlopCounterMode, attention on the math path"
@@ -54,12 +55,37 @@ def grouped_mm_flop(a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
     return 2 * a_shape[0] * a_shape[1] * a_shape[2] * b_shape[2]
 
 
-# Matmul-class ops FlopCounterMode scores 0, counted by mpbench's own formula: op -> formula.
+_TORCH_CONV_BACKWARD = flop_counter.conv_backward_flop.__wrapped__  # its formula on shapes
+
+
+def conv_backward_flop(grad_out_shape, x_shape, w_shape, *args, out_shape=None, **kwargs) -> int:
+    """aten.convolution_backward as torch's formula counts it, with the weight gradient of a
+    grouped convolution divided by its groups. torch 2.13 scores that gradient as one
+    convolution across all input channels: `groups` times its work (a depthwise convolution
+    of C channels, C times), which made a tiny EfficientNetB0 count about 13 times its FLOPs;
+    its forward and input gradient count the real work (the weight holds C_in / groups)."""
+    bias, stride, padding, dilation, transposed, output_padding, groups, mask = args[:8]
+    common = (bias, stride, padding, dilation, transposed, output_padding, groups)
+    flops = _TORCH_CONV_BACKWARD(
+        grad_out_shape, x_shape, w_shape, *common, [mask[0], False, False], out_shape=out_shape
+    )
+    if mask[1]:
+        weight = _TORCH_CONV_BACKWARD(
+            grad_out_shape, x_shape, w_shape, *common, [False, True, False], out_shape=out_shape
+        )
+        flops += weight // groups
+    return flops
+
+
+# Ops FlopCounterMode scores 0 or miscounts, counted by mpbench's own formula: op -> formula.
 # Only ops the installed torch has (the scaled form is float8's, on GPUs with it).
 ADDED_FORMULAS = {
-    op: grouped_mm_flop
-    for name in ("_grouped_mm", "_scaled_grouped_mm")
-    if (op := getattr(torch.ops.aten, name, None)) is not None
+    **{
+        op: grouped_mm_flop
+        for name in ("_grouped_mm", "_scaled_grouped_mm")
+        if (op := getattr(torch.ops.aten, name, None)) is not None
+    },
+    torch.ops.aten.convolution_backward: conv_backward_flop,
 }
 
 
