@@ -2,7 +2,11 @@
 `user_models:NAME` (tests/ is on sys.path): Hugging Face GPT-2 and BERT exactly as
 transformers returns them (a ModelOutput, Conv1D projections in GPT-2), a model returning a
 dict or a tuple, one returning nothing usable, and a small BatchNorm CNN whose images come
-NHWC. All tiny: a cell of each trains in a second or two on one CPU thread."""
+NHWC. All tiny: a cell of each trains in a second or two on one CPU thread.
+
+And the mistakes users make, each refused before the first cell (runner/user_check.py): a
+model returning one number for the batch, data() returning a list of ints, x and y of
+different lengths; and float64 features, which mpbench casts to float32 and says so."""
 
 from __future__ import annotations
 
@@ -130,3 +134,54 @@ def gpt2_forward_flops(batch: int) -> int:
     tokens, L·(24·T·d² + 4·T²·d) + 2·T·d·V, the whole T×T attention square counted."""
     layers, d, t = GPT2_SIZES["n_layer"], GPT2_SIZES["n_embd"], TOKENS
     return batch * (layers * (24 * t * d * d + 4 * t * t * d) + 2 * t * d * VOCAB)
+
+
+# --- mistakes, refused before the first cell -------------------------------------------------
+
+FEATURES = 8
+
+
+def _features(seed: int, dtype=np.float32):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((80, FEATURES)).astype(dtype)
+    y = (x[:, 0] > 0).astype(np.int64)
+    return x[:64], y[:64], x[64:], y[64:]
+
+
+class _Mlp:
+    """A two-layer classifier of FEATURES floats; `summed`: its forward returns the batch's
+    logits summed into one number (a 0-d tensor), as a model returning its own scalar does."""
+
+    def __init__(self, summed: bool = False) -> None:
+        self.summed = summed
+
+    def __call__(self, device):
+        import torch
+        from torch import nn
+
+        summed = self.summed
+
+        class Model(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.layers = nn.Sequential(nn.Linear(FEATURES, 16), nn.ReLU(), nn.Linear(16, 2))
+
+            def forward(self, x):
+                logits = self.layers(x)
+                return logits.sum() if summed else logits
+
+        model = Model().to(device)
+        return model, torch.optim.SGD(model.parameters(), lr=0.1), nn.functional.cross_entropy
+
+
+def _short_y(seed: int):
+    x, y, x_test, y_test = _features(seed)
+    return x, y[:50], x_test, y_test
+
+
+ONE_NUMBER = UserWorkload(name="one_number", data=_features, torch=_Mlp(summed=True), batch_size=8)
+INTS = UserWorkload(name="ints", data=lambda seed: [1, 2, 3, 4], torch=_Mlp(), batch_size=8)
+SHORT_Y = UserWorkload(name="short_y", data=_short_y, torch=_Mlp(), batch_size=8)
+FLOAT64 = UserWorkload(
+    name="float64", data=lambda seed: _features(seed, np.float64), torch=_Mlp(), batch_size=8
+)

@@ -468,7 +468,7 @@ def load_dataset(spec: CellSpec, workload: Any, warn: Callable[[str], None]) -> 
     from mpbench.results.schema import DataInfo
 
     if workload.kind == "user":
-        return user_dataset(workload, spec.seed)
+        return user_dataset(workload, spec.seed, spec.workload)
     loaded = datasets.load(
         workload.dataset,
         mode=spec.data,
@@ -503,41 +503,19 @@ def load_dataset(spec: CellSpec, workload: Any, warn: Callable[[str], None]) -> 
     )
 
 
-USER_TEST_FRACTION = 0.2  # of a user workload's samples, when its data gives no test set
-
-
-def user_dataset(workload: Any, seed: int) -> Dataset:
-    """A user workload's `data(seed)`: four arrays as they are; two arrays, or an iterable of
-    (x, y) batches concatenated, with the last fifth of the samples held out for the test."""
-    import numpy as np
-
+def user_dataset(workload: Any, seed: int, name: str | None = None) -> Dataset:
+    """A user workload's `data(seed)` as its cells train on it (workloads/user.py user_data:
+    the one place for the forms data() may return and the checks; preflight runs it once
+    before the first cell). `name`: the workload as the run names it, for messages."""
     from mpbench.results.schema import DataInfo
+    from mpbench.workloads.user import user_data
 
-    given = workload.data(seed)
-    if isinstance(given, tuple) and len(given) == 4:
-        arrays = [np.asarray(a) for a in given]
-        how = "the workload's train and test arrays"
-    else:
-        if isinstance(given, tuple) and len(given) == 2:
-            x, y = (np.asarray(a) for a in given)
-            how = "the workload's arrays"
-        else:
-            batches = [(np.asarray(xb), np.asarray(yb)) for xb, yb in given]
-            if not batches:
-                raise ValueError(f"workload {workload.name}: data() gave no batches")
-            x = np.concatenate([b[0] for b in batches])
-            y = np.concatenate([b[1] for b in batches])
-            how = f"the workload's {len(batches)} batches, concatenated"
-        held = max(1, int(len(x) * USER_TEST_FRACTION))
-        if len(x) != len(y) or len(x) <= held:
-            raise ValueError(f"workload {workload.name}: data() gave {len(x)} x and {len(y)} y")
-        arrays = [x[:-held], y[:-held], x[-held:], y[-held:]]
-        how += f", the last {held} samples held out as the test set"
+    data = user_data(workload, seed, name)
     info = DataInfo(
         name=workload.name,
         source="user",
-        train_size=len(arrays[0]),
-        test_size=len(arrays[2]),
-        origin=how,
+        train_size=data.train_size,
+        test_size=data.test_size,
+        origin=data.how,
     )
-    return Dataset(*arrays, info)
+    return Dataset(*data.arrays, info)

@@ -14,6 +14,7 @@ are built from it, so the same check applies whichever way a value came: a TOML
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 from pathlib import Path, PurePath
 from typing import Any
@@ -33,7 +34,9 @@ from mpbench.settings import (
     kind_name,
 )
 from mpbench.workloads import WORKLOADS, describe_workload
-from mpbench.workloads.spec import SELECTORS
+from mpbench.workloads import user as user_workloads
+from mpbench.workloads.spec import SELECTORS, workload_choices
+from mpbench.workloads.zoo import is_zoo
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -56,6 +59,20 @@ LOSS_SCALE_LIMITS = Setting("loss_scale", (int, float), low=1, high=1e38, why="(
 # Said on the command line without --repeat auto, they would change nothing.
 _ADAPTIVE_ONLY = ("precision", "max_repeats", "time_budget")
 _SOURCE = Setting("source")  # run.json's record of the config file the run read
+# The workload settings that size a built-in's model or its synthetic data. A user workload
+# builds its own model and data (a zoo model's sizes and samples are keys of its name), so
+# they change none of its cells: refused in its TOML table, never applied to it from the
+# command line, and --units where no workload of the run has a width is refused.
+BUILT_IN_ONLY = (
+    "units",
+    "heads",
+    "layers",
+    "seq_len",
+    "synthetic_train_size",
+    "synthetic_test_size",
+)
+# The built-ins whose width --units sets (cifar10_cnn has none).
+WITH_UNITS = tuple(name for name, w in WORKLOADS.items() if w.default_units("cpu") is not None)
 
 
 def _dataclass(name: str, settings: tuple[Setting, ...], first=(), last=()) -> type:
@@ -210,10 +227,30 @@ def parse_file(path: Path) -> dict[str, Any]:
         if not isinstance(workloads, dict):
             raise InvalidInput(f"config {path}: [workloads] must be a table")
         for name, settings in workloads.items():
-            if name not in WORKLOADS:
-                raise unknown_choice(f"workload in {path}:", name, WORKLOADS)
+            if name not in WORKLOADS and user_workloads.reference(name) is None:
+                raise unknown_choice(f"workload in {path}:", name, workload_choices(False))
             _check_table(path, f"workloads.{name}", settings, IN_TABLE[table])
+            if name not in WORKLOADS:
+                _check_user_table(path, name, settings)
     return parsed
+
+
+def _check_user_table(path: Path, name: str, table: dict[str, Any]) -> None:
+    """A user or zoo workload's table takes the settings of its run (batch_size, epochs,
+    max_steps, warmup_steps), not those that size a built-in (BUILT_IN_ONLY)."""
+    for key in table:
+        if key in BUILT_IN_ONLY:
+            raise InvalidInput(
+                f"config {path}: [workloads.{json.dumps(name)}] {key}: sizes a built-in "
+                f"workload only; {_own_sizes(name)}"
+            )
+
+
+def _own_sizes(name: str) -> str:
+    """Where a user or zoo workload's sizes are set instead, for a message."""
+    if is_zoo(name):
+        return f"a zoo model's sizes and samples are keys of its name: {name.split('?')[0]}?KEY=N"
+    return f"{name} builds its own model and data (its UserWorkload)"
 
 
 def axis_values(name: str, where: str, value: Any, text: bool = False) -> list[Any]:
@@ -268,9 +305,12 @@ def loss_scale_value(where: str, value: Any, text: bool = False) -> float | None
 def file_config(path: Path | None) -> RunConfig:
     """The workloads' reference values < the config file (already checked by parse_file)."""
     parsed = parse_file(path) if path else {table: {} for table in TABLES}
+    # Every built-in, and each user or zoo workload the file has a table for (its reference
+    # values from the probe, under the table's).
+    names = [*WORKLOADS, *(n for n in parsed["workloads"] if n not in WORKLOADS)]
     workloads = {
         name: WorkloadSettings(**{s.name: _file_value(s, parsed, name) for s in WORKLOAD})
-        for name in WORKLOADS
+        for name in names
     }
     return _resolved(
         {
@@ -306,7 +346,7 @@ def _file_value(setting: Setting, parsed: dict[str, Any], workload: str | None =
     if found:
         value = found[0]
     elif setting.default == REFERENCE:
-        value = getattr(WORKLOADS[workload], setting.name)
+        value = getattr(WORKLOADS.get(workload) or describe_workload(workload), setting.name)
     else:
         value = setting.initial()
     if setting.choices:
@@ -338,7 +378,9 @@ def apply_options(config: RunConfig, options: RunOptions) -> RunConfig:
             setattr(merged, setting.name, list(dict.fromkeys(values)))
         elif setting.home == "workload":
             value = typed_value(setting, given)
-            for settings in merged.workloads.values():
+            for name, settings in merged.workloads.items():
+                if setting.name in BUILT_IN_ONLY and name not in WORKLOADS:
+                    continue  # a user workload's record never claims a size it ignored
                 setattr(settings, setting.name, value)
         else:
             setattr(merged, setting.target, typed_value(setting, given))
@@ -353,8 +395,26 @@ def apply_options(config: RunConfig, options: RunOptions) -> RunConfig:
         )
     if options.data is not None:
         check_data_mode(merged)
+    if options.units is not None:
+        check_units(merged, options.units)
     check_combination(merged)
     return merged
+
+
+def check_units(config: RunConfig, units: int) -> None:
+    """--units sets the width of the built-ins that have one (WITH_UNITS). Given where no
+    workload of the run has one (a zoo model, a user workload, cifar10_cnn), it would change
+    nothing and still be recorded as the cells' units: refused rather than ignored."""
+    names = config.workload_names
+    keys = [name.strip().lower() for name in names]
+    if not names or any(key in (*WITH_UNITS, *SELECTORS) for key in keys):
+        return
+    listed = ", ".join(names)
+    hint = "; ".join(dict.fromkeys(_own_sizes(n) for n in names if n not in WORKLOADS))
+    raise InvalidInput(
+        f"--units {units}: {listed} {'has' if len(names) == 1 else 'have'} no width for it to "
+        f"set{f' ({hint})' if hint else ''}; --units sets {', '.join(WITH_UNITS)} only"
+    )
 
 
 def check_data_mode(config: RunConfig) -> None:
@@ -526,7 +586,11 @@ def contradictions(stored: RunConfig, options: RunOptions) -> list[str]:
     found = []
     for setting in (s for s in COMMAND_LINE if s.home == "workload"):
         value = getattr(options, setting.name)
-        before = {getattr(w, setting.name) for w in stored.workloads.values()}
+        before = {
+            getattr(w, setting.name)
+            for name, w in stored.workloads.items()
+            if setting.name not in BUILT_IN_ONLY or name in WORKLOADS
+        }
         if value is not None and before != {value}:
             shown = ", ".join(str(v) for v in sorted(before, key=str))
             found.append(f"{setting.option} {value} (the run has {shown})")

@@ -241,7 +241,7 @@ def _plan(config: RunConfig, run_id: str, warn: Callable[[str], None]) -> Plan:
 
     report = collect(probe=False)
     device, traits, cells = expand(config, report, run_id, measured_steps_for(config, report))
-    preflight(config, cells, warn)
+    preflight(config, cells, warn, report)
     kind, _, index = device.partition(":")
     fingerprint = report.hardware_fingerprint(kind, int(index) if index else None)
     fingerprint = named_fingerprint(fingerprint, machine_name())  # MPBENCH_MACHINE

@@ -569,11 +569,10 @@ def cell_data(config: RunConfig, workload) -> str:
 
 
 def _unsupported_by(workload, framework: str) -> str | None:
-    """A user workload may define one framework's builder only: the other's cells say so."""
-    if workload.kind != "user" or framework in workload.frameworks:
-        return None
-    builder = {"torch": "torch", "tensorflow": "keras"}[framework]
-    return f"workload {workload.name} has no {framework} version (its `{builder}` builder is None)"
+    """A user workload may define one framework's builder only (a zoo model is one
+    framework's): the other's cells say so, in the user's words ("hf:gpt2 has no TensorFlow
+    version: it trains in torch only"). Where no cell can train, preflight refuses the run."""
+    return workload.no_version(framework) if workload.kind == "user" else None
 
 
 def available_cores() -> int:

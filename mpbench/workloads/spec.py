@@ -441,19 +441,25 @@ def _builtin_or(name: str, user_side):
     if builtin is not None:
         return builtin
     if user.reference(name) is None:
-        # An entry point named like a built-in or a selector is shadowed: listed once.
-        choices = [
-            *WORKLOADS,
-            *SELECTORS,
-            *user.entry_point_names(),
-            "package.module:name",
-            "hf:MODEL_TYPE",
-            "keras:APPLICATION",
-            "torchvision:MODEL",
-            "timm:MODEL",
-        ]
-        raise unknown_choice("workload", name, dict.fromkeys(choices))
+        raise unknown_choice("workload", name, workload_choices())
     return user_side(name)
+
+
+def workload_choices(selectors: bool = True) -> list[str]:
+    """What a workload may be named, for a message about one that is none of them: the
+    built-ins (and, with `selectors`, auto and all), the installed entry points, a module's
+    and the zoos'. An entry point named like a built-in or a selector is shadowed: listed once."""
+    choices = [
+        *WORKLOADS,
+        *(SELECTORS if selectors else ()),
+        *user.entry_point_names(),
+        "package.module:name",
+        "hf:MODEL_TYPE",
+        "keras:APPLICATION",
+        "torchvision:MODEL",
+        "timm:MODEL",
+    ]
+    return list(dict.fromkeys(choices))
 
 
 def shadowed_entry_point(name: str) -> str | None:

@@ -28,7 +28,9 @@ from mpbench.workloads import zoo
 
 ENTRY_POINT_GROUP = "mpbench.workloads"
 FRAMEWORK_FIELDS = {"torch": "torch", "tensorflow": "keras"}  # framework -> builder field
+FRAMEWORK_NAMES = {"torch": "torch", "tensorflow": "TensorFlow"}  # as messages name them
 PROBE_TIMEOUT_S = 120.0
+BYTES_PER_FLOAT32 = 4
 # The image layouts a user workload's data may declare (UserWorkload.layout); None: as given.
 LAYOUTS = (None, "NHWC", "NCHW")
 
@@ -49,7 +51,8 @@ class UserWorkload:
       version.
     - `flops_per_step(batch_size)`: the training FLOPs of one step of `batch_size` samples,
       or a number (for the reference batch size only). None: measured with torch's
-      FlopCounterMode in torch cells, unknown in Keras cells.
+      FlopCounterMode in torch cells, and from the TensorFlow graph of one step in Keras
+      cells (backends/tensorflow/flops.py; unknown, with the reason, where it cannot).
     - `output`: which tensor of the torch model's output mpbench trains, counts and evaluates
       on, where the forward returns more than a tensor: a key of a `ModelOutput` or dict
       (None: "logits"), or an index of a tuple (None: 0). Models as their libraries return
@@ -95,6 +98,10 @@ class UserWorkloadInfo:
     epochs: int
     description: str = ""
     source: dict[str, Any] = field(default_factory=dict)
+    # A zoo model's, counted by the probe's one build: what training it holds at least.
+    params: int | None = None
+    optimizer: str | None = None
+    optimizer_states: int | None = None  # float32 tensors the optimizer keeps per parameter
     kind = "user"
     convolutional = False  # unknown: a rule for convolutions never guesses them
 
@@ -103,6 +110,32 @@ class UserWorkloadInfo:
 
     def default_sizes(self, device_kind: str) -> dict[str, int]:
         return {}
+
+    def no_version(self, framework: str) -> str | None:
+        """Why `framework` cannot train this workload, in its user's words (the skipped
+        cell's reason, and the refusal where no cell can train); None where it can."""
+        if framework in self.frameworks:
+            return None
+        trains_in = " and ".join(FRAMEWORK_NAMES[f] for f in self.frameworks)
+        if self.source.get("zoo"):  # named without its query: the cell's id has it whole
+            model = self.name.partition("?")[0]
+            said = f"{model} has no {FRAMEWORK_NAMES[framework]} version"
+            return f"{said}: it trains in {trains_in} only"
+        said = f"{self.name} has no {FRAMEWORK_NAMES[framework]} version"
+        return (
+            f"{said}: its UserWorkload has no {FRAMEWORK_FIELDS[framework]} builder, so it "
+            f"trains in {trains_in} only"
+        )
+
+    def training_bytes(self) -> int | None:
+        """The least memory training this model holds: its float32 weights and gradients
+        and the optimizer's float32 states, 4 bytes each per parameter. Activations,
+        workspace, autocast's 16-bit weight copies and the data come on top, so what this
+        says cannot fit cannot. None where the parameters are unknown (a module's workload:
+        its model is built in the cells only)."""
+        if self.params is None or self.optimizer_states is None:
+            return None
+        return self.params * BYTES_PER_FLOAT32 * (2 + self.optimizer_states)
 
 
 def is_reference(name: str) -> bool:
@@ -207,6 +240,195 @@ def _checked(name: str, workload: UserWorkload) -> UserWorkload:
     return workload
 
 
+# --- the data ---------------------------------------------------------------------------
+
+TEST_FRACTION = 0.2  # of a workload's samples, when its data gives no test set
+ROLES = ("x_train", "y_train", "x_test", "y_test")
+FORMS = (
+    "return (x_train, y_train, x_test, y_test) or (x, y) as a tuple of numpy arrays, or an "
+    "iterable of (x, y) batches"
+)
+_PAIRS = "each sample needs its target: x and y must have the same length"
+
+
+@dataclass
+class UserData:
+    """A user workload's data as every cell trains on it: the four arrays; how they came from
+    what `data(seed)` returned (the record's data.origin); and the arrays mpbench cast to
+    float32, said once before the run."""
+
+    arrays: tuple[Any, Any, Any, Any]  # x_train, y_train, x_test, y_test
+    how: str
+    cast: list[str] = field(default_factory=list)  # "x_train (float64)", ...
+
+    @property
+    def train_size(self) -> int:
+        return len(self.arrays[0])
+
+    @property
+    def test_size(self) -> int:
+        return len(self.arrays[2])
+
+
+def user_data(workload: UserWorkload, seed: int, name: str | None = None) -> UserData:
+    """`workload.data(seed)`, checked and made what a cell trains on: four arrays as they
+    are; two arrays, or an iterable of (x, y) batches concatenated, with the last fifth of
+    the samples held out as the test set. InvalidInput, one line in the user's terms (the
+    form, a role's dtype, mismatched lengths), where it is not data a cell can train on.
+
+    Floating-point arrays reach the model as float32, as the built-ins' data does: numpy makes
+    float64 by default, and a float64 batch meets a float32 model in every torch cell ("mat1
+    and mat2 must have the same dtype"); the precision policy, not the data, sets the compute
+    dtype. The cast is said once before the run and kept in the record's data.origin.
+    `name`: the workload as the user named it (`--workload`), for the messages."""
+    said = f"--workload {name or workload.name!r}: data({seed})"
+    arrays, how = _four_arrays(workload.data(seed), said)
+    for role, array in zip(ROLES, arrays, strict=True):
+        _check_values(role, array, said)
+    _check_samples(arrays, said)
+    arrays, cast = _as_float32(arrays)
+    if cast:
+        how += f"; {', '.join(cast)} cast to float32"
+    return UserData(tuple(arrays), how, cast)
+
+
+def _four_arrays(given: Any, said: str) -> tuple[list[Any], str]:
+    """(x_train, y_train, x_test, y_test) from any of the forms data() may return, and how."""
+    if isinstance(given, tuple) and len(given) == 4:
+        return [_array(a, role, said) for a, role in zip(given, ROLES, strict=True)], (
+            "the workload's train and test arrays"
+        )
+    if isinstance(given, tuple) and len(given) == 2:
+        x, y = (_array(a, role, said) for a, role in zip(given, ("x", "y"), strict=True))
+        how = "the workload's arrays"
+    else:
+        batches = _batches(given, said)
+        x, y = (
+            _concatenated([_array(b[i], role, said) for b in batches], role, said)
+            for i, role in enumerate(("x", "y"))
+        )
+        how = f"the workload's {len(batches)} batches, concatenated"
+    if x.ndim == 0 or y.ndim == 0 or len(x) != len(y):
+        raise InvalidInput(f"{said} returned x and y of {_samples(x)} and {_samples(y)}; " + _PAIRS)
+    held = max(1, int(len(x) * TEST_FRACTION))
+    if len(x) <= held:
+        raise InvalidInput(
+            f"{said} returned {_samples(x)}: too few to hold out a fifth as the test set and "
+            "train on the rest"
+        )
+    how += f", the last {held} samples held out as the test set"
+    return [x[:-held], y[:-held], x[-held:], y[-held:]], how
+
+
+def _batches(given: Any, said: str) -> list[tuple[Any, Any]]:
+    """An iterable of (x, y) pairs as a list; InvalidInput naming what came instead."""
+    # An array is iterable too, row by row: never a list of batches.
+    array = hasattr(given, "shape") and hasattr(given, "dtype")
+    if array or isinstance(given, str | bytes | dict) or not hasattr(given, "__iter__"):
+        raise InvalidInput(f"{said} returned {_what(given)}; {FORMS}")
+    batches = list(given)
+    if not batches:
+        raise InvalidInput(f"{said} returned {_what(given)}: no batches; {FORMS}")
+    for batch in batches:
+        if not (isinstance(batch, tuple | list) and len(batch) == 2):
+            raise InvalidInput(f"{said} returned {_what(given, batches)}; {FORMS}")
+    return batches
+
+
+def _what(given: Any, items: list[Any] | None = None) -> str:
+    """What data() returned, in a few words: 'a list of 4 ints', 'a numpy array of shape (8,)'."""
+    if given is None:
+        return "None"
+    if hasattr(given, "shape") and hasattr(given, "dtype"):
+        return f"a numpy array of shape {tuple(given.shape)}"
+    kind = type(given).__name__
+    if items is None and isinstance(given, tuple | list):
+        items = list(given)
+    if items is None:
+        return f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind}"
+    if not items:
+        return f"an empty {kind}"
+    kinds = sorted({"array" if hasattr(i, "dtype") else type(i).__name__ for i in items})
+    return f"a {kind} of {len(items)} {' and '.join(k + 's' for k in kinds)}"
+
+
+def _array(value: Any, role: str, said: str) -> Any:
+    """`value` as a numpy array; InvalidInput where it is not one of numbers."""
+    import numpy as np
+
+    try:
+        array = np.asarray(value)
+    except (ValueError, TypeError) as exc:  # ragged nested lists
+        raise InvalidInput(f"{said}: {role} is not an array ({zoo.one_line(exc)})") from None
+    if array.dtype.kind not in "biuf":
+        what = {"O": "Python objects", "U": "text", "S": "bytes"}.get(array.dtype.kind)
+        what = f"{what or 'values'} ({array.dtype})"
+        raise InvalidInput(f"{said}: {role} holds {what}, not numbers")
+    return array
+
+
+def _concatenated(parts: list[Any], role: str, said: str) -> Any:
+    import numpy as np
+
+    shapes = sorted({part.shape[1:] for part in parts if part.ndim})
+    if any(part.ndim == 0 for part in parts) or len(shapes) > 1:
+        shown = ", ".join(str(s) for s in shapes) or "single numbers"
+        raise InvalidInput(
+            f"{said}: its batches' {role} samples differ in shape ({shown}); each batch's "
+            f"{role} must have the samples as its first axis and the same shape after it"
+        )
+    return np.concatenate(parts)
+
+
+def _check_values(role: str, array: Any, said: str) -> None:
+    import numpy as np
+
+    if array.ndim == 0:
+        raise InvalidInput(f"{said}: {role} is a single number, not one per sample")
+    if array.dtype.kind == "f":
+        bad = array.size - np.count_nonzero(np.isfinite(array))
+        if bad:
+            raise InvalidInput(f"{said}: {role} holds {bad:,} NaN or infinite values")
+
+
+def _check_samples(arrays: list[Any], said: str) -> None:
+    """Each x with as many samples as its y, a sample of the test set shaped as one of the
+    training set's, and neither set empty."""
+    x_train, y_train, x_test, y_test = arrays
+    for split, x, y in (("train", x_train, y_train), ("test", x_test, y_test)):
+        if len(x) != len(y):
+            raise InvalidInput(
+                f"{said}: x_{split} has {len(x):,} samples and y_{split} {len(y):,}; {_PAIRS}"
+            )
+        if not len(x):
+            raise InvalidInput(f"{said}: x_{split} has no samples")
+    for role, train, test in (("x", x_train, x_test), ("y", y_train, y_test)):
+        if train.shape[1:] != test.shape[1:]:
+            raise InvalidInput(
+                f"{said}: a sample of {role}_train has shape {train.shape[1:]} and one of "
+                f"{role}_test {test.shape[1:]}; the model sees both"
+            )
+
+
+def _samples(array: Any) -> str:
+    if array.ndim == 0:
+        return "a single number"
+    return f"{len(array):,} sample{'' if len(array) == 1 else 's'}"
+
+
+def _as_float32(arrays: list[Any]) -> tuple[list[Any], list[str]]:
+    """The arrays, each floating-point one other than float32 cast to float32; and which."""
+    import numpy as np
+
+    out, cast = [], []
+    for role, array in zip(ROLES, arrays, strict=True):
+        if array.dtype.kind == "f" and array.dtype != np.float32:
+            cast.append(f"{role} ({array.dtype})")
+            array = array.astype(np.float32)
+        out.append(array)
+    return out, cast
+
+
 def source(name: str) -> dict[str, Any]:
     """Where the workload came from: module, attribute, file and its sha256, and the
     installed distribution and version that holds the module, where one does. A zoo name's:
@@ -229,17 +451,24 @@ def source(name: str) -> dict[str, Any]:
 
 def describe(name: str) -> dict[str, Any]:
     workload = load(name)
-    # A zoo model is built once here (the probe), so a configuration the library refuses is
-    # one line before anything runs, not an error in every cell.
-    description = zoo.describe(name) if zoo.is_zoo(name) else workload.description
-    return {
+    found = {
         "name": name,
         "frameworks": workload.frameworks,
         "batch_size": workload.batch_size,
         "epochs": workload.epochs,
-        "description": description or workload.name,
+        "description": workload.description or workload.name,
         "source": source(name),
     }
+    if zoo.is_zoo(name):
+        # A zoo model is built once here (the probe), so a configuration the library refuses
+        # is one line before anything runs, not an error in every cell; and its parameters
+        # are counted, so a model that cannot fit is refused before a cell allocates it.
+        built = zoo.describe(name)
+        found["description"] = built.description
+        found["params"] = built.params
+        found["optimizer"] = built.optimizer
+        found["optimizer_states"] = built.optimizer_states
+    return found
 
 
 _PROBED: dict[str, UserWorkloadInfo] = {}

@@ -108,3 +108,67 @@ def test_a_sequences_class_is_a_function_of_its_tokens_and_about_balanced() -> N
     assert np.bincount(labels, minlength=3).min() > 600 * 0.25
     assert (score_labels(tokens[::-1], ids, thresholds) == labels[::-1]).all()
     assert (score_thresholds(32, ids, 3) == thresholds).all()  # the same for every seed
+
+
+# --- installing torchvision and timm -------------------------------------------------------
+
+CPU_INDEX = "--index-url https://download.pytorch.org/whl/cpu"
+
+
+def test_a_missing_torchvision_leads_with_the_cpu_index_beside_a_cpu_torch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`pip install 'mpbench[vision]'` brings the default index's torchvision, which links
+    CUDA and dies on import beside a CPU torch: the command that works comes first."""
+    monkeypatch.setattr(zoo, "_torch_version", lambda: "2.13.0+cpu")
+    said = zoo.torchvision_missing()
+    assert said.startswith(f"pip install 'torchvision==0.28.*' {CPU_INDEX} (the build for torch")
+    assert said.index(CPU_INDEX) < said.index("mpbench[vision]")
+    monkeypatch.setattr(zoo, "_torch_version", lambda: None)
+    assert zoo.torchvision_missing().startswith(f"pip install torch torchvision {CPU_INDEX}")
+    monkeypatch.setattr(zoo, "_torch_version", lambda: "2.13.0+cu128")
+    assert zoo.torchvision_missing().startswith(
+        "pip install 'torchvision==0.28.*' --index-url https://download.pytorch.org/whl/cu128"
+    )
+
+
+def test_a_missing_timm_says_it_needs_the_cpu_index_torchvision_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(zoo, "_torch_version", lambda: "2.13.0+cpu")
+    found = {"torchvision": None}
+    monkeypatch.setattr(zoo.importlib.util, "find_spec", lambda name: found.get(name))
+    said = zoo.timm_missing()
+    assert said.startswith(f"pip install 'torchvision==0.28.*' {CPU_INDEX}")
+    assert said.endswith(", then pip install timm (timm imports torchvision)")
+    found["torchvision"] = object()  # installed already: timm alone
+    assert zoo.timm_missing() == "pip install timm"
+
+
+# --- what the probe says of a zoo model ----------------------------------------------------
+
+
+def _info(name: str, frameworks: list[str], zoo_name: bool, **kwargs) -> user.UserWorkloadInfo:
+    source = {"zoo": name.split(":")[0]} if zoo_name else {"module": name}
+    return user.UserWorkloadInfo(name, frameworks, 8, 1, source=source, **kwargs)
+
+
+def test_a_framework_a_workload_has_no_version_in_is_said_in_its_users_words() -> None:
+    gpt2 = _info("hf:gpt2?n_layer=1", ["torch"], zoo_name=True)
+    assert (
+        gpt2.no_version("tensorflow")
+        == "hf:gpt2 has no TensorFlow version: it trains in torch only"
+    )
+    assert gpt2.no_version("torch") is None
+    mine = _info("m:W", ["tensorflow"], zoo_name=False)
+    assert mine.no_version("torch") == (
+        "m:W has no torch version: its UserWorkload has no torch builder, so it trains in "
+        "TensorFlow only"
+    )
+
+
+def test_training_holds_the_weights_gradients_and_optimizer_states_at_least() -> None:
+    adam = _info("hf:gpt2", ["torch"], zoo_name=True, params=1000, optimizer="AdamW",
+                 optimizer_states=2)  # fmt: skip
+    assert adam.training_bytes() == 1000 * 4 * 4
+    assert _info("m:W", ["torch"], zoo_name=False).training_bytes() is None

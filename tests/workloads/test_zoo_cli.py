@@ -8,6 +8,7 @@ and the import failure with a stand-in that raises as the real one does."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 from cli import run_mpbench
 from frameworks import installed, needs_tensorflow, needs_torch
+from refusals import refusal_line
 
 needs_transformers = pytest.mark.skipif(
     not (installed("transformers") and installed("torch")), reason="needs transformers and torch"
@@ -39,22 +41,20 @@ def refused(tmp_path: Path, name: str, env: dict[str, str] | None = None) -> str
     return refusal_line(result, tmp_path / "o")
 
 
-def refusal_line(result: subprocess.CompletedProcess[str], out: Path) -> str:
-    assert result.returncode == 2, result.stdout + result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
-    assert not out.exists()
-    return lines[0]
-
-
 # --- end to end ----------------------------------------------------------------------------
 
 
 @needs_transformers
 def test_a_tiny_gpt2_by_name_trains_and_its_record_keeps_the_config(tmp_path: Path) -> None:
-    (record,) = run_records(tmp_path / "run", "-w", GPT2, "-f", "torch", "-p", "fp32")
+    # Its settings from its own TOML table, `[workloads."hf:..."]`: that was refused
+    # (`unknown workload`) although the same name ran from `workloads = [...]`.
+    config = tmp_path / "zoo.toml"
+    config.write_text(f'[workloads."{GPT2}"]\nbatch_size = 4\n')
+    (record,) = run_records(tmp_path / "run", "--config", config, "-w", GPT2, "-f", "torch",
+                            "-p", "fp32")  # fmt: skip
     assert record["status"] == "ok", record
     assert record["workload"] == GPT2
+    assert (record["config"]["batch_size"], record["config"]["units"]) == (4, None)
     assert record["params"] == 18_912
     assert record["flops_per_step"] > 0
     assert record["accuracy"]["test_accuracy"] is not None  # per token: targets are class ids
@@ -110,17 +110,33 @@ def test_an_unknown_keras_application_lists_the_valid_ones(tmp_path: Path) -> No
     assert "valid choices: ConvNeXtBase" in line and "Xception" in line
 
 
+CPU_INDEX = "--index-url https://download.pytorch.org/whl/cpu"
+TORCH = importlib.metadata.version("torch") if installed("torch") else ""
+CPU_TORCH = TORCH.endswith("+cpu")
+
+
 @pytest.mark.skipif(installed("torchvision"), reason="about a machine without torchvision")
-def test_a_missing_torchvision_names_the_extra_and_the_matching_build(tmp_path: Path) -> None:
+def test_a_missing_torchvision_names_the_matching_build_first(tmp_path: Path) -> None:
     line = refused(tmp_path, "torchvision:resnet50")
-    assert "torchvision is not installed: pip install 'mpbench[vision]'" in line
+    assert "torchvision is not installed: pip install " in line
     if installed("torch"):
         assert "'torchvision==0." in line
+    if CPU_TORCH:  # the extra's default-index wheel links CUDA: the CPU index comes first
+        wanted = f"'torchvision==0.{int(TORCH.split('.')[1]) + 15}.*'"
+        assert f"torchvision is not installed: pip install {wanted} {CPU_INDEX}" in line
+        assert line.index(CPU_INDEX) < line.index("mpbench[vision]")
 
 
 @pytest.mark.skipif(installed("timm"), reason="about a machine without timm")
-def test_a_missing_timm_names_the_extra(tmp_path: Path) -> None:
-    assert "timm is not installed: pip install 'mpbench[vision]'" in refused(tmp_path, "timm:x")
+def test_a_missing_timm_names_the_torchvision_it_needs_first(tmp_path: Path) -> None:
+    line = refused(tmp_path, "timm:x")
+    if installed("torchvision"):
+        assert line.endswith("timm is not installed: pip install timm")
+        return
+    assert "timm is not installed: pip install " in line
+    assert line.endswith(", then pip install timm (timm imports torchvision)")
+    if CPU_TORCH:
+        assert CPU_INDEX in line
 
 
 def test_a_torchvision_that_cannot_import_is_one_line_with_the_fix(tmp_path: Path) -> None:
@@ -135,6 +151,47 @@ def test_a_torchvision_that_cannot_import_is_one_line_with_the_fix(tmp_path: Pat
         "importing torchvision failed (RuntimeError: operator torchvision::nms does not exist); "
         "install the torchvision built for torch"
     ) in line
+
+
+@needs_transformers
+def test_a_zoo_model_too_big_for_the_memory_is_refused_with_the_estimate(tmp_path: Path) -> None:
+    """55 billion parameters: the probe counts them on the meta device (no memory), and the
+    run stops there instead of a cell allocating until the machine runs out."""
+    out = tmp_path / "o"
+    # One short cell at most, should the refusal ever go: not a matrix allocating 818 GiB.
+    name = "hf:gpt2?n_layer=1&n_embd=65536&n_head=64"
+    done = run_mpbench("run", "-w", name, *TINY, "-f", "torch", "-p", "fp32", "--timeout", "60",
+                       "--out", out, timeout=180)  # fmt: skip
+    line = refusal_line(done, out)
+    assert (
+        "training it holds at least 818.1 GiB (54,901,342,208 parameters × 16 bytes: each "
+        "float32 weight, its gradient and AdamW's 2 states; activations come on top), more "
+        "than the "
+    ) in line
+    assert line.endswith("has available; make the model smaller")
+
+
+@needs_transformers
+def test_frameworks_no_workload_has_a_version_in_are_refused_before_anything_runs(
+    tmp_path: Path,
+) -> None:
+    """It used to exit 0 with one skipped record, `its keras builder is None`."""
+    out = tmp_path / "o"
+    done = run_mpbench("run", "-w", GPT2, "-f", "tensorflow", "--out", out)
+    assert refusal_line(done, out) == (
+        "mpbench: error: -f tensorflow: hf:gpt2 has no TensorFlow version: it trains in torch "
+        "only, so no cell of this run can train; use -f torch"
+    )
+
+
+@needs_transformers
+def test_units_a_zoo_model_ignores_are_refused(tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    done = run_mpbench("run", "-w", GPT2, "-f", "torch", "--units", "999", "--out", out)
+    assert refusal_line(done, out).endswith(
+        "has no width for it to set (a zoo model's sizes and samples are keys of its name: "
+        "hf:gpt2?KEY=N); --units sets mnist_dense, transformer_lm, transformer_lm_large only"
+    )
 
 
 # --- torchvision and timm, with stand-ins --------------------------------------------------

@@ -50,8 +50,14 @@ def test_a_gpt2_by_name_is_the_model_its_config_says() -> None:
     params = (128 + 64) * d + block + 2 * d
     assert params == 18_912
     assert sum(p.numel() for p in model.parameters()) == params
-    # The probe builds it on the meta device and counts the same.
-    assert user.describe(GPT2)["description"].startswith("GPT2LMHeadModel, 18,912 parameters")
+    # The probe builds it on the meta device and counts the same, for the memory check.
+    described = user.describe(GPT2)
+    assert described["description"].startswith("GPT2LMHeadModel, 18,912 parameters")
+    assert (described["params"], described["optimizer"], described["optimizer_states"]) == (
+        18_912,
+        "AdamW",
+        2,
+    )
 
     x, y, _, _ = workload.data(0)
     out = model(torch.from_numpy(x[:4]))
@@ -195,12 +201,51 @@ def test_a_llama_takes_a_key_its_config_consumes_under_another_name() -> None:
         ("hf:gpt2?task=mt", "task 'mt' is not one of causal-lm, sequence-classification"),
         ("hf:gpt2?seq_len=0", "seq_len must be an integer >= 1, not 0"),
         ("hf:vit", "vit has neither a causal-LM nor a sequence-classification model"),
-        ("hf:t5", "t5 is an encoder-decoder, whose classifier needs decoder inputs"),
         ("hf:gpt2?n_embd=30&n_head=4", "transformers cannot build GPT2LMHeadModel from it"),
+        # A size of 0 or less: built, it failed in every cell (`__len__() should return >= 0`).
+        ("hf:gpt2?n_layer=-1", "n_layer must be a positive integer, not -1 (the gpt2 config's "
+         "default is 12)"),
+        ("hf:llama?hidden_size=0", "hidden_size must be a positive integer, not 0"),
+        ("hf:bert?vocab_size=-5", "vocab_size must be a positive integer, not -5"),
+        # transformers' second line says what is wrong; the first only names the field.
+        ("hf:gpt2?n_layer=two", "Validation error for field 'n_layer': TypeError: Field "
+         "'n_layer' expected int, got str (value: 'two')"),
+        # phi3's pad id is 32000: a smaller vocabulary has no row for it.
+        ("hf:phi3?vocab_size=1000&hidden_size=32&num_attention_heads=2&num_key_value_heads=2"
+         "&num_hidden_layers=1&intermediate_size=64",
+         "vocab_size 1000 is not above the phi3 config's pad_token_id 32000 (the embedding's "
+         "padding row); give a pad_token_id below 1000 too"),
+        ("hf:bart?task=sequence-classification", "bart is an encoder-decoder, and its sequence "
+         "classifier needs decoder inputs and <eos> tokens, which a batch of token ids does not "
+         "give: hf: trains it as task=causal-lm (its decoder), the default"),
+        ("hf:distilbert?task=causal-lm", "distilbert has no causal-lm model in transformers: "
+         "hf: trains it as task=sequence-classification"),
     ],
 )  # fmt: skip
 def test_a_bad_hugging_face_name_is_one_line(name: str, said: str) -> None:
     assert said in one_line(name, user.describe)
+
+
+@pytest.mark.parametrize("query", ["", "?task=causal-lm", "?task=sequence-classification"])
+def test_t5_is_refused_in_one_true_sentence_whichever_task_is_asked(query: str) -> None:
+    """t5 once said "use task=causal-lm" and, asked so, "it has sequence-classification":
+    each refusal pointed at the other."""
+    said = one_line(f"hf:t5{query}", user.describe)
+    assert said.endswith(
+        "t5 is an encoder-decoder with no causal-LM model in transformers, and its sequence "
+        "classifier needs decoder inputs and <eos> tokens, which a batch of token ids does not "
+        "give: hf: cannot train it; use a decoder (gpt2, llama, mistral, qwen2) or an encoder "
+        "(bert, roberta, distilbert)"
+    )
+
+
+def test_a_size_whose_default_is_0_may_be_0() -> None:
+    """deberta's type_vocab_size is 0 by default (no token types): 0 is no size refused."""
+    name = (
+        "hf:deberta?num_hidden_layers=1&hidden_size=32&num_attention_heads=2"
+        "&intermediate_size=64&vocab_size=300&type_vocab_size=0&seq_len=16&samples=20"
+    )
+    assert user.describe(name)["params"] > 0
 
 
 def test_an_unknown_model_type_names_valid_ones() -> None:

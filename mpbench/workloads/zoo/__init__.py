@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.metadata
+import importlib.util
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,6 +44,18 @@ class ZooName:
 
 
 @dataclass(frozen=True)
+class Built:
+    """What the probe's one build of a zoo model found: its description, and what training it
+    holds at least (user.training_bytes): its parameters (None where it was not built, its
+    framework missing) and its optimizer's float32 states per parameter."""
+
+    description: str
+    params: int | None = None
+    optimizer: str = "Adam"
+    optimizer_states: int = 2  # Adam's and AdamW's two moments
+
+
+@dataclass(frozen=True)
 class Resolved:
     """A zoo name, resolved: the workload, its record (`source`), and `check`, which builds
     the model once (on torch's meta device where it can) to refuse what the library refuses
@@ -50,7 +63,7 @@ class Resolved:
 
     workload: Any  # a UserWorkload (user.py imports this package, not the other way)
     source: dict[str, Any]
-    check: Callable[[], str]
+    check: Callable[[], Built]
 
 
 def is_zoo(name: str) -> bool:
@@ -109,7 +122,7 @@ def source(name: str) -> dict[str, Any]:
     return resolve(name).source
 
 
-def describe(name: str) -> str:
+def describe(name: str) -> Built:
     """The model built once and described (its class and parameter count); InvalidInput
     where the library refuses the configuration. For the probe: a cell never pays for it."""
     return resolve(name).check()
@@ -163,24 +176,37 @@ CLI_KEYS = {
 }
 
 
-def import_package(name: ZooName, package: str, hint: str | None = None) -> Any:
-    """`package`, imported; else one line naming the extra that installs it. Any exception
-    counts, not only ImportError: a torchvision built for another torch raises RuntimeError
-    (`operator torchvision::nms does not exist`)."""
+def import_package(name: ZooName, package: str, install: str | None = None) -> Any:
+    """`package`, imported; else one line saying how to install it: `install` where the zoo
+    gives one (torchvision and timm: from the index the installed torch came from), else the
+    mpbench extra. Any exception counts, not only ImportError: a torchvision built for
+    another torch raises RuntimeError (`operator torchvision::nms does not exist`)."""
     try:
         return importlib.import_module(package)
     except ModuleNotFoundError as exc:
         if exc.name == package:
-            said = f"{package} is not installed: pip install 'mpbench[{EXTRAS[name.zoo]}]'"
-            raise name.invalid(said + (f" ({hint})" if hint else "")) from None
+            how = install or f"pip install 'mpbench[{EXTRAS[name.zoo]}]'"
+            raise name.invalid(f"{package} is not installed: {how}") from None
         failed = exc
     except Exception as exc:
         failed = exc
-    first = (str(failed).strip().splitlines() or [""])[0]
-    said = f"importing {package} failed ({type(failed).__name__}: {first})"
-    if hint is None and "torchvision" in f"{first} {_traceback_modules(failed)}":
-        hint = f"{package} imports torchvision: {torchvision_hint()}"
-    raise name.invalid(said + (f"; {hint}" if hint else "")) from None
+    said = f"importing {package} failed ({type(failed).__name__}: {one_line(failed)})"
+    if "torchvision" in f"{failed} {_traceback_modules(failed)}":
+        said += "; " if package == "torchvision" else f"; {package} imports torchvision: "
+        said += (
+            f"install the torchvision built for torch {_torch_version() or '(none installed)'}"
+            f", from the same index: {torchvision_install()}"
+        )
+    raise name.invalid(said) from None
+
+
+def one_line(exc: BaseException, limit: int = 400) -> str:
+    """An exception's message on one line: every line of it, joined (a library's second line
+    is often the one that says what is wrong: transformers' `Validation error for field
+    'n_layer':` is followed by `expected int, got str`), at most `limit` characters."""
+    text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    text = text or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 def _traceback_modules(exc: BaseException) -> str:
@@ -192,25 +218,59 @@ def _traceback_modules(exc: BaseException) -> str:
     return " ".join(frames)
 
 
-def torchvision_hint() -> str:
-    """How to install the torchvision made for the installed torch: the registry's newest
-    torchvision wants another torch, and the default index's wheel beside a CPU-only torch
-    dies on import. torch 2.N pairs with torchvision 0.(N+15), from torch's own index."""
+# Where torch publishes its builds (cpu, cu128, ...), each with the torchvision made for it.
+PYTORCH_INDEX = "https://download.pytorch.org/whl/"
+
+
+def _torch_version() -> str | None:
     try:
-        torch_version = importlib.metadata.version("torch")
+        return importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:
-        return "install torch and a torchvision built for it: pip install 'mpbench[torch,vision]'"
+        return None
+
+
+def torchvision_install() -> str:
+    """The pip command that installs the torchvision made for the installed torch: the
+    registry's newest torchvision wants another torch, and the default index's wheel (CUDA)
+    beside a CPU-only torch dies on import. torch 2.N pairs with torchvision 0.(N+15), from
+    the index the torch build came from (its local version: `+cpu` is .../whl/cpu)."""
+    torch_version = _torch_version()
+    if torch_version is None:
+        return (
+            f"pip install torch torchvision --index-url {PYTORCH_INDEX}cpu (with an NVIDIA "
+            "GPU: pip install 'mpbench[torch,vision]')"
+        )
     release, _, local = torch_version.partition("+")
     parts = release.split(".")
     if len(parts) >= 2 and parts[0] == "2" and parts[1].isdigit():
         wanted = f"'torchvision==0.{int(parts[1]) + 15}.*'"
     else:
-        wanted = "the torchvision of the same release"
-    index = f" --index-url https://download.pytorch.org/whl/{local}" if local else ""
-    return (
-        f"install the torchvision built for torch {torch_version}, from the same index: "
-        f"pip install 'torch=={release}' {wanted}{index}"
-    )
+        wanted = "torchvision"
+    index = f" --index-url {PYTORCH_INDEX}{local}" if local else ""
+    return f"pip install {wanted}{index}"
+
+
+def torchvision_missing() -> str:
+    """How to install torchvision where it is not installed: the command first, then why
+    not the extra where the torch is a CPU build (the default index's wheel links CUDA)."""
+    torch_version = _torch_version()
+    if torch_version is None:
+        return torchvision_install()
+    if torch_version.endswith("+cpu"):
+        return (
+            f"{torchvision_install()} (the build for torch {torch_version}: the default "
+            "index's torchvision, which pip install 'mpbench[vision]' brings, links CUDA and "
+            "fails to import beside a CPU torch)"
+        )
+    return f"{torchvision_install()} (the build for torch {torch_version})"
+
+
+def timm_missing() -> str:
+    """How to install timm: after a torchvision made for the installed torch (timm imports
+    torchvision; installed after it, pip keeps that build)."""
+    if importlib.util.find_spec("torchvision") is not None:
+        return "pip install timm"
+    return f"{torchvision_missing()}, then pip install timm (timm imports torchvision)"
 
 
 def close_matches(value: str, choices: list[str], count: int = 3) -> str:

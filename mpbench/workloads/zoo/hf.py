@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import inspect
 import json
+import re
 from typing import Any
 
 import numpy as np
@@ -19,11 +20,13 @@ import numpy as np
 from mpbench.workloads.user import UserWorkload
 from mpbench.workloads.zoo import (
     CLI_KEYS,
+    Built,
     Options,
     Resolved,
     ZooName,
     close_matches,
     import_package,
+    one_line,
     parameter_count,
     version,
 )
@@ -73,6 +76,17 @@ DECODER_FLAG = frozenset(
     }
 )  # fmt: skip
 EXAMPLES = ("gpt2", "llama", "mistral", "qwen2", "bert", "roberta", "distilbert")
+# Configuration keys that are sizes or counts of the model (layers, widths, heads, positions,
+# the vocabulary): 0 or less builds no model, or one that fails in its first step
+# (`hf:gpt2?n_layer=-1`: `__len__() should return >= 0` in every cell), so they are refused
+# up front. A key whose default is 0 or less (deberta's type_vocab_size 0) is left alone:
+# there 0 means "none", and keys such as num_nextn_predict_layers are not named here.
+SIZE_KEY = re.compile(
+    r"n_(layer|layers|embd|head|heads|inner|positions|ctx)"
+    r"|num_(hidden_layers|layers|decoder_layers|attention_heads|key_value_heads|heads)"
+    r"|(encoder|decoder)_(layers|attention_heads)"
+    r"|d_(model|ff|kv)|max_position_embeddings|.+_(size|dim)"
+)
 REFUSED = {
     **CLI_KEYS,
     "dtype": "the model is built in float32; -p sets the precision",
@@ -103,18 +117,14 @@ def resolve(name: ZooName) -> Resolved:
     model_classes = {
         task: _class_name(getattr(modeling_auto, _MAPPINGS[task]).get(model_type)) for task in TASKS
     }
-    has = [task for task in TASKS if model_classes[task]]
-    if not has:
-        raise name.invalid(
-            f"{model_type} has neither a causal-LM nor a sequence-classification model in "
-            "transformers: hf: builds text models (e.g. " + ", ".join(EXAMPLES) + ")"
-        )
+    default_config = _default_config(model_type)
+    runs = _tasks_it_runs(name, model_type, model_classes, default_config)
     options = Options(name)
     options.refuse(REFUSED)
-    default_task = CLASSIFICATION if model_type in ENCODERS or CAUSAL_LM not in has else CAUSAL_LM
+    default_task = CLASSIFICATION if model_type in ENCODERS or CAUSAL_LM not in runs else CAUSAL_LM
     task = options.choice("task", default_task, TASKS)
-    if task not in has:
-        raise name.invalid(f"{model_type} has no {task} model in transformers; it has {has[0]}")
+    if task not in runs:
+        raise name.invalid(_not_runnable(model_type, task, model_classes, runs))
     seq_len = options.integer("seq_len", SEQ_LEN)
     samples = options.integer("samples", SAMPLES, minimum=5)  # a fifth of it is the test set
     if task == CAUSAL_LM and "labels" in options.left:
@@ -132,7 +142,7 @@ def resolve(name: ZooName) -> Resolved:
     attn = options.left.pop("attn_implementation", None)
     if attn is not None and not isinstance(attn, str):
         raise name.invalid(f"attn_implementation must be a name (sdpa, eager, ...), not {attn!r}")
-    config = _config(name, model_type, options.left)
+    config = _config(name, model_type, options.left, default_config)
     if causal_flag:
         config.is_decoder = True  # causal attention; the record's config says so
 
@@ -146,13 +156,9 @@ def resolve(name: ZooName) -> Resolved:
             f"seq_len {seq_len} is more than the config's max_position_embeddings {positions}"
         )
     if task == CLASSIFICATION and getattr(config, "is_encoder_decoder", False):
-        # Their classifiers read the encoder-decoder's <eos> token and need decoder inputs.
-        instead = f"; {model_type} runs as task=causal-lm (its decoder)" if CAUSAL_LM in has else ""
-        raise name.invalid(
-            f"{model_type} is an encoder-decoder, whose classifier needs decoder inputs and "
-            f"<eos> tokens: hf: classifies with encoder-only or decoder models (bert, gpt2, "
-            f"...){instead}"
-        )
+        # The query made it an encoder-decoder (is_encoder_decoder=true): said as for t5.
+        decoders = [t for t in runs if t != CLASSIFICATION]
+        raise name.invalid(_not_runnable(model_type, task, model_classes, decoders))
     if task == CLASSIFICATION:
         config.num_labels = labels
         if getattr(config, "pad_token_id", None) is None:
@@ -191,21 +197,24 @@ def resolve(name: ZooName) -> Resolved:
         f"synthetic tokens (an order-1 Markov chain over {len(ids)} ids), seq_len {seq_len}"
     )
 
-    def check() -> str:
+    def check() -> Built:
         try:
             import torch
         except ImportError:  # its torch cells are skipped, with the reason; nothing to build
-            return about
+            return Built(about, optimizer="AdamW")
         auto = getattr(transformers, AUTO_CLASSES[task])
         try:
             with torch.device("meta"):  # no memory, no initialisation: shapes only
                 model = auto.from_config(copy.deepcopy(config), **build_kwargs)
         except Exception as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            cause = _pad_outside(getattr(text_config, "pad_token_id", None), vocab, model_type)
             raise name.invalid(
-                f"transformers cannot build {model_class} from it: {first}"
+                f"transformers cannot build {model_class} from it: "
+                + (f"{cause} (transformers: {one_line(exc)})" if cause else one_line(exc))
             ) from None
-        return f"{model_class}, {parameter_count(model):,} parameters; " + about.split("; ", 1)[1]
+        params = parameter_count(model)
+        described = f"{model_class}, {params:,} parameters; " + about.split("; ", 1)[1]
+        return Built(described, params, "AdamW")
 
     workload = UserWorkload(
         name=f"hf:{model_type}",
@@ -254,20 +263,96 @@ def classification_loss(logits: Any, y: Any) -> Any:
 LOSSES = {CAUSAL_LM: causal_lm_loss, CLASSIFICATION: classification_loss}
 
 
-def _config(name: ZooName, model_type: str, keys: dict[str, Any]) -> Any:
+def _default_config(model_type: str) -> Any:
+    """The configuration class's defaults (None where the class cannot build them alone)."""
+    from transformers import CONFIG_MAPPING
+
+    try:
+        return CONFIG_MAPPING[model_type]()
+    except Exception:
+        return None
+
+
+def _tasks_it_runs(
+    name: ZooName, model_type: str, classes: dict[str, str | None], default: Any
+) -> list[str]:
+    """The tasks hf: can train `model_type` as: those it has a model for, less an
+    encoder-decoder's classifier (it reads the decoder's <eos> token and needs decoder
+    inputs, which a batch of token ids is not); InvalidInput saying what to use instead
+    where there is none."""
+    runs = [task for task in TASKS if classes[task]]
+    if getattr(default, "is_encoder_decoder", False):
+        runs = [task for task in runs if task != CLASSIFICATION]
+    if not runs:
+        raise name.invalid(_not_runnable(model_type, None, classes, runs))
+    return runs
+
+
+def _not_runnable(
+    model_type: str, task: str | None, classes: dict[str, str | None], runs: list[str]
+) -> str:
+    """Why hf: does not train `model_type` as `task` (None: as anything), and what to use.
+    One true sentence whichever task was asked, so that two refusals never point at each
+    other (`hf:t5` once said to use causal-lm, and `task=causal-lm` to use the classifier)."""
+    instead = f"use a decoder ({', '.join(EXAMPLES[:4])}) or an encoder ({', '.join(EXAMPLES[4:])})"
+    has = [t for t in TASKS if classes[t]]
+    if not has:
+        return (
+            f"{model_type} has neither a causal-LM nor a sequence-classification model in "
+            f"transformers, and hf: trains only those: {instead}"
+        )
+    encoder_decoder = CLASSIFICATION in has and CLASSIFICATION not in runs
+    classifier = (
+        "its sequence classifier needs decoder inputs and <eos> tokens, which a batch of token "
+        "ids does not give"
+    )
+    if not runs:
+        return (
+            f"{model_type} is an encoder-decoder with no causal-LM model in transformers, and "
+            f"{classifier}: hf: cannot train it; {instead}"
+        )
+    if task == CLASSIFICATION and encoder_decoder:
+        return (
+            f"{model_type} is an encoder-decoder, and {classifier}: hf: trains it as "
+            "task=causal-lm (its decoder), the default"
+        )
+    return f"{model_type} has no {task} model in transformers: hf: trains it as task={runs[0]}"
+
+
+def _pad_outside(pad: Any, vocab: Any, model_type: str) -> str | None:
+    """What to say when the pad id is no id of the vocabulary: the embedding's padding row
+    (`padding_idx`) must be one of its rows, and transformers says only `Padding_idx must be
+    within num_embeddings`."""
+    if not isinstance(pad, int) or isinstance(pad, bool) or not isinstance(vocab, int):
+        return None
+    if pad < vocab:
+        return None
+    return (
+        f"vocab_size {vocab} is not above the {model_type} config's pad_token_id {pad} (the "
+        f"embedding's padding row); give a pad_token_id below {vocab} too (e.g. "
+        "pad_token_id=0), or a larger vocab_size"
+    )
+
+
+def _config(name: ZooName, model_type: str, keys: dict[str, Any], default: Any) -> Any:
     """The configuration, built locally; a key the configuration class does not know is
-    refused (PretrainedConfig would keep it as a stray attribute, silently)."""
+    refused (PretrainedConfig would keep it as a stray attribute, silently), and so is a
+    size of 0 or less (SIZE_KEY)."""
     from transformers import CONFIG_MAPPING, AutoConfig
 
+    _check_sizes(name, model_type, keys, default)
     try:
         config = AutoConfig.for_model(model_type, **keys)
     except Exception as exc:
-        first = (str(exc).strip().splitlines() or [""])[0]
+        defaults = default.to_dict() if default is not None else {}
+        pad = keys.get("pad_token_id", defaults.get("pad_token_id"))
+        cause = _pad_outside(pad, keys.get("vocab_size", defaults.get("vocab_size")), model_type)
         raise name.invalid(
-            f"the {model_type} config refused it ({type(exc).__name__}: {first})"
+            f"the {model_type} config refused it ({type(exc).__name__}: {one_line(exc)})"
+            + (f": {cause}" if cause else "")
         ) from None
     config_class = CONFIG_MAPPING[model_type]
-    default = config_class()
+    default = default if default is not None else config_class()
     known = set(default.to_dict()) | set(getattr(default, "attribute_map", {}))
     known |= set(inspect.signature(config_class.__init__).parameters) - {"self", "kwargs"}
     stored = config.to_dict()
@@ -281,6 +366,24 @@ def _config(name: ZooName, model_type: str, keys: dict[str, Any]) -> Any:
             "labels, lr, attn_implementation"
         )
     return config
+
+
+def _check_sizes(name: ZooName, model_type: str, keys: dict[str, Any], default: Any) -> None:
+    """A size or count of the model (SIZE_KEY) given as 0 or less is refused, unless the
+    configuration's own default is 0 or less there (then 0 means "none")."""
+    defaults = default.to_dict() if default is not None else {}
+    for key, value in keys.items():
+        if not SIZE_KEY.fullmatch(key) or not _integer(value) or value > 0:
+            continue
+        usual = defaults.get(key)
+        if _integer(usual) and usual <= 0:
+            continue
+        shown = f" (the {model_type} config's default is {usual})" if _integer(usual) else ""
+        raise name.invalid(f"{key} must be a positive integer, not {value}{shown}")
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _used_ids(text_config: Any, config: Any, vocab: int) -> np.ndarray:

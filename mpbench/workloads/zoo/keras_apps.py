@@ -16,11 +16,13 @@ from typing import Any
 from mpbench.workloads.user import UserWorkload
 from mpbench.workloads.zoo import (
     CLI_KEYS,
+    Built,
     Options,
     Resolved,
     ZooName,
     close_matches,
     import_package,
+    one_line,
     version,
 )
 from mpbench.workloads.zoo.data import images
@@ -103,15 +105,18 @@ def resolve(name: ZooName) -> Resolved:
         f"synthetic {size}x{size}x3 images (NHWC)"
     )
 
-    def check() -> str:
+    def check() -> Built:
         try:
             model, _, _ = keras_build()
         except Exception as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise name.invalid(f"keras.applications.{app_name} refused it: {first}") from None
+            said = one_line(exc)
+            raise name.invalid(f"keras.applications.{app_name} refused it: {said}") from None
         # Trainable parameters, as the record counts them (BatchNorm's statistics apart).
         trainable = sum(math.prod(w.shape) for w in model.trainable_weights)
-        return about.replace(", random weights", f", {trainable:,} parameters, random weights", 1)
+        described = about.replace(
+            ", random weights", f", {trainable:,} parameters, random weights", 1
+        )
+        return Built(described, trainable, "Adam")
 
     workload = UserWorkload(
         name=f"keras:{app_name}",

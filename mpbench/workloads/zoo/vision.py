@@ -16,13 +16,16 @@ from typing import Any
 from mpbench.workloads.user import UserWorkload
 from mpbench.workloads.zoo import (
     CLI_KEYS,
+    Built,
     Options,
     Resolved,
     ZooName,
     close_matches,
     import_package,
+    one_line,
     parameter_count,
-    torchvision_hint,
+    timm_missing,
+    torchvision_missing,
     version,
 )
 from mpbench.workloads.zoo.data import images
@@ -92,8 +95,8 @@ LIBRARIES = {
 
 def resolve(name: ZooName) -> Resolved:
     library = LIBRARIES[name.zoo]
-    hint = torchvision_hint() if name.zoo == "torchvision" else None
-    package = import_package(name, library.package, hint)
+    install = torchvision_missing() if name.zoo == "torchvision" else timm_missing()
+    package = import_package(name, library.package, install)
     model = name.model
     if name.zoo == "timm" and model.startswith(("hf-hub:", "hf_hub:", "local-dir:")):
         raise name.invalid(f"{model}: {NO_DOWNLOAD} (name a timm architecture)")
@@ -129,7 +132,7 @@ def resolve(name: ZooName) -> Resolved:
         f"{size}x{size} RGB images (NCHW)"
     )
 
-    def check() -> str:
+    def check() -> Built:
         import torch
 
         try:
@@ -137,13 +140,12 @@ def resolve(name: ZooName) -> Resolved:
                 built = library.factory(package, model, classes, kwargs)
                 built(torch.empty(2, 3, size, size))
         except Exception as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise name.invalid(
-                f"{library.package} {model} refused it ({type(exc).__name__}: {first})"
+                f"{library.package} {model} refused it ({type(exc).__name__}: {one_line(exc)})"
             ) from None
-        return about.replace(
-            ", random weights", f", {parameter_count(built):,} parameters, random weights", 1
-        )
+        params = parameter_count(built)
+        described = about.replace(", random weights", f", {params:,} parameters, random weights", 1)
+        return Built(described, params, "Adam")
 
     workload = UserWorkload(
         name=f"{name.zoo}:{model}",
