@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mpbench.errors import unknown_choice
+from mpbench.errors import InvalidInput, unknown_choice
 
 COMPARE, HISTORY = "compare", "history"
 
@@ -51,5 +51,5 @@ def parse_format(text: str, command: str = COMPARE) -> str:
     """--format's check, whatever made the options: one of the command's format names."""
     value = text.strip().lower()
     if value not in names(command):
-        raise unknown_choice("format", text, names(command))
+        raise InvalidInput(f"--format: {unknown_choice('format', text, names(command))}")
     return value

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mpbench.errors import InvalidInput
+from mpbench.errors import InvalidInput, unknown_choice
 from mpbench.formats import COMPARE, HISTORY, help_text
 from mpbench.policies import SELECTORS, resolve, valid_names
 from mpbench.thresholds import (
@@ -86,22 +86,21 @@ def _policy_names(option: str, names: list[str] | None) -> tuple[str, ...]:
     out = []
     for name in _names(option, names):
         if name.lower() not in valid_names() or name.lower() in SELECTORS:
-            raise InvalidInput(
-                f"{option} {name!r}: unknown policy; valid choices: {_policy_choices()}"
-            )
+            raise InvalidInput(f"{option}: {unknown_choice('policy', name, _policy_choices())}")
         out.append(resolve(name.lower()).name)
     return tuple(out)
 
 
-def _policy_choices() -> str:
-    return ", ".join(n for n in valid_names() if n not in SELECTORS)
+def _policy_choices() -> list[str]:
+    return [n for n in valid_names() if n not in SELECTORS]
 
 
 def _choice(choices: tuple[str, ...]) -> Callable[[str, str], str]:
     def parse(option: str, text: str) -> str:
         value = text.strip().lower()
         if value not in choices:
-            raise InvalidInput(f"{option} {text!r}: valid choices: {', '.join(choices)}")
+            # The one wording of a bad choice, as `run` and the TOML keys say it (errors.py).
+            raise InvalidInput(f"{option}: {unknown_choice('value', text, choices)}")
         return value
 
     return parse

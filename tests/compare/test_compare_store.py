@@ -97,7 +97,7 @@ def test_the_command_line_filters_and_refuses_in_one_line(runs):
         "mpbench: error: no record passes --device, --workload, --policy and the run filters"
     )
     bad = run_mpbench("compare", store, "-p", "fp12")
-    assert bad.returncode == 2 and "--policy 'fp12': unknown policy" in bad.stderr
+    assert bad.returncode == 2 and "--policy: unknown policy 'fp12'" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
 
 

@@ -135,7 +135,7 @@ def test_too_few_points_say_so(tmp_path):
 
 def test_bad_input_is_one_line(tmp_path, store):
     for args, words in (
-        (("--by", "week"), "--by 'week'"),
+        (("--by", "week"), "--by: unknown value 'week'"),
         (("--threshold", "10"), "ambiguous"),
         (("--commits", "abc"), "A..B"),
         (("--since", "yesterday"), "ISO 8601"),

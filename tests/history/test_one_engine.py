@@ -180,7 +180,7 @@ def test_the_fleet_outputs_exactly(tmp_path, fmt):
 
 def test_history_takes_compares_source_options(store):
     for args, words in (
-        (("--policy", "all"), "--policy 'all': unknown policy; valid choices: float32, tf32"),
+        (("--policy", "all"), "--policy: unknown policy 'all'; valid choices: float32, tf32"),
         (("-f", "jax"), "no series to show"),
         (("--format", "benchmark-action"), "valid choices: table, markdown, json, csv"),
     ):
