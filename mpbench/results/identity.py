@@ -25,10 +25,13 @@ from mpbench.results.variant import FALLBACK, Layout, row_marks
 # how it ran. Two cells of one config that counted differently are one cell, and no table
 # names a row by a count.
 COUNTED = ("flops_per_micro_batch", "flops_source")
+# What a user workload chose for its cell's policy (UserWorkload.torch_policy: an hf: MoE's
+# experts implementation): it differs between the policies of one group by design.
+CHOSEN = "chosen_for_policy"
 # Not what makes two cells comparable: the seed (repeats may reseed), the requested data mode
-# and folder (the data actually used is), the device string (the machine is in the key), and
-# the counted figures.
-_NOT_IDENTITY = ("seed", "data", "data_dir", "device", *COUNTED)
+# and folder (the data actually used is), the device string (the machine is in the key), what
+# was chosen per policy, and the counted figures.
+_NOT_IDENTITY = ("seed", "data", "data_dir", "device", CHOSEN, *COUNTED)
 # The data-parallel layout (docs/distributed.md): in a data-parallel cell's config only, so a
 # world-size-1 cell has none of them. Each world size is a group of its own (ratios to float32
 # are taken at one world size); the scaling table relates the groups across world sizes.

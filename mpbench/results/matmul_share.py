@@ -16,8 +16,10 @@ WARN_BELOW = 0.9
 # What is known of why an op ran wide, and what routes it through a covered op.
 WHY = {
     "aten._grouped_mm": (
-        "autocast does not cover aten._grouped_mm (a transformers MoE's experts); "
-        "hf:...?experts_implementation=eager routes them through mm"
+        "autocast does not cover aten._grouped_mm (a transformers MoE's experts); an hf: "
+        "model runs them in the policy's dtype unless its name sets "
+        "experts_implementation=grouped_mm, and experts_implementation=eager routes them "
+        "through mm"
     ),
 }
 

@@ -72,6 +72,7 @@ def main(argv: list[str]) -> int:
 
 def _check(name: str, seed: int, torch_cells: bool) -> dict[str, Any]:
     from mpbench.workloads import user
+    from mpbench.workloads.inputs import head
     from mpbench.workloads.zoo import one_line
 
     workload = user.load(name)
@@ -84,30 +85,37 @@ def _check(name: str, seed: int, torch_cells: bool) -> dict[str, Any]:
             f"--workload {name!r}: data({seed}) raised {type(exc).__name__}: {one_line(exc)}"
         ) from None
     if torch_cells and workload.torch is not None:
-        _check_output(name, workload, data.arrays[0][:META_BATCH])
+        _check_output(name, workload, head(data.arrays[0], META_BATCH))
     return {"train_size": data.train_size, "test_size": data.test_size, "cast": data.cast}
 
 
 def _check_output(name: str, workload: Any, x: Any) -> None:
-    """InvalidInput where the model's output for a batch of `x` is no tensor a cell can train
-    on: not a tensor (backends/torch/outputs.py says what came back), or a 0-d one (a single
-    number for the whole batch, which the loss cannot pair with the batch's targets).
+    """InvalidInput where the model's output for a batch of `x` (one array, or a dict of them
+    by keyword, called as the cells call it: backends/torch/inputs.py) is no tensor a cell can
+    train on: not a tensor (backends/torch/outputs.py says what came back), or a 0-d one (a
+    single number for the whole batch, which the loss cannot pair with the batch's targets).
 
     Only a certain answer refuses: a builder or forward that cannot run on the meta device
     (it reads a file, calls .item(), needs CUDA) is left to the cells, which say why."""
     try:
         import torch
 
+        from mpbench.backends.torch.inputs import call
         from mpbench.backends.torch.outputs import OutputError, take
+        from mpbench.workloads.inputs import each, samples
     except ImportError:  # its torch cells are skipped, with the install hint
         return
+
+    def on_meta(array: Any) -> Any:
+        batch = torch.from_numpy(array).to("meta")
+        if workload.layout == "NHWC" and batch.dim() == 4:
+            batch = batch.permute(0, 3, 1, 2)  # as a torch cell feeds NHWC images
+        return batch
+
     try:
         with torch.device("meta"), torch.no_grad():
             model = workload.torch(torch.device("meta"))[0]
-            batch = torch.from_numpy(x).to("meta")
-            if workload.layout == "NHWC" and batch.dim() == 4:
-                batch = batch.permute(0, 3, 1, 2)  # as a torch cell feeds NHWC images
-            output = model(batch)
+            output = call(model, each(x, on_meta))
     except Exception:
         return
     try:
@@ -117,6 +125,6 @@ def _check_output(name: str, workload: Any, x: Any) -> None:
     if tensor.dim() == 0:
         raise InvalidInput(
             f"--workload {name!r}: the model returns a 0-d tensor (a single number) for a "
-            f"batch of {len(x)} samples; mpbench trains on one output per sample: return the "
-            f"batch's outputs, shape ({len(x)}, ...), and let loss(output, y) reduce them"
+            f"batch of {samples(x)} samples; mpbench trains on one output per sample: return "
+            f"the batch's outputs, shape ({samples(x)}, ...), and let loss(output, y) reduce them"
         )

@@ -18,13 +18,14 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mpbench.errors import InvalidInput
 from mpbench.workloads import zoo
+from mpbench.workloads.inputs import each, named, parts, rows, samples
 
 ENTRY_POINT_GROUP = "mpbench.workloads"
 FRAMEWORK_FIELDS = {"torch": "torch", "tensorflow": "keras"}  # framework -> builder field
@@ -42,7 +43,10 @@ class UserWorkload:
     - `data(seed)`: the training and test data as numpy arrays, `(x_train, y_train, x_test,
       y_test)`; or `(x, y)` / an iterable of `(x, y)` batches, which mpbench concatenates and
       splits, the last fifth of the samples held out as the test set. It is read once per
-      cell, before anything is timed (mpbench preloads every dataset).
+      cell, before anything is timed (mpbench preloads every dataset). `x` may be a dict of
+      arrays by the model's keyword arguments (`{"input_ids": ..., "decoder_input_ids": ...}`,
+      every array with the samples first): torch cells then call `model(**x)`
+      (workloads/inputs.py); Keras cells are skipped, with the reason. `y` is one array.
     - `torch(device)`: `(model, optimizer, loss)` with the model on `device`, the optimizer
       over its parameters, `loss(output, y)` a mean loss (it gets the model's output cast to
       float32, as the built-ins' losses do). None: the workload has no torch version.
@@ -60,6 +64,13 @@ class UserWorkload:
     - `layout`: "NHWC" or "NCHW", the layout of the 4-d image arrays `data` returns; mpbench
       transposes them for the framework that wants the other (torch NCHW, Keras NHWC). None:
       every framework gets them as they are.
+    - `torch_policy(model, policy)`: called in each torch cell with the built model and the
+      cell's precision policy (mpbench.policies.Policy: `name`, `compute_dtype`, `fp8`),
+      before anything is counted or timed, to choose how the model computes under it (an
+      hf: mixture of experts picks its experts' implementation: zoo/hf_experts.py), never
+      what it trains. What it returns (a dict, or None) is the record's
+      `config.chosen_for_policy`: chosen per policy, so no part of the cell's identity
+      (results/identity.py). None: the model runs as built.
     """
 
     name: str
@@ -72,6 +83,7 @@ class UserWorkload:
     description: str = ""
     output: str | int | None = None
     layout: str | None = None
+    torch_policy: Callable[[Any, Any], dict[str, Any] | None] | None = None
     kind = "user"
 
     @property
@@ -245,8 +257,8 @@ def _checked(name: str, workload: UserWorkload) -> UserWorkload:
 TEST_FRACTION = 0.2  # of a workload's samples, when its data gives no test set
 ROLES = ("x_train", "y_train", "x_test", "y_test")
 FORMS = (
-    "return (x_train, y_train, x_test, y_test) or (x, y) as a tuple of numpy arrays, or an "
-    "iterable of (x, y) batches"
+    "return (x_train, y_train, x_test, y_test) or (x, y) as a tuple of numpy arrays (x may be "
+    "a dict of them by the model's keyword arguments), or an iterable of (x, y) batches"
 )
 _PAIRS = "each sample needs its target: x and y must have the same length"
 
@@ -263,11 +275,11 @@ class UserData:
 
     @property
     def train_size(self) -> int:
-        return len(self.arrays[0])
+        return samples(self.arrays[0])
 
     @property
     def test_size(self) -> int:
-        return len(self.arrays[2])
+        return samples(self.arrays[2])
 
 
 def user_data(workload: UserWorkload, seed: int, name: str | None = None) -> UserData:
@@ -295,29 +307,78 @@ def user_data(workload: UserWorkload, seed: int, name: str | None = None) -> Use
 def _four_arrays(given: Any, said: str) -> tuple[list[Any], str]:
     """(x_train, y_train, x_test, y_test) from any of the forms data() may return, and how."""
     if isinstance(given, tuple) and len(given) == 4:
-        return [_array(a, role, said) for a, role in zip(given, ROLES, strict=True)], (
+        return [_role_array(a, role, said) for a, role in zip(given, ROLES, strict=True)], (
             "the workload's train and test arrays"
         )
     if isinstance(given, tuple) and len(given) == 2:
-        x, y = (_array(a, role, said) for a, role in zip(given, ("x", "y"), strict=True))
+        x, y = (_role_array(a, role, said) for a, role in zip(given, ("x", "y"), strict=True))
         how = "the workload's arrays"
     else:
         batches = _batches(given, said)
-        x, y = (
-            _concatenated([_array(b[i], role, said) for b in batches], role, said)
-            for i, role in enumerate(("x", "y"))
-        )
+        x = _joined([_role_array(b[0], "x", said) for b in batches], "x", said)
+        y = _concatenated([_role_array(b[1], "y", said) for b in batches], "y", said)
         how = f"the workload's {len(batches)} batches, concatenated"
-    if x.ndim == 0 or y.ndim == 0 or len(x) != len(y):
+    if _single(x) or y.ndim == 0 or samples(x) != len(y):
         raise InvalidInput(f"{said} returned x and y of {_samples(x)} and {_samples(y)}; " + _PAIRS)
-    held = max(1, int(len(x) * TEST_FRACTION))
-    if len(x) <= held:
+    held = max(1, int(samples(x) * TEST_FRACTION))
+    if samples(x) <= held:
         raise InvalidInput(
             f"{said} returned {_samples(x)}: too few to hold out a fifth as the test set and "
             "train on the rest"
         )
     how += f", the last {held} samples held out as the test set"
-    return [x[:-held], y[:-held], x[-held:], y[-held:]], how
+    train, test = slice(None, -held), slice(-held, None)
+    return [rows(x, train), y[train], rows(x, test), y[test]], how
+
+
+def _role_array(value: Any, role: str, said: str) -> Any:
+    """An x (one array, or a mapping of the model's keyword arguments to arrays) or a y (one
+    array) as data() gave it; InvalidInput where it is neither."""
+    if role.startswith("x"):
+        return _inputs(value, role, said)
+    if isinstance(value, Mapping):
+        raise InvalidInput(
+            f"{said}: {role} is a {type(value).__name__}; the targets are one array (x alone "
+            "may be a dict of the model's inputs by keyword)"
+        )
+    return _array(value, role, said)
+
+
+def _inputs(value: Any, role: str, said: str) -> Any:
+    """x as one array, or as a dict of arrays by the model's keyword arguments, each with a
+    sample per row and as many samples as the others (a batch takes the same rows of each)."""
+    if not isinstance(value, Mapping):
+        return _array(value, role, said)
+    if not value:
+        raise InvalidInput(
+            f"{said}: {role} is an empty {type(value).__name__}; a dict x gives each of the "
+            "model's inputs under its keyword argument"
+        )
+    arrays = {}
+    for key, item in value.items():
+        if not isinstance(key, str) or not key.isidentifier():
+            raise InvalidInput(
+                f"{said}: {role} has the key {key!r}; a dict x's keys are the model's keyword "
+                "arguments (torch cells call model(**x))"
+            )
+        arrays[key] = _array(item, f"{role}[{key!r}]", said)
+    for part, array in parts(arrays, role):
+        if array.ndim == 0:
+            raise InvalidInput(f"{said}: {part} is a single number, not one per sample")
+    lengths = {part: len(array) for part, array in parts(arrays, role)}
+    if len(set(lengths.values())) > 1:
+        shown = ", ".join(f"{part} {n:,}" for part, n in lengths.items())
+        raise InvalidInput(
+            f"{said}: the inputs of {role} differ in samples ({shown}); every input needs one "
+            "row per sample, as a batch takes the same rows of each"
+        )
+    return arrays
+
+
+def _single(x: Any) -> bool:
+    """Whether x is one number rather than one per sample (a dict x's inputs are checked as
+    they are read: _inputs)."""
+    return not named(x) and x.ndim == 0
 
 
 def _batches(given: Any, said: str) -> list[tuple[Any, Any]]:
@@ -367,28 +428,47 @@ def _array(value: Any, role: str, said: str) -> Any:
     return array
 
 
-def _concatenated(parts: list[Any], role: str, said: str) -> Any:
+def _joined(batches: list[Any], role: str, said: str) -> Any:
+    """The batches' x concatenated: one array, or a dict x input by input (every batch naming
+    the same inputs)."""
+    if not any(named(x) for x in batches):
+        return _concatenated(batches, role, said)
+    keys = [tuple(x) if named(x) else None for x in batches]
+    if len(set(keys)) > 1:
+        shown = "; ".join(sorted({", ".join(k) if k else "one array" for k in keys}))
+        raise InvalidInput(
+            f"{said}: its batches' {role} differ in their inputs ({shown}); each batch's "
+            f"{role} must name the same inputs"
+        )
+    return {
+        key: _concatenated([x[key] for x in batches], f"{role}[{key!r}]", said)
+        for key in batches[0]
+    }
+
+
+def _concatenated(arrays: list[Any], role: str, said: str) -> Any:
     import numpy as np
 
-    shapes = sorted({part.shape[1:] for part in parts if part.ndim})
-    if any(part.ndim == 0 for part in parts) or len(shapes) > 1:
+    shapes = sorted({array.shape[1:] for array in arrays if array.ndim})
+    if any(array.ndim == 0 for array in arrays) or len(shapes) > 1:
         shown = ", ".join(str(s) for s in shapes) or "single numbers"
         raise InvalidInput(
             f"{said}: its batches' {role} samples differ in shape ({shown}); each batch's "
             f"{role} must have the samples as its first axis and the same shape after it"
         )
-    return np.concatenate(parts)
+    return np.concatenate(arrays)
 
 
-def _check_values(role: str, array: Any, said: str) -> None:
+def _check_values(role: str, given: Any, said: str) -> None:
     import numpy as np
 
-    if array.ndim == 0:
-        raise InvalidInput(f"{said}: {role} is a single number, not one per sample")
-    if array.dtype.kind == "f":
-        bad = array.size - np.count_nonzero(np.isfinite(array))
-        if bad:
-            raise InvalidInput(f"{said}: {role} holds {bad:,} NaN or infinite values")
+    for part, array in parts(given, role):
+        if array.ndim == 0:
+            raise InvalidInput(f"{said}: {part} is a single number, not one per sample")
+        if array.dtype.kind == "f":
+            bad = array.size - np.count_nonzero(np.isfinite(array))
+            if bad:
+                raise InvalidInput(f"{said}: {part} holds {bad:,} NaN or infinite values")
 
 
 def _check_samples(arrays: list[Any], said: str) -> None:
@@ -396,37 +476,58 @@ def _check_samples(arrays: list[Any], said: str) -> None:
     training set's, and neither set empty."""
     x_train, y_train, x_test, y_test = arrays
     for split, x, y in (("train", x_train, y_train), ("test", x_test, y_test)):
-        if len(x) != len(y):
+        if samples(x) != len(y):
             raise InvalidInput(
-                f"{said}: x_{split} has {len(x):,} samples and y_{split} {len(y):,}; {_PAIRS}"
+                f"{said}: x_{split} has {samples(x):,} samples and y_{split} {len(y):,}; {_PAIRS}"
             )
-        if not len(x):
+        if not samples(x):
             raise InvalidInput(f"{said}: x_{split} has no samples")
+    _check_same_inputs(x_train, x_test, said)
     for role, train, test in (("x", x_train, x_test), ("y", y_train, y_test)):
-        if train.shape[1:] != test.shape[1:]:
-            raise InvalidInput(
-                f"{said}: a sample of {role}_train has shape {train.shape[1:]} and one of "
-                f"{role}_test {test.shape[1:]}; the model sees both"
-            )
+        pairs = zip(parts(train, f"{role}_train"), parts(test, f"{role}_test"), strict=True)
+        for (trained, a), (tested, b) in pairs:
+            if a.shape[1:] != b.shape[1:]:
+                raise InvalidInput(
+                    f"{said}: a sample of {trained} has shape {a.shape[1:]} and one of "
+                    f"{tested} {b.shape[1:]}; the model sees both"
+                )
 
 
-def _samples(array: Any) -> str:
-    if array.ndim == 0:
+def _check_same_inputs(x_train: Any, x_test: Any, said: str) -> None:
+    """x_train and x_test in the same form: one array each, or dicts of the same inputs (the
+    same keys, in the same order)."""
+    names = [list(x) if named(x) else None for x in (x_train, x_test)]
+    if names[0] != names[1]:
+        shown = [", ".join(n) if n is not None else "one array" for n in names]
+        raise InvalidInput(
+            f"{said}: x_train is {shown[0]} and x_test {shown[1]}; the model sees both, so "
+            "they name the same inputs"
+        )
+
+
+def _samples(given: Any) -> str:
+    if _single(given):
         return "a single number"
-    return f"{len(array):,} sample{'' if len(array) == 1 else 's'}"
+    count = samples(given)
+    return f"{count:,} sample{'' if count == 1 else 's'}"
 
 
 def _as_float32(arrays: list[Any]) -> tuple[list[Any], list[str]]:
-    """The arrays, each floating-point one other than float32 cast to float32; and which."""
+    """The arrays (each input of a dict x alike), each floating-point one other than float32
+    cast to float32; and which."""
     import numpy as np
 
-    out, cast = [], []
-    for role, array in zip(ROLES, arrays, strict=True):
-        if array.dtype.kind == "f" and array.dtype != np.float32:
-            cast.append(f"{role} ({array.dtype})")
-            array = array.astype(np.float32)
-        out.append(array)
-    return out, cast
+    cast: list[str] = []
+    for role, given in zip(ROLES, arrays, strict=True):
+        for part, array in parts(given, role):
+            if array.dtype.kind == "f" and array.dtype != np.float32:
+                cast.append(f"{part} ({array.dtype})")
+
+    def float32(array: Any) -> Any:
+        wider = array.dtype.kind == "f" and array.dtype != np.float32
+        return array.astype(np.float32) if wider else array
+
+    return [each(given, float32) for given in arrays], cast
 
 
 def source(name: str) -> dict[str, Any]:

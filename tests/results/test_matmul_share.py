@@ -17,8 +17,9 @@ def test_a_cell_whose_experts_ran_wide_is_named_with_where_and_why() -> None:
     assert note == (
         "torch/hf:mixtral/mixed_bfloat16: 25 % of matmul FLOPs ran in bfloat16; in float32: "
         "75 % at model.layers.*.mlp.experts aten._grouped_mm (autocast does not cover "
-        "aten._grouped_mm (a transformers MoE's experts); hf:...?experts_implementation=eager "
-        "routes them through mm)"
+        "aten._grouped_mm (a transformers MoE's experts); an hf: model runs them in the "
+        "policy's dtype unless its name sets experts_implementation=grouped_mm, and "
+        "experts_implementation=eager routes them through mm)"
     )
 
 

@@ -200,7 +200,8 @@ def test_a_llama_takes_a_key_its_config_consumes_under_another_name() -> None:
         ("hf:gpt2?labels=3", "labels is for task=sequence-classification"),
         ("hf:gpt2?task=mt", "task 'mt' is not one of causal-lm, sequence-classification"),
         ("hf:gpt2?seq_len=0", "seq_len must be an integer >= 1, not 0"),
-        ("hf:vit", "vit has neither a causal-LM nor a sequence-classification model"),
+        ("hf:detr", "detr has no causal-LM, sequence-classification, seq2seq or "
+         "image-classification model in transformers"),
         ("hf:gpt2?n_embd=30&n_head=4", "transformers cannot build GPT2LMHeadModel from it"),
         # A size of 0 or less: built, it failed in every cell (`__len__() should return >= 0`).
         ("hf:gpt2?n_layer=-1", "n_layer must be a positive integer, not -1 (the gpt2 config's "
@@ -217,7 +218,7 @@ def test_a_llama_takes_a_key_its_config_consumes_under_another_name() -> None:
          "padding row); give a pad_token_id below 1000 too"),
         ("hf:bart?task=sequence-classification", "bart is an encoder-decoder, and its sequence "
          "classifier needs decoder inputs and <eos> tokens, which a batch of token ids does not "
-         "give: hf: trains it as task=causal-lm (its decoder), the default"),
+         "give: hf: trains it as task=seq2seq, the default"),
         ("hf:distilbert?task=causal-lm", "distilbert has no causal-lm model in transformers: "
          "hf: trains it as task=sequence-classification"),
     ],
@@ -226,17 +227,25 @@ def test_a_bad_hugging_face_name_is_one_line(name: str, said: str) -> None:
     assert said in one_line(name, user.describe)
 
 
-@pytest.mark.parametrize("query", ["", "?task=causal-lm", "?task=sequence-classification"])
-def test_t5_is_refused_in_one_true_sentence_whichever_task_is_asked(query: str) -> None:
-    """t5 once said "use task=causal-lm" and, asked so, "it has sequence-classification":
-    each refusal pointed at the other."""
-    said = one_line(f"hf:t5{query}", user.describe)
-    assert said.endswith(
-        "t5 is an encoder-decoder with no causal-LM model in transformers, and its sequence "
-        "classifier needs decoder inputs and <eos> tokens, which a batch of token ids does not "
-        "give: hf: cannot train it; use a decoder (gpt2, llama, mistral, qwen2) or an encoder "
-        "(bert, roberta, distilbert)"
-    )
+T5 = "hf:t5?d_model=32&d_ff=64&d_kv=8&num_heads=4&num_layers=1&vocab_size=300&seq_len=16"
+
+
+@pytest.mark.parametrize(
+    ("query", "said"),
+    [
+        ("&task=causal-lm", "t5 has no causal-lm model in transformers: hf: trains it as "
+         "task=seq2seq"),
+        ("&task=sequence-classification", "t5 is an encoder-decoder, and its sequence "
+         "classifier needs decoder inputs and <eos> tokens, which a batch of token ids does not "
+         "give: hf: trains it as task=seq2seq, the default"),
+    ],
+)  # fmt: skip
+def test_t5_trains_as_seq2seq_and_every_other_task_points_there(query: str, said: str) -> None:
+    """t5 was refused whatever was asked (no causal-LM model, a classifier that needs decoder
+    inputs); it trains as seq2seq now (test_zoo_seq2seq.py), and each task it has no model
+    for names that one, never another refusal."""
+    assert user.source(T5)["task"] == "seq2seq"
+    assert one_line(T5 + query, user.describe).endswith(said)
 
 
 def test_a_size_whose_default_is_0_may_be_0() -> None:

@@ -144,6 +144,7 @@ def _data(
     import numpy as np
 
     data = base.load_dataset(spec, workload, warn)
+    _refuse_named_inputs(data.x_train)
     given = getattr(workload, "layout", None) if workload.kind == "user" else None
     if given is None or data.x_train.ndim != 4:
         return data, {}  # no images, or a layout nobody declared: as they are
@@ -157,6 +158,20 @@ def _data(
     )
     moved = base.Dataset(x_train, data.y_train, x_test, data.y_test, data.info)
     return moved, {"data_layout": f"{wanted} (given {given}, transposed)"}
+
+
+def _refuse_named_inputs(x: Any) -> None:
+    """base.Unsupported (a skipped cell, with the reason) for a user workload whose x is a
+    dict of inputs by keyword (workloads/inputs.py): its torch cells call model(**x); this
+    backend's steps, FLOP count, read-back and fp8 check feed one array, so its Keras cells
+    are skipped rather than failed."""
+    from mpbench.workloads.inputs import named
+
+    if named(x):
+        raise base.Unsupported(
+            f"its data() gives x as a dict of inputs ({', '.join(x)}): mpbench feeds a dict x "
+            "to torch models only (model(**x)); a Keras cell needs x as one array"
+        )
 
 
 def _user_flops(cell: _Cell, model: Any, data: Any) -> dict[str, Any]:

@@ -42,6 +42,8 @@ from mpbench.backends.torch.compiled import Compiler, undone
 from mpbench.backends.torch.distributed import DataParallel, job_step_times
 from mpbench.backends.torch.flops import counted
 from mpbench.backends.torch.fp8 import apply_fp8, fp8_compiled
+from mpbench.backends.torch.inputs import Inputs, call, device_of
+from mpbench.backends.torch.inputs import nbytes as input_bytes
 from mpbench.backends.torch.models import build_model, build_optimizer
 from mpbench.backends.torch.outputs import OutputReader, read_output
 from mpbench.backends.torch.precision import TorchPrecision, apply_policy, read_tf32
@@ -61,6 +63,7 @@ from mpbench.telemetry.memory import MemorySampler, TrainingMemory, rss_sampler
 from mpbench.telemetry.memory import fill as fill_memory
 from mpbench.telemetry.numerics import torch_grad_health
 from mpbench.workloads import get_workload
+from mpbench.workloads.inputs import arrays, each, head, rows, samples
 
 
 def resolve_device(requested: str) -> torch.device:
@@ -147,10 +150,6 @@ class CudaAllocatorMeter:
         return TrainingMemory(self.start_bytes, peak, "cuda allocator")
 
 
-def _nbytes(*tensors: torch.Tensor) -> int:
-    return sum(t.element_size() * t.nelement() for t in tensors)
-
-
 def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) -> Measurements:
     """One cell, as a sequence of steps (docs/measurement.md says what each one measures)."""
     cell = _set_up(spec)
@@ -160,7 +159,7 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
     model, optimizer, precision = _build(cell, tensors)
     extra = user_config(cell, model, tensors) if cell.loss else {}
     plan = plan_steps(
-        len(tensors.x_train), cell.global_batch, spec.epochs, spec.max_steps, spec.warmup_steps
+        samples(tensors.x_train), cell.global_batch, spec.epochs, spec.max_steps, spec.warmup_steps
     )
     window = end_to_end_window(plan)
     total = plan.total_steps + window.total_steps
@@ -168,7 +167,9 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
     batches = _batches(cell, tensors, plan)
     forward, compiler = _trained_forward(cell, model, optimizer, precision, tensors, sync, progress)
     state: dict[str, Any] = {}  # the precision in effect, read back during the first step
-    stop = StopCheck.for_cell(spec, plan, window, len(tensors.x_test), spec.batch_size, progress)
+    stop = StopCheck.for_cell(
+        spec, plan, window, samples(tensors.x_test), spec.batch_size, progress
+    )
     enter_phase(progress, TRAINING, warmup=plan.warmup_steps, timed=plan.total_steps, total=total)
     timed = _timed_steps(
         cell, forward, optimizer, precision, batches, plan, total, sync, state, progress, stop
@@ -245,6 +246,7 @@ class _Cell:
     fp8: dict[str, Any] | None = None  # a float8 cell's record (backends/torch/fp8.py)
     output: OutputReader | None = None  # a user model's: the tensor taken from its output
     layout: str | None = None  # a user workload's images as the cell trains on them
+    chosen: dict[str, Any] | None = None  # what a user workload chose for the policy
 
     @property
     def world(self) -> int:
@@ -275,14 +277,14 @@ def _set_up(spec: CellSpec) -> _Cell:
 
 @dataclass
 class _Tensors:
-    x_train: torch.Tensor
+    x_train: Inputs  # a tensor, or a user workload's dict of them by keyword
     y_train: torch.Tensor
-    x_test: torch.Tensor
+    x_test: Inputs
     y_test: torch.Tensor
 
     @property
     def nbytes(self) -> int:
-        return _nbytes(self.x_train, self.y_train, self.x_test, self.y_test)
+        return sum(input_bytes(t) for t in (self.x_train, self.y_train, self.x_test, self.y_test))
 
 
 def _preload(cell: _Cell, warn: Callable[[str], None]) -> tuple[Any, _Tensors]:
@@ -292,12 +294,16 @@ def _preload(cell: _Cell, warn: Callable[[str], None]) -> tuple[Any, _Tensors]:
     # mpbench's own images are NHWC; a user workload's as its `layout` declares (None: as given)
     given = getattr(cell.workload, "layout", None) if cell.workload.kind == "user" else "NHWC"
     images = given == "NHWC"
-    if cell.workload.kind == "user" and given and data.x_train.ndim == 4:
+    if cell.workload.kind == "user" and given and any(a.ndim == 4 for a in arrays(data.x_train)):
         cell.layout = "NCHW (given NHWC, transposed)" if images else "NCHW (as given)"
+
+    def moved(array: Any) -> torch.Tensor:
+        return _to_device(array, device, channels_last, images)
+
     tensors = _Tensors(
-        _to_device(data.x_train, device, channels_last, images),
+        each(data.x_train, moved),
         torch.from_numpy(data.y_train).to(device),
-        _to_device(data.x_test, device, channels_last, images),
+        each(data.x_test, moved),
         torch.from_numpy(data.y_test).to(device),
     )
     return data, tensors
@@ -308,9 +314,10 @@ def _build(
 ) -> tuple[torch.nn.Module, torch.optim.Optimizer, TorchPrecision]:
     """The workload's model and optimizer on the device, and the policy applied. A float8
     cell's plan traces one forward of a micro-batch of the training data."""
-    sample = tensors.x_train[: cell.spec.batch_size]
+    sample = head(tensors.x_train, cell.spec.batch_size)
     if cell.workload.kind == "user":
         model, optimizer, cell.loss = build_user(cell.workload, cell.device)
+        cell.chosen = chosen_for_policy(cell.workload, model, cell.policy)
         cell.output = read_output(model, cell.workload.output)
         if cell.policy.fp8:
             cell.fp8 = apply_fp8(cell, model, sample, optimizer)
@@ -361,7 +368,7 @@ def _trained_forward(
     enter_phase(progress, COMPILING)
     compiler = Compiler(trained_module)
     forward = compiler.module
-    first = [(tensors.x_train[: spec.batch_size], tensors.y_train[: spec.batch_size])]
+    first = [(head(tensors.x_train, spec.batch_size), tensors.y_train[: spec.batch_size])]
     first *= spec.accumulate
     # The compiling step trains nothing: the cell then trains the eager cell's steps, and
     # meets the memory meter as the eager cell does (no gradients, no optimizer state: the
@@ -514,7 +521,7 @@ def _steady_window(
     step_s = statistics.median(measured) if measured else seconds
     chunk = max(1, int(seconds / max(step_s, 1e-6) / 4))  # about four syncs in the window
     rows = cell.spec.batch_size
-    batch = [(tensors.x_train[:rows], tensors.y_train[:rows])] * cell.spec.accumulate
+    batch = [(head(tensors.x_train, rows), tensors.y_train[:rows])] * cell.spec.accumulate
     cuda = [cell.device.index or 0] if cell.device.type == "cuda" else []
     with torch.random.fork_rng(devices=cuda), undone(model, optimizer, precision.scaler):
         sync()
@@ -619,7 +626,7 @@ def _read_back(
     if cell.workload.kind in ("language_model", "user"):
         from mpbench.backends.torch.op_dtypes import traced_op_dtypes
 
-        x, y = tensors.x_test[:2], tensors.y_test[:2]
+        x, y = head(tensors.x_test, 2), tensors.y_test[:2]
         state.update(traced_op_dtypes(model, precision, x, y, cell.loss))
 
 
@@ -684,7 +691,7 @@ class _Batches:
     """Whole batches drawn from tensors preloaded on the device, reshuffled every epoch;
     each step takes `accumulate` consecutive micro-batches."""
 
-    x: torch.Tensor
+    x: Inputs  # a tensor, or a user workload's dict of them by keyword
     y: torch.Tensor
     batch_size: int
     steps_per_epoch: int
@@ -696,10 +703,10 @@ class _Batches:
     world: int = 1
     # One (x, y) buffer per micro-batch of a step, which each step's batches are gathered
     # into (_gather), made at the first step.
-    buffers: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
+    buffers: list[tuple[Inputs, torch.Tensor]] = field(default_factory=list)
 
-    def epoch(self, steps: int | None = None) -> Iterator[list[tuple[torch.Tensor, torch.Tensor]]]:
-        order = torch.randperm(len(self.x), device=self.x.device, generator=self.generator)
+    def epoch(self, steps: int | None = None) -> Iterator[list[tuple[Inputs, torch.Tensor]]]:
+        order = torch.randperm(samples(self.x), device=device_of(self.x), generator=self.generator)
         size = self.batch_size
         for index in range(steps or self.steps_per_epoch):
             step = []
@@ -708,7 +715,7 @@ class _Batches:
                 step.append(self._gather(slot, order[micro * size : (micro + 1) * size]))
             yield step
 
-    def _gather(self, slot: int, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _gather(self, slot: int, rows: torch.Tensor) -> tuple[Inputs, torch.Tensor]:
         """The batch of `rows`, gathered into the same buffers every step. A new tensor per
         batch (`x[rows]`) made the step itself slower: at the CPU default (64 units, batch
         8192, a 25 MB batch) a hand-written loop's step took 10.0 ms (float32) and 6.57 ms
@@ -717,20 +724,20 @@ class _Batches:
         pages to fault in and unmap again. A step is over before the next batch is gathered
         (a CPU runs it synchronously, a GPU in stream order), so nothing reads a buffer
         while it is overwritten. A tensor of another layout (channels_last) is gathered as
-        it was: index_select's `out` would not keep its strides."""
-        if not (self.x.is_contiguous() and self.y.is_contiguous()):
-            return self.x[rows], self.y[rows]
+        it was: index_select's `out` would not keep its strides. A dict x (a user workload's
+        inputs by keyword) is gathered input by input, the same rows of each."""
+        if not all(t.is_contiguous() for t in [*arrays(self.x), self.y]):
+            return each(self.x, lambda t: t[rows]), self.y[rows]
+        shape = (len(rows),)
+
+        def buffer(t: torch.Tensor) -> torch.Tensor:
+            return t.new_empty(shape + tuple(t.shape[1:]))
+
         while len(self.buffers) <= slot:
-            shape = (len(rows),)
-            self.buffers.append(
-                (
-                    self.x.new_empty(shape + tuple(self.x.shape[1:])),
-                    self.y.new_empty(shape + tuple(self.y.shape[1:])),
-                )
-            )
+            self.buffers.append((each(self.x, buffer), buffer(self.y)))
         x, y = self.buffers[slot]
-        torch.index_select(self.x, 0, rows, out=x)
-        torch.index_select(self.y, 0, rows, out=y)
+        for source, out in zip([*arrays(self.x), self.y], [*arrays(x), y], strict=True):
+            torch.index_select(source, 0, rows, out=out)
         return x, y
 
 
@@ -859,10 +866,11 @@ def _test_batches(
     which shares its weights."""
     model.eval()
     try:
-        for start in range(0, len(x_test), batch_size):
-            xb, yb = x_test[start : start + batch_size], y_test[start : start + batch_size]
+        for start in range(0, samples(x_test), batch_size):
+            batch = slice(start, start + batch_size)
+            xb, yb = rows(x_test, batch), y_test[batch]
             with precision.autocast():
-                output = (forward if len(xb) == batch_size else model)(xb)
+                output = call(forward if len(yb) == batch_size else model, xb)
             yield output.float(), yb
     finally:
         model.train()
@@ -948,13 +956,27 @@ def non_trainable_parameters(model: torch.nn.Module) -> int:
 
 def user_config(cell: _Cell, model: torch.nn.Module, tensors: _Tensors) -> dict[str, Any]:
     """What a user workload's cell determined itself: its FLOPs, the tensor it took from the
-    model's output, the layout its images trained in."""
+    model's output, the layout its images trained in, what it chose for the policy."""
     extra = user_flops(cell, model, tensors)
     if cell.output is not None and cell.output.seen:
         extra["output"] = cell.output.seen
     if cell.layout:
         extra["data_layout"] = cell.layout
+    if cell.chosen:
+        extra["chosen_for_policy"] = cell.chosen
     return extra
+
+
+def chosen_for_policy(workload: Any, model: torch.nn.Module, policy: Any) -> dict[str, Any] | None:
+    """A user workload's torch_policy hook, called before anything is counted or timed (so
+    FLOPs, the fp8 plan and the steps all see the model as it trains under the policy); what
+    it returns, checked to be a dict (TypeError naming the workload otherwise)."""
+    hook = getattr(workload, "torch_policy", None)
+    chosen = hook(model, policy) if hook is not None else None
+    if chosen is not None and not isinstance(chosen, dict):
+        raise TypeError(f"workload {workload.name}: torch_policy must return a dict or None, "
+                        f"got {type(chosen).__name__}")  # fmt: skip
+    return chosen
 
 
 def user_flops(cell: _Cell, model: torch.nn.Module, tensors: _Tensors) -> dict[str, Any]:
@@ -965,10 +987,10 @@ def user_flops(cell: _Cell, model: torch.nn.Module, tensors: _Tensors) -> dict[s
     given = cell.workload.flops(batch)
     if given is not None:
         return {"flops_per_micro_batch": given, "flops_source": "the workload"}
-    xb, yb = tensors.x_train[:batch], tensors.y_train[:batch]
+    xb, yb = head(tensors.x_train, batch), tensors.y_train[:batch]
     devices = [cell.device.index or 0] if cell.device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):  # dropout draws: the cell's RNG untouched
-        count = counted(model, lambda: cell.loss(model(xb).float(), yb).backward())
+        count = counted(model, lambda: cell.loss(call(model, xb).float(), yb).backward())
     model.zero_grad(set_to_none=True)
     return {
         "flops_per_micro_batch": count.total,

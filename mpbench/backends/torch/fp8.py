@@ -30,6 +30,7 @@ from mpbench.backends.torch.fp8_layers import (
     swap_hf_conv1d,
     trace_forward,
 )
+from mpbench.backends.torch.inputs import Inputs
 from mpbench.backends.torch.precision import TorchPrecision
 from mpbench.fp8_gemms import Fp8Prediction, no_hardware, training_gemms, untimed
 from mpbench.fp8_rules import (
@@ -200,7 +201,7 @@ def _autocast_dtype(cell: Any) -> torch.dtype | None:
 def prepare(
     cell: Any,
     model: torch.nn.Module,
-    sample: torch.Tensor,
+    sample: Inputs,
     optimizer: torch.optim.Optimizer | None = None,
 ) -> Fp8Setup:
     """Plan, label and configure a float8 cell (before its model is converted): transformers
@@ -322,7 +323,7 @@ def record(
 def apply_fp8(
     cell: Any,
     model: torch.nn.Module,
-    sample: torch.Tensor,
+    sample: Inputs,
     optimizer: torch.optim.Optimizer | None = None,
 ) -> dict:
     """The backend's one call: plan (from one traced forward of `sample`, a micro-batch of

@@ -22,7 +22,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from mpbench.backends.torch.flops import MATMUL_OPS, SOURCE, counted
+from mpbench.backends.torch.inputs import Inputs, call, device_of
 from mpbench.fp8_rules import LayerPlan, LinearLayer, plan_layers
+from mpbench.workloads.inputs import samples
 
 CONV_REASON = "convolution: torchao converts nn.Linear only"
 NOT_LINEAR = "not nn.Linear ({kind}): torchao converts nn.Linear only"
@@ -99,10 +101,11 @@ class _Multiplied(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
-def trace_forward(model: torch.nn.Module, sample: torch.Tensor) -> ForwardTrace:
-    """Run `model(sample)` once without gradients, recording what the trace needs. The
-    model's RNG use (dropout) is undone: the cell's seeded generator is left where it was."""
-    trace = ForwardTrace(batch=int(sample.shape[0]))
+def trace_forward(model: torch.nn.Module, sample: Inputs) -> ForwardTrace:
+    """Run the model once on `sample` (a tensor, or a dict of them by keyword: inputs.call)
+    without gradients, recording what the trace needs. The model's RNG use (dropout) is
+    undone: the cell's seeded generator is left where it was."""
+    trace = ForwardTrace(batch=samples(sample))
     names = {id(m): name for name, m in model.named_modules() if owns_matmul_weight(m)}
     handles = []
 
@@ -115,11 +118,12 @@ def trace_forward(model: torch.nn.Module, sample: torch.Tensor) -> ForwardTrace:
     for module in model.modules():
         if id(module) in names:
             handles.append(module.register_forward_pre_hook(record))
-    devices = [sample.device.index or 0] if sample.device.type == "cuda" else []
+    device = device_of(sample)
+    devices = [device.index or 0] if device.type == "cuda" else []
     try:
         multiplied = _Multiplied(trace.multiplied)
         with torch.no_grad(), torch.random.fork_rng(devices=devices), multiplied:
-            count = counted(model, lambda: model(sample))
+            count = counted(model, lambda: call(model, sample))
     finally:
         for handle in handles:
             handle.remove()

@@ -21,6 +21,7 @@ from torch.utils.flop_counter import flop_registry, shape_wrapper
 from torch.utils.module_tracker import ModuleTracker
 
 from mpbench.backends.torch.flops import ADDED_FORMULAS
+from mpbench.backends.torch.inputs import Inputs, call
 from mpbench.backends.torch.precision import TorchPrecision
 from mpbench.backends.torch.steps import cross_entropy
 
@@ -176,7 +177,7 @@ def _one(dtypes: set[str]) -> str | list[str]:
 def traced_op_dtypes(
     model: torch.nn.Module,
     precision: TorchPrecision,
-    inputs: torch.Tensor,
+    inputs: Inputs,
     targets: torch.Tensor,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
 ) -> dict[str, Any]:
@@ -194,7 +195,7 @@ def traced_op_dtypes(
         # when they are off. Eval mode keeps BatchNorm's running statistics as they are.
         with torch.enable_grad(), tracker, recorder:
             with precision.autocast():
-                logits = model(inputs)
+                logits = call(model, inputs)
             (loss_fn or cross_entropy)(logits.float(), targets)
     except Exception as exc:
         if loss_fn is None:  # mpbench's own model: a failure here is a bug to see

@@ -15,9 +15,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from mpbench.backends.torch.inputs import Inputs, call
 from mpbench.backends.torch.precision import TorchPrecision, read_autocast
 
-Batch = tuple[torch.Tensor, torch.Tensor]
+Batch = tuple[Inputs, torch.Tensor]  # (x, y): x a tensor, or a dict of them by keyword
 
 
 @dataclass
@@ -38,7 +39,7 @@ class StepResult:
 
 
 def train_step(
-    model: Callable[[torch.Tensor], torch.Tensor],
+    model: Callable[..., torch.Tensor],
     optimizer: torch.optim.Optimizer,
     precision: TorchPrecision,
     micro_batches: Sequence[Batch],
@@ -59,7 +60,7 @@ def train_step(
     losses = []
     for xb, yb in micro_batches:
         with precision.autocast():
-            logits = model(xb)
+            logits = call(model, xb)
             if readback is not None:  # first step: record what autocast really did
                 readback.update(read_autocast(precision.device_type))
                 readback["compute_dtype"] = str(logits.dtype).replace("torch.", "")

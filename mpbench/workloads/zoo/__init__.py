@@ -24,7 +24,8 @@ from urllib.parse import parse_qsl
 from mpbench.errors import InvalidInput
 
 # prefix -> the module of mpbench.workloads.zoo that builds its models
-PREFIXES = {"hf": "hf", "keras": "keras_apps", "torchvision": "vision", "timm": "vision"}
+# (hf: names go through hf_route.py: an image classifier to hf_vision.py, the rest to hf.py)
+PREFIXES = {"hf": "hf_route", "keras": "keras_apps", "torchvision": "vision", "timm": "vision"}
 # prefix -> the mpbench extra that installs its package
 EXTRAS = {"hf": "hf", "keras": "tensorflow", "torchvision": "vision", "timm": "vision"}
 

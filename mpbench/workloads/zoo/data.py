@@ -51,18 +51,28 @@ def _scores(tokens: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return weights[np.searchsorted(ids, tokens)].sum(axis=1)
 
 
-def images(samples: int, size: int, classes: int, seed: int, layout: str) -> tuple:
-    """(x, y): float32 images in [0, 1] of `size`×`size`×3 in `layout` ("NHWC" or "NCHW"),
-    each a fixed coarse pattern of its class (8×8 blocks scaled up, so pooling keeps it) under
-    noise; int64 labels, about balanced."""
-    block = -(-size // 8)  # ceil: the pattern covers the image
-    coarse = np.random.default_rng(TEMPLATE_SEED).uniform(-0.3, 0.3, (classes, 8, 8, 3))
-    templates = coarse.astype(np.float32).repeat(block, axis=1).repeat(block, axis=2)
+def images(
+    samples: int,
+    size: int | tuple[int, int],
+    classes: int,
+    seed: int,
+    layout: str,
+    channels: int = 3,
+) -> tuple:
+    """(x, y): float32 images in [0, 1] of `size` (an int: square; or (height, width)) with
+    `channels` channels in `layout` ("NHWC" or "NCHW"), each a fixed coarse pattern of its
+    class (8×8 blocks scaled up, so pooling keeps it) under noise; int64 labels, about
+    balanced. Square 3-channel images are the same for the same seed as they always were."""
+    height, width = (size, size) if isinstance(size, int) else size
+    coarse = np.random.default_rng(TEMPLATE_SEED).uniform(-0.3, 0.3, (classes, 8, 8, channels))
+    # ceil: the pattern covers the image
+    templates = coarse.astype(np.float32).repeat(-(-height // 8), axis=1)
+    templates = templates.repeat(-(-width // 8), axis=2)
     rng = np.random.default_rng(seed)
     y = rng.integers(0, classes, samples).astype(np.int64)
     # float32 throughout, in place: at 224×224 the set is hundreds of MB already.
-    x = templates[:, :size, :size][y]
-    noise = rng.standard_normal((samples, size, size, 3), dtype=np.float32)
+    x = templates[:, :height, :width][y]
+    noise = rng.standard_normal((samples, height, width, channels), dtype=np.float32)
     noise *= 0.2
     x += noise
     del noise

@@ -25,12 +25,16 @@ from mpbench.workloads.zoo import (
     Resolved,
     ZooName,
     close_matches,
+    hf_experts,
     import_package,
     one_line,
     parameter_count,
+    seq2seq,
     version,
 )
 from mpbench.workloads.zoo.data import markov_tokens, score_labels, score_thresholds
+from mpbench.workloads.zoo.hf_positions import check_seq_len
+from mpbench.workloads.zoo.seq2seq import SEQ2SEQ
 
 SEQ_LEN = 128  # tokens a sample
 SAMPLES = 512  # training sequences; the test set is a fifth as many again
@@ -41,14 +45,16 @@ LEARNING_RATE = 3e-4  # AdamW's
 USED_VOCAB = 256  # the data uses the first ids of the vocabulary only, so small models learn
 
 CAUSAL_LM, CLASSIFICATION = "causal-lm", "sequence-classification"
-TASKS = (CAUSAL_LM, CLASSIFICATION)
+TASKS = (CAUSAL_LM, CLASSIFICATION, SEQ2SEQ)  # seq2seq: an encoder-decoder's (seq2seq.py)
 AUTO_CLASSES = {
     CAUSAL_LM: "AutoModelForCausalLM",
     CLASSIFICATION: "AutoModelForSequenceClassification",
+    SEQ2SEQ: seq2seq.AUTO_CLASS,
 }
 _MAPPINGS = {
     CAUSAL_LM: "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
     CLASSIFICATION: "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
+    SEQ2SEQ: seq2seq.MAPPING,
 }
 # The default task. BERT-like encoders also have a causal-LM head in transformers
 # (BertLMHeadModel, for use as a decoder: task=causal-lm builds it with is_decoder=True, see
@@ -93,6 +99,7 @@ REFUSED = {
     "torch_dtype": "the model is built in float32; -p sets the precision",
     "num_labels": "use labels=N",
 }
+OWN_KEYS = "seq_len, task, samples, labels, lr, attn_implementation"  # a text model's
 # Token ids a configuration reserves: the data never uses them (BERT's pad id, for one, has an
 # embedding that never trains).
 _SPECIAL_IDS = (
@@ -118,16 +125,19 @@ def resolve(name: ZooName) -> Resolved:
         task: _class_name(getattr(modeling_auto, _MAPPINGS[task]).get(model_type)) for task in TASKS
     }
     default_config = _default_config(model_type)
+    if not seq2seq.is_text_seq2seq(default_config):  # speech models share its auto class
+        model_classes[SEQ2SEQ] = None
     runs = _tasks_it_runs(name, model_type, model_classes, default_config)
     options = Options(name)
     options.refuse(REFUSED)
     default_task = CLASSIFICATION if model_type in ENCODERS or CAUSAL_LM not in runs else CAUSAL_LM
+    default_task = SEQ2SEQ if SEQ2SEQ in runs else default_task  # an encoder-decoder's
     task = options.choice("task", default_task, TASKS)
     if task not in runs:
-        raise name.invalid(_not_runnable(model_type, task, model_classes, runs))
+        raise name.invalid(_not_runnable(model_type, task, model_classes, runs, default_task))
     seq_len = options.integer("seq_len", SEQ_LEN)
     samples = options.integer("samples", SAMPLES, minimum=5)  # a fifth of it is the test set
-    if task == CAUSAL_LM and "labels" in options.left:
+    if task != CLASSIFICATION and "labels" in options.left:
         raise name.invalid("labels is for task=sequence-classification")
     labels = options.integer("labels", LABELS, minimum=2) if task == CLASSIFICATION else None
     lr = options.number("lr", LEARNING_RATE)
@@ -165,6 +175,9 @@ def resolve(name: ZooName) -> Resolved:
             # A decoder classifies at the last token that is not padding, and refuses a batch
             # without a pad id: the last id, which the data never uses.
             config.pad_token_id = vocab - 1
+    if task == SEQ2SEQ:  # a decoder start id where T5's rule needs one; <eos> in the vocabulary
+        seq2seq_class = getattr(transformers, str(model_classes[task]), None)
+        seq2seq.prepare_config(name, config, seq2seq_class, vocab)
     ids = _used_ids(text_config, config, vocab)
     if len(ids) < 2:
         raise name.invalid(f"vocab_size {vocab} leaves fewer than 2 ordinary token ids")
@@ -172,10 +185,13 @@ def resolve(name: ZooName) -> Resolved:
     build_kwargs = {"attn_implementation": attn} if attn else {}
     thresholds = score_thresholds(seq_len, ids, labels) if labels else None
 
-    def data(seed: int) -> tuple[np.ndarray, ...]:
+    def data(seed: int) -> tuple[Any, ...]:
         """(x_train, y_train, x_test, y_test): token ids; the next tokens (causal LM) or
-        the sequence's class (classification)."""
+        the sequence's class (classification); a seq2seq model's in seq2seq.py."""
         test = max(1, samples // 5)
+        if task == SEQ2SEQ:
+            auto = getattr(transformers, AUTO_CLASSES[task])
+            return seq2seq.data(samples, test, seq_len, ids, seed, auto, config, build_kwargs)
         if task == CAUSAL_LM:
             tokens = markov_tokens(samples + test, seq_len + 1, ids, seed)
             x, y = np.ascontiguousarray(tokens[:, :-1]), np.ascontiguousarray(tokens[:, 1:])
@@ -192,10 +208,13 @@ def resolve(name: ZooName) -> Resolved:
         optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
         return model.to(device), optimizer, LOSSES[task]
 
-    about = (
-        f"{model_class} ({task}) from transformers' {model_type} config, random weights; "
-        f"synthetic tokens (an order-1 Markov chain over {len(ids)} ids), seq_len {seq_len}"
+    tokens_about = (
+        seq2seq.about(ids, seq_len, seq2seq.eos_of(config))
+        if task == SEQ2SEQ
+        else f"synthetic tokens (an order-1 Markov chain over {len(ids)} ids), seq_len {seq_len}"
     )
+    about = f"{model_class} ({task}) from transformers' {model_type} config, random weights; "
+    about += tokens_about
 
     def check() -> Built:
         try:
@@ -212,6 +231,9 @@ def resolve(name: ZooName) -> Resolved:
                 f"transformers cannot build {model_class} from it: "
                 + (f"{cause} (transformers: {one_line(exc)})" if cause else one_line(exc))
             ) from None
+        check_seq_len(name, model, model_type, seq_len, ids, text_config)  # RoBERTa's offset
+        if task == SEQ2SEQ and seq2seq.shift_rule(model) is None:
+            raise name.invalid(seq2seq.no_shift_rule(model_class))
         params = parameter_count(model)
         described = f"{model_class}, {params:,} parameters; " + about.split("; ", 1)[1]
         return Built(described, params, "AdamW")
@@ -224,6 +246,7 @@ def resolve(name: ZooName) -> Resolved:
         epochs=EPOCHS,
         description=about,
         output="logits",
+        torch_policy=hf_experts.for_policy(name.options.get(hf_experts.KEY)),  # MoE experts
     )
     source = {
         "zoo": "hf",
@@ -243,6 +266,8 @@ def resolve(name: ZooName) -> Resolved:
         "package": "transformers",
         "version": version(transformers),
     }
+    if task == SEQ2SEQ:
+        source["data"] += seq2seq.RECORDED
     return Resolved(workload, source, check)
 
 
@@ -260,7 +285,7 @@ def classification_loss(logits: Any, y: Any) -> Any:
     return cross_entropy(logits, y)
 
 
-LOSSES = {CAUSAL_LM: causal_lm_loss, CLASSIFICATION: classification_loss}
+LOSSES = {CAUSAL_LM: causal_lm_loss, CLASSIFICATION: classification_loss, SEQ2SEQ: seq2seq.loss}
 
 
 def _default_config(model_type: str) -> Any:
@@ -289,17 +314,23 @@ def _tasks_it_runs(
 
 
 def _not_runnable(
-    model_type: str, task: str | None, classes: dict[str, str | None], runs: list[str]
+    model_type: str,
+    task: str | None,
+    classes: dict[str, str | None],
+    runs: list[str],
+    default: str | None = None,
 ) -> str:
-    """Why hf: does not train `model_type` as `task` (None: as anything), and what to use.
-    One true sentence whichever task was asked, so that two refusals never point at each
-    other (`hf:t5` once said to use causal-lm, and `task=causal-lm` to use the classifier)."""
+    """Why hf: does not train `model_type` as `task` (None: as anything), and what to use
+    (`default`, the task it trains as unless told; else the first of `runs`, an
+    encoder-decoder's seq2seq first). One true sentence whichever task was asked, so that
+    two refusals never point at each other (`hf:t5` once said to use causal-lm, and
+    `task=causal-lm` to use the classifier)."""
     instead = f"use a decoder ({', '.join(EXAMPLES[:4])}) or an encoder ({', '.join(EXAMPLES[4:])})"
     has = [t for t in TASKS if classes[t]]
     if not has:
         return (
-            f"{model_type} has neither a causal-LM nor a sequence-classification model in "
-            f"transformers, and hf: trains only those: {instead}"
+            f"{model_type} has no causal-LM, sequence-classification, seq2seq or "
+            f"image-classification model in transformers, and hf: trains only those: {instead}"
         )
     encoder_decoder = CLASSIFICATION in has and CLASSIFICATION not in runs
     classifier = (
@@ -308,15 +339,18 @@ def _not_runnable(
     )
     if not runs:
         return (
-            f"{model_type} is an encoder-decoder with no causal-LM model in transformers, and "
+            f"{model_type} is an encoder-decoder with no causal-LM or seq2seq model in "
+            "transformers, and "
             f"{classifier}: hf: cannot train it; {instead}"
         )
+    preferred = default or (SEQ2SEQ if SEQ2SEQ in runs else runs[0])
     if task == CLASSIFICATION and encoder_decoder:
+        decoder = " (its decoder)" if preferred == CAUSAL_LM else ""
         return (
             f"{model_type} is an encoder-decoder, and {classifier}: hf: trains it as "
-            "task=causal-lm (its decoder), the default"
+            f"task={preferred}{decoder}, the default"
         )
-    return f"{model_type} has no {task} model in transformers: hf: trains it as task={runs[0]}"
+    return f"{model_type} has no {task} model in transformers: hf: trains it as task={preferred}"
 
 
 def _pad_outside(pad: Any, vocab: Any, model_type: str) -> str | None:
@@ -334,7 +368,9 @@ def _pad_outside(pad: Any, vocab: Any, model_type: str) -> str | None:
     )
 
 
-def _config(name: ZooName, model_type: str, keys: dict[str, Any], default: Any) -> Any:
+def _config(
+    name: ZooName, model_type: str, keys: dict[str, Any], default: Any, own: str = OWN_KEYS
+) -> Any:
     """The configuration, built locally; a key the configuration class does not know is
     refused (PretrainedConfig would keep it as a stray attribute, silently), and so is a
     size of 0 or less (SIZE_KEY)."""
@@ -362,8 +398,7 @@ def _config(name: ZooName, model_type: str, keys: dict[str, Any], default: Any) 
         key = unknown[0]
         raise name.invalid(
             f"the {model_type} config ({config_class.__name__}) has no {key!r}"
-            f"{close_matches(key, sorted(known))}; mpbench's own keys: seq_len, task, samples, "
-            "labels, lr, attn_implementation"
+            f"{close_matches(key, sorted(known))}; mpbench's own keys: {own}"
         )
     return config
 
