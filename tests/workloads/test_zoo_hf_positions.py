@@ -75,8 +75,7 @@ def test_a_roberta_like_model_past_its_positions_is_one_line(name: str, said: st
         "&max_position_embeddings=16&seq_len=16",
         # Relative-position buckets meta cannot follow read past the table at first sight
         # (46 of 32); no shorter sequence confirms a position offset, and the model runs.
-        "hf:longt5?d_model=32&num_heads=2&d_kv=16&d_ff=64&num_layers=1&vocab_size=128"
-        "&seq_len=16",
+        "hf:longt5?d_model=32&num_heads=2&d_kv=16&d_ff=64&num_layers=1&vocab_size=128&seq_len=16",
     ],
 )
 def test_a_model_within_its_positions_passes(name: str) -> None:
