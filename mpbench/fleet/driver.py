@@ -15,6 +15,7 @@ it, which `mpbench compare`, `store add` and `history --by device` read as they 
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 import time
 from pathlib import Path
@@ -173,7 +174,11 @@ def _run(
     )
     lock = threading.Lock()
     write_fleet(fleet_dir, record, machines)
-    _check_versions(engine, machines, warn)
+    stopped = _check_gpus(engine, machines)
+    if len(stopped) < len(machines):  # said now, as others run (else the closing says it)
+        for machine in stopped:
+            console.print(f"  {machine.kind}: {_outcome(machine)}")
+    _check_versions(engine, [m for m in machines if m.status != "no node"], warn)
     write_fleet(fleet_dir, record, machines)
 
     def keep(machine: Machine, event) -> None:
@@ -257,6 +262,25 @@ def _serve(engine: Any, machine: Machine, keep, say) -> None:
         say(machine, f"its node was lost ({lost}); resuming on another node of kind {machine.kind}")
 
 
+def _check_gpus(engine: Any, machines: list[Machine]) -> list[Machine]:
+    """A machine whose cells ask a GPU (any --device but cpu) of a kind whose nodes have
+    none is stopped at once, with the way out: no node of it would ever take it, and the
+    driver would wait --fleet-timeout for one. The engine says what it knows of the kind's
+    nodes (Ray's resources, Slurm's generic resources), or None where it cannot tell.
+    Returns the machines it stopped."""
+    stopped = []
+    for machine in [] if engine.cpu_cells else machines:
+        evidence = engine.no_gpu(machine.kind)
+        if evidence is not None:
+            machine.status = "no node"
+            machine.why = (
+                f"no node of kind {machine.kind} has a GPU ({evidence}); pass --device cpu "
+                "to run its cells on their CPUs"
+            )
+            stopped.append(machine)
+    return stopped
+
+
 def _check_versions(engine: Any, machines: list[Machine], warn: Warnings) -> None:
     """Each kind's versions, asked of a node of it before the first cell; a warning where
     they differ (the numbers are still each machine's own)."""
@@ -301,7 +325,7 @@ def _outcome(machine: Machine) -> str:
     if machine.status == "done":
         failed = " (a cell failed: its record says why)" if machine.exit_code == 1 else ""
         return f"done, {machine.records} cells{failed}"
-    return f"{machine.status}: {machine.why}"
+    return f"{machine.status}: {machine.why}" if machine.why else machine.status
 
 
 def _closing(machines: list[Machine], fleet_dir: Path, console: Console) -> None:
@@ -318,7 +342,39 @@ def _closing(machines: list[Machine], fleet_dir: Path, console: Console) -> None
         run_history(HistoryOptions(paths=[m.run_dir for m in finished], by="device"))
     except InvalidInput as exc:  # no finished cell to compare: the runs are on disk
         console.print(f"No fleet table: {exc}")
-    console.print(f"Results: {fleet_dir} (mpbench history --by device {fleet_dir}/*)")
+    for note in _one_machine_notes(finished):
+        console.print(f"[yellow]Note[/yellow]: {note}")
+    # `*/`: the machines' run directories, not fleet.json beside them
+    console.print(f"Results: {fleet_dir} (mpbench history --by device {fleet_dir}/*/)")
+
+
+def _one_machine_notes(machines: list[Machine]) -> list[str]:
+    """Kinds whose runs are one machine to mpbench (their nodes gave them one MPBENCH_MACHINE
+    name, on the same hardware): the fleet table shows one column, the newest run, so say
+    which kinds it stands for rather than drop one silently."""
+    kinds: dict[str, list[str]] = {}
+    for machine in machines:
+        fingerprint = _fingerprint(machine.run_dir)
+        if fingerprint is not None:
+            kinds.setdefault(fingerprint, []).append(machine.kind)
+    return [
+        f"kinds {', '.join(same)} are one machine (the same hardware and MPBENCH_MACHINE "
+        "name): the table shows its newest run; give their nodes different names to see each"
+        for same in kinds.values()
+        if len(same) > 1
+    ]
+
+
+def _fingerprint(run_dir: Path) -> str | None:
+    """The hardware fingerprint of a run's first record."""
+    from mpbench.results.io import RESULTS_FILE
+
+    try:
+        with (run_dir / RESULTS_FILE).open(encoding="utf-8") as file:
+            first = file.readline()
+        return json.loads(first).get("hardware_fingerprint") if first.strip() else None
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _console() -> Console:

@@ -7,8 +7,13 @@ environment.json and side files once written, and every file of the run at the e
 node lost mid-run costs only its cell in flight: the records it sent are kept, and another
 node of the kind resumes from them (driver.py).
 
-Plain Python: no Ray here (ray_engine.py wraps `serve_machine` as a streaming task), so the
-Slurm engine and the tests run it as it is.
+The node's run is the run a person would start there by hand, in the node's environment,
+with one addition: the machine kind names the machine (MPBENCH_MACHINE=KIND) unless the
+node's environment names it already. Two kinds with the same hardware are then two machines,
+never pooled (docs/fleet.md).
+
+Plain Python: no Ray here (ray_engine.py runs `serve_machine` in an actor on the node), so
+the Slurm engine and the tests run it as it is.
 """
 
 from __future__ import annotations
@@ -22,14 +27,20 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mpbench.machine import MACHINE_ENV
 from mpbench.results.io import RESULTS_FILE
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+# Looked up once, here: the run is forked from a process with many threads (a Ray worker's),
+# and a forked child that called dlopen could wait for ever on a loader lock another thread
+# held at the fork. None where there is no prctl (macOS: a driver, never a node).
+_PRCTL = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)
 POLL_S = 0.25
 # Files the node never sends while the run goes on: the lock, and logs that grow all the time.
 NOT_STREAMED = {"run.lock", RESULTS_FILE}
@@ -68,10 +79,17 @@ def node_facts() -> dict[str, str | None]:
     }
 
 
-def serve_machine(seed: dict[str, bytes], poll_s: float = POLL_S) -> Iterator[Event]:
-    """Continue the run `seed` holds (path in the run directory -> bytes) on this node,
-    yielding what it measures as it comes. Closing the generator (the driver cancelled, Ray
-    was told to) stops the run: its cells are stopped as by Ctrl-C."""
+def serve_machine(
+    seed: dict[str, bytes],
+    kind: str,
+    poll_s: float = POLL_S,
+    stop: threading.Event | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Iterator[Event]:
+    """Continue the run `seed` holds (path in the run directory -> bytes) on this node, as
+    machine kind `kind`, yielding what it measures as it comes. Closing the generator, or
+    setting `stop`, stops the run: its cells are stopped as by Ctrl-C, and no "done" follows.
+    `env`: the node's environment (this process's unless given)."""
     yield Event("started", facts=node_facts())
     run_dir = Path(tempfile.mkdtemp(prefix="mpbench-fleet-"))
     process = None
@@ -81,8 +99,10 @@ def serve_machine(seed: dict[str, bytes], poll_s: float = POLL_S) -> Iterator[Ev
         sent = len(seed.get(RESULTS_FILE, b""))  # the records the driver has already
         seen: dict[str, tuple[int, int]] = {}
         output = open(run_dir / "node-output.log", "wb")  # noqa: SIM115 (closed below)
-        process = start_run(run_dir, output)
+        process = start_run(run_dir, output, kind, env)
         while True:
+            if stop is not None and stop.is_set():
+                return  # the finally below stops the run as Ctrl-C does
             running = process.poll() is None
             sent, lines = new_lines(results, sent)
             if lines:
@@ -107,25 +127,40 @@ def serve_machine(seed: dict[str, bytes], poll_s: float = POLL_S) -> Iterator[Ev
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def run_in_place(run_dir: str) -> int:
+def run_in_place(run_dir: str, kind: str) -> int:
     """Continue the run in `run_dir`, a folder the driver also sees (a Slurm site's shared
     file system): what the run writes is already where the driver reads it."""
     with open(Path(run_dir) / "node-output.log", "ab") as output:
-        return start_run(Path(run_dir), output).wait()
+        return start_run(Path(run_dir), output, kind).wait()
 
 
-def start_run(run_dir: Path, output) -> subprocess.Popen:
+def start_run(
+    run_dir: Path, output, kind: str, env: Mapping[str, str] | None = None
+) -> subprocess.Popen:
     command = [sys.executable, "-m", "mpbench", "run", "--out", str(run_dir), "--resume"]
     return subprocess.Popen(
         command, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        env=run_environment(kind, os.environ if env is None else env),
         preexec_fn=_die_with_parent,
     )  # fmt: skip
+
+
+def run_environment(kind: str, node_env: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a machine's run: the node's, where the kind names the machine
+    unless the node's environment names it (a name a site gave wins). So two kinds whose
+    hardware is the same are two machines, and a node's name is the same on every node
+    of its kind (a resumed run keeps one fingerprint)."""
+    env = dict(node_env)
+    if not env.get(MACHINE_ENV, "").strip():
+        env[MACHINE_ENV] = kind
+    return env
 
 
 def _die_with_parent() -> None:
     """The run gets SIGTERM (mpbench run's Ctrl-C) when the process that serves it dies: Ray
     kills a cancelled or lost task's worker with SIGKILL, which nothing can catch."""
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
 def new_lines(path: Path, offset: int) -> tuple[int, list[str]]:

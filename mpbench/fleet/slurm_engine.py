@@ -40,6 +40,7 @@ class SlurmFleet:
         self.submitit = import_engine("submitit", "submitit", "--on slurm", "slurm")
         self.local = shutil.which("sinfo") is None
         self._jobs: dict[str, Any] = {}
+        self._gres: dict[str, set[str]] = {}  # partition -> its nodes' generic resources
         self._stopping = False
 
     def connect(self) -> None:
@@ -53,25 +54,30 @@ class SlurmFleet:
         pass
 
     def kinds(self) -> dict[str, int]:
-        """Each partition with nodes up, and how many (locally: the kinds asked, one each)."""
+        """Each partition with nodes up, and how many (locally: the kinds asked, one each).
+        Keeps each partition's generic resources (gres), which say whether it has GPUs."""
         if self.local:
             return dict.fromkeys(self.options.kinds, 1)
-        try:
-            listed = subprocess.run(
-                ["sinfo", "--noheader", "--responding", "--format=%R %D %t"],
-                capture_output=True, text=True, timeout=60,
-            )  # fmt: skip
-        except subprocess.TimeoutExpired:
-            raise InvalidInput("--on slurm: sinfo did not answer in 60 s") from None
-        if listed.returncode != 0:
-            said = (listed.stderr.strip().splitlines() or ["no message"])[-1]
-            raise InvalidInput(f"--on slurm: sinfo failed ({said}): is slurmctld up?")
         counts: dict[str, int] = {}
-        for line in listed.stdout.splitlines():
-            parts = line.split()
-            if len(parts) == 3 and parts[2].rstrip("*~#") in ("idle", "mix", "alloc", "comp"):
-                counts[parts[0]] = counts.get(parts[0], 0) + int(parts[1])
+        for partition, nodes, state, gres in _sinfo("%R %D %t %G"):
+            if state.rstrip("*~#") in ("idle", "mix", "alloc", "comp"):
+                counts[partition] = counts.get(partition, 0) + int(nodes)
+                self._gres.setdefault(partition, set()).update(gres.split(","))
         return counts
+
+    def no_gpu(self, kind: str) -> str | None:
+        """Why no node of partition `kind` can take a job that asks a GPU (sinfo lists no
+        `gpu` among its nodes' generic resources), or None where one can, or where sinfo
+        lists none of its nodes up (that is --fleet-timeout's to tell). Locally no GPU is
+        asked: the run decides on its own."""
+        if self.local:
+            return None
+        if kind not in self._gres:  # a resumed fleet has not asked sinfo yet
+            self.kinds()
+        gres = self._gres.get(kind)
+        if gres is None or any(g.startswith("gpu") for g in gres):
+            return None
+        return "sinfo lists no gpu among its nodes' generic resources"
 
     def default_kinds(self, available: dict[str, int]) -> list[str]:
         return sorted(available)
@@ -99,7 +105,7 @@ class SlurmFleet:
         executor.update_parameters(**parameters)
         if self._stopping:
             raise KeyboardInterrupt
-        job = executor.submit(run_in_place, str(machine.run_dir))
+        job = executor.submit(run_in_place, str(machine.run_dir), machine.kind)
         self._jobs[machine.kind] = job
         try:
             return self._watch(machine, job, receive)
@@ -112,7 +118,7 @@ class SlurmFleet:
         while not job.done():
             if self._stopping:
                 raise KeyboardInterrupt
-            state = job.state
+            state = self._state(job)
             if not started and state not in PENDING:
                 started = True
                 facts = (
@@ -125,6 +131,8 @@ class SlurmFleet:
                 job.cancel(check=False)
                 raise TimeoutError
             time.sleep(POLL_S)
+        if self._stopping:  # the job ended as it was cancelled: stopped, not failed
+            raise KeyboardInterrupt
         if not started:
             receive(Event("started", facts={"node": f"job {job.job_id}"}))
         try:
@@ -141,7 +149,41 @@ class SlurmFleet:
         receive(Event("done", exit_code=exit_code, output=output))
         return True
 
+    def _state(self, job: Any) -> str:
+        """The job's state: submitit's (from sacct), else squeue's. A site without
+        accounting storage has no sacct: every job is UNKNOWN to submitit, and one that
+        runs would be cancelled at --fleet-timeout as if no node had taken it."""
+        state = job.state
+        if state != "UNKNOWN" or self.local:
+            return state
+        try:
+            listed = subprocess.run(
+                ["squeue", "--noheader", f"--jobs={job.job_id}", "--format=%T"],
+                capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            return state
+        return listed.stdout.strip() or state
+
     def stop(self) -> None:
+        """Ctrl-C: cancel every job (Slurm sends its run SIGTERM, which stops its cells as
+        Ctrl-C does); each machine is then interrupted, with what its job wrote kept."""
         self._stopping = True
         for job in list(self._jobs.values()):
             job.cancel(check=False)
+
+
+def _sinfo(fields: str) -> list[list[str]]:
+    """sinfo's lines (`--format=FIELDS`) for the nodes that respond, split into fields."""
+    try:
+        listed = subprocess.run(
+            ["sinfo", "--noheader", "--responding", f"--format={fields}"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise InvalidInput("--on slurm: sinfo did not answer in 60 s") from None
+    if listed.returncode != 0:
+        said = (listed.stderr.strip().splitlines() or ["no message"])[-1]
+        raise InvalidInput(f"--on slurm: sinfo failed ({said}): is slurmctld up?")
+    width = len(fields.split())
+    return [parts for line in listed.stdout.splitlines() if len(parts := line.split()) == width]

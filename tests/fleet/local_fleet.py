@@ -23,6 +23,7 @@ from mpbench.fleet.node import node_facts, serve_machine
 
 class LocalFleet:
     engine = "local"
+    cpu_cells = False  # as --device auto asks; no_gpu below: this machine cannot tell
 
     def __init__(self, options: Any) -> None:
         self.options = options
@@ -40,6 +41,9 @@ class LocalFleet:
     def default_kinds(self, available: dict[str, int]) -> list[str]:
         return sorted(available)
 
+    def no_gpu(self, kind: str) -> str | None:
+        return None
+
     def facts(self, kinds: list[str]) -> dict[str, dict]:
         return {kind: node_facts() for kind in kinds}
 
@@ -47,7 +51,7 @@ class LocalFleet:
         return True
 
     def run(self, machine, seed, receive) -> bool:
-        events = serve_machine(seed, poll_s=0.1)
+        events = serve_machine(seed, machine.kind, poll_s=0.1)
         try:
             for event in events:
                 if self._stopping.is_set():

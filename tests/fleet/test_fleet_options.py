@@ -17,6 +17,7 @@ from cli import run_mpbench
 from mpbench.errors import InvalidInput
 from mpbench.fleet import driver
 from mpbench.fleet.machines import Machine
+from mpbench.fleet.node import run_environment
 from mpbench.fleet.options import DEFAULT_TIMEOUT_S, fleet_options
 from mpbench.runner.loop import Warnings
 
@@ -181,3 +182,16 @@ def test_a_machine_whose_node_side_fails_or_is_lost_is_said_and_the_others_go_on
         "node of kind A100 is left"
     )
     assert said == []  # no retry was announced: no node of the kind was left
+
+
+@pytest.mark.parametrize(
+    "node_env, name",
+    [
+        ({}, "A100"),  # not named: the kind names the machine
+        ({"MPBENCH_MACHINE": " "}, "A100"),  # empty is unnamed, as machine.py reads it
+        ({"MPBENCH_MACHINE": "ib-cluster"}, "ib-cluster"),  # a name the site gave wins
+    ],
+)
+def test_a_kind_names_its_machine_unless_the_node_is_named(node_env, name):
+    env = run_environment("A100", {"PATH": "/usr/bin", **node_env})
+    assert env == {"PATH": "/usr/bin", "MPBENCH_MACHINE": name}

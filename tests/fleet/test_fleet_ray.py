@@ -1,8 +1,11 @@
 """`mpbench run --on ray` on a real local multi-node Ray cluster (tests/fleet/ray_cluster.py):
 a head without CPUs and one-CPU worker nodes whose `accelerator_type:` resources stand in for
-GPU kinds, their cells on this CPU. Two nodes of kind A (one can be lost), one of B, and one of
-H whose cells hang at bf16 (MPBENCH_FAULT in its environment), for Ctrl-C. The cluster is
-shared by the module; the tests that kill a node come last, in this order."""
+GPU kinds, their cells on this CPU, none of them named (MPBENCH_MACHINE). Two nodes of kind A
+(one can be lost), one of B, one of H whose cells hang at bf16 (MPBENCH_FAULT in its
+environment), for Ctrl-C, and the head as kind NOCPU, which has no CPU for a run. The head also
+serves Ray client. The cluster is shared by the module; the tests that kill a node come last,
+in this order. The module runs on every core (under xdist too): the fleet's threads are held
+to a hand run's, which a single core would make equal whatever the fleet did."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -24,13 +28,14 @@ from frameworks import installed, needs_torch
 pytestmark = [
     needs_torch,
     pytest.mark.skipif(not installed("ray"), reason="Ray is not installed (mpbench[ray])"),
+    pytest.mark.all_cores,
 ]
 
 HERE = Path(__file__).resolve().parent
 # Everything on the loopback: Ray binds the address it finds for this host unless told this
 # is a one-machine cluster; and no usage report is ever sent.
 RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
-NODES = ["A", "A", "B", "H:MPBENCH_FAULT=hang@bfloat16"]
+NODES = ["--head-kind", "NOCPU", "A", "A", "B", "H:MPBENCH_FAULT=hang@bfloat16"]
 TWO_POLICIES = ["-f", "torch", "-p", "float32", "-p", "mixed_bfloat16"]
 # Cells long enough that a node is lost while its run goes on: with 300 steps (1.8-1.9 ms a
 # float32 step, 3.3 ms at bf16 emulated on a CPU without avx512_bf16), the three cells after
@@ -69,6 +74,14 @@ def fleet(cluster, *args, tmp_path: Path, timeout: float = 300):
     )  # fmt: skip
 
 
+def ray_lines(output: str) -> list[str]:
+    """Ray's own lines in mpbench's output: what it pushes to drivers (`(raylet) ...`, a
+    dead raylet's `[state-dump]` log lines), its workers' logs (`(pid=...)`), its C++
+    core's log lines (`[2026-... W 123 123] rpc_client.h:...`)."""
+    marks = ("(raylet)", "[state-dump]", "(pid=", ".cc:", ".h:")
+    return [line for line in output.splitlines() if any(mark in line for mark in marks)]
+
+
 def start_fleet(cluster, *args, tmp_path: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "mpbench", "run", *run_options(max_steps=None), *args,
@@ -76,6 +89,21 @@ def start_fleet(cluster, *args, tmp_path: Path) -> subprocess.Popen:
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
         env={**os.environ, **fleet_env(cluster)},
     )  # fmt: skip
+
+
+@contextlib.contextmanager
+def driving(driver: subprocess.Popen):
+    """A test of a running driver: killed at the end; where the test fails before the driver
+    ended, its output goes into the failure."""
+    try:
+        yield driver
+    except AssertionError as exc:
+        driver.kill()
+        stdout, stderr = driver.communicate()
+        output = f"--- stdout:\n{stdout[-3000:]}--- stderr:\n{stderr[-3000:]}"
+        raise AssertionError(f"{exc}\n{output}") from None
+    finally:
+        driver.kill()
 
 
 def records(run_dir: Path) -> list[dict]:
@@ -104,6 +132,7 @@ def history(*paths) -> dict:
 
 
 def test_the_fleet_runs_each_kind_on_its_nodes_as_a_run_by_hand_there(cluster, tmp_path):
+    # A and B: one hardware (this machine), nodes not named: the kinds name the machines.
     out, store = tmp_path / "fleet", tmp_path / "store.sqlite"
     done = fleet(cluster, "--fleet", "A,B", *TWO_POLICIES, "--out", out, "--store", store,
                  tmp_path=tmp_path)  # fmt: skip
@@ -111,7 +140,7 @@ def test_the_fleet_runs_each_kind_on_its_nodes_as_a_run_by_hand_there(cluster, t
     assert "mpbench fleet · 2 machines" in done.stdout
     machines = fleet_json(out)
     assert {k: m["status"] for k, m in machines.items()} == {"A": "done", "B": "done"}
-    # By hand: the same run on each machine, named as its node names it.
+    # By hand: the same run on each machine, named as the fleet names it.
     by_hand = {}
     for kind in ("A", "B"):
         by_hand[kind] = tmp_path / "hand" / kind
@@ -126,6 +155,8 @@ def test_the_fleet_runs_each_kind_on_its_nodes_as_a_run_by_hand_there(cluster, t
         }
         assert {r["config"]["machine"] for r in ours} == {kind}
         assert {r["status"] for r in ours} == {"ok"} and len(ours) >= 2
+        # The threads a hand run there uses (the cores; Ray gives its workers 1), recorded.
+        assert [r["threads"] for r in ours] == [r["threads"] for r in theirs]
     # One machine per kind, never pooled: each column's float32 is that machine's own.
     fleet_view, hand_view = history(out / "A", out / "B"), history(*by_hand.values())
     columns = _columns(fleet_view)
@@ -160,37 +191,92 @@ def test_a_kind_the_cluster_lacks_is_one_line_naming_those_it_has(cluster, tmp_p
     assert done.returncode == 2
     assert done.stderr.strip() == (
         "mpbench: error: --fleet: the cluster has no node of kind Z; it has: A (2 nodes), "
-        "B (1 node), H (1 node)"
+        "B (1 node), H (1 node), NOCPU (1 node)"
     )
     assert not (tmp_path / "results").exists()
 
 
-def test_a_machine_no_node_can_take_is_reported_after_the_fleet_timeout(cluster, tmp_path):
-    # Cells on the device `auto` picks ask each task for a GPU, which no node here has.
+def test_a_gpu_asked_of_a_kind_without_one_is_said_at_once(cluster, tmp_path):
+    # Cells on the device `auto` picks ask each node for a GPU, which no node here has: no
+    # waiting for the --fleet-timeout (10 minutes by default), one line with the way out.
     options = [a for a in run_options() if a not in ("--device", "cpu")]
-    started = time.monotonic()
     done = run_mpbench(
-        "run", *options, "--on", "ray", "--fleet", "B", "--fleet-timeout", "4s",
-        "--out", tmp_path / "fleet", env=fleet_env(cluster), cwd=tmp_path, fork=False,
+        "run", *options, "--on", "ray", "--fleet", "B", "--out", tmp_path / "fleet",
+        env=fleet_env(cluster), cwd=tmp_path, fork=False, timeout=120,
     )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    said = (
+        "B: no node: no node of kind B has a GPU (Ray lists no GPU on its 1 node); pass "
+        "--device cpu to run its cells on their CPUs"
+    )
+    assert [line for line in done.stdout.splitlines() if "GPU" in line] == [said]
+    assert fleet_json(tmp_path / "fleet")["B"]["status"] == "no node"
+    assert not records(tmp_path / "fleet" / "B")
+
+
+def test_a_machine_no_node_can_take_is_reported_after_the_fleet_timeout(cluster, tmp_path):
+    # NOCPU's only node (the head) has no CPU for a run: nothing ever takes the machine.
+    started = time.monotonic()
+    done = fleet(cluster, "--fleet", "NOCPU", "--fleet-timeout", "4s",
+                 "--out", tmp_path / "fleet", tmp_path=tmp_path)  # fmt: skip
     assert time.monotonic() - started < 90
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "B: no node: no node of kind B took it within --fleet-timeout (4 s)" in done.stdout
-    assert fleet_json(tmp_path / "fleet")["B"]["status"] == "no node"
+    assert (
+        "NOCPU: no node: no node of kind NOCPU took it within --fleet-timeout (4 s)" in done.stdout
+    )
+    assert fleet_json(tmp_path / "fleet")["NOCPU"]["status"] == "no node"
+
+
+def test_the_fleet_runs_through_ray_client(cluster, tmp_path):
+    # `--on ray://HOST:PORT`: the driver is a Ray client of the head, nothing of Ray here.
+    out = tmp_path / "fleet"
+    done = run_mpbench(
+        "run", *run_options(), "-f", "torch", "-p", "float32", "--on", cluster["client"],
+        "--fleet", "B", "--out", out, env=RAY_ENV, unset=("RAY_ADDRESS",), cwd=tmp_path,
+        fork=False, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert fleet_json(out)["B"]["status"] == "done"
+    assert [(r["policy"], r["status"]) for r in records(out / "B")] == [("float32", "ok")]
+    assert not ray_lines(done.stdout + done.stderr), done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("client", [False, True], ids=["RAY_ADDRESS", "ray-client"])
+def test_a_cluster_that_does_not_answer_is_one_line_within_seconds(tmp_path, client):
+    # No cluster: no fixture. Ray itself retries a cluster's address for 14 minutes and a
+    # Ray client's for 30 s; the driver asks the address first, for a few seconds at most.
+    address = f"127.0.0.1:{_free_port()}"
+    on, env = (f"ray://{address}", {}) if client else ("ray", {"RAY_ADDRESS": address})
+    started = time.monotonic()
+    done = run_mpbench(
+        "run", *run_options(), "--on", on, "--out", tmp_path / "fleet", env={**RAY_ENV, **env},
+        unset=() if env else ("RAY_ADDRESS",), cwd=tmp_path, fork=False, timeout=120,
+    )  # fmt: skip
+    assert time.monotonic() - started < 20  # a loaded 2-core CI machine included
+    assert done.returncode == 2
+    assert done.stderr == (
+        f"mpbench: error: --on ray: no Ray cluster at {on if client else address} (connection "
+        "refused); start one with `ray start --head`, or set RAY_ADDRESS\n"
+    )
+    assert done.stdout == "" and not (tmp_path / "fleet").exists()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def test_ctrl_c_keeps_every_finished_machine_and_what_the_others_sent(cluster, tmp_path):
     out, store = tmp_path / "fleet", tmp_path / "store.sqlite"
     driver = start_fleet(cluster, "--fleet", "A,H", *TWO_POLICIES, "--max-steps", "8", "--out", out,
                          "--store", store, "--timeout", "300", tmp_path=tmp_path)  # fmt: skip
-    try:
+    with driving(driver):
         wait_for(lambda: (out / "fleet.json").exists() and fleet_json(out)["A"]["status"] == "done"
                  and len(records(out / "H")) == 1, 240, "A done and H's float32")  # fmt: skip
         time.sleep(1)  # H's bf16 cell hangs on its node
         driver.send_signal(signal.SIGINT)
         stdout, stderr = driver.communicate(timeout=120)
-    finally:
-        driver.kill()
     assert driver.returncode == 130, stdout[-2000:] + stderr[-2000:]
     assert "mpbench run --on ray" in stdout and "--resume" in stdout
     machines = fleet_json(out)
@@ -200,7 +286,7 @@ def test_ctrl_c_keeps_every_finished_machine_and_what_the_others_sent(cluster, t
     listed = run_mpbench("store", "list", "--store", store)
     assert listed.stdout.count("-A") == 1 and "-H" not in listed.stdout, listed.stdout
     # The hanging run on H's node was stopped with its task, as by Ctrl-C.
-    wait_for(lambda: not _runs_on("H"), 60, "H's mpbench run to end")
+    wait_for(lambda: not _runs_on("H", cluster["raylets"]), 60, "H's mpbench run to end")
     # --resume continues the fleet's machines (here A alone): nothing finished runs again.
     # It adds to the store the first command named (fleet.json keeps it, and that command).
     before = records(out / "A")
@@ -215,15 +301,17 @@ def test_ctrl_c_keeps_every_finished_machine_and_what_the_others_sent(cluster, t
     assert written["resumes"][0]["command_line"].endswith("--resume --fleet A")
 
 
-def _runs_on(kind: str) -> list[psutil.Process]:
-    """The `mpbench run` processes on the node(s) of `kind` (their environment names it)."""
+def _runs_on(kind: str, raylets: dict[str, int]) -> list[psutil.Process]:
+    """The `mpbench run` processes on the node(s) of `kind`: below one of their raylets."""
     found = []
     for process in psutil.process_iter(["cmdline"]):
         try:
             command = " ".join(process.info["cmdline"] or [])
-            if "mpbench run --out" in command and process.environ().get("MPBENCH_MACHINE") == kind:
+            if "mpbench run --out" in command and _raylet_of(process, raylets)[0].startswith(
+                f"{kind}#"
+            ):
                 found.append(process)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
+        except (psutil.NoSuchProcess, psutil.AccessDenied, LookupError):
             continue
     return found
 
@@ -233,13 +321,15 @@ def _raylet_of(process: psutil.Process, raylets: dict[str, int]) -> tuple[str, i
     for parent in process.parents():
         if parent.pid in pids:
             return pids[parent.pid], parent.pid
-    raise AssertionError(f"no raylet above {process}")
+    raise LookupError(f"no raylet above {process}")
 
 
-def lose_node(raylet: int) -> None:
-    """The node is lost as a machine is: its raylet and every process it started, at once."""
+def lose_node(raylet: int, everything: bool = True) -> None:
+    """The node is lost as a machine is: its raylet and every process it started, at once;
+    or (everything=False) as a raylet that crashes: its workers end with it, and Ray's agent
+    on the node pushes the raylet's last log lines to every driver."""
     node = psutil.Process(raylet)
-    for process in [*node.children(recursive=True), node]:
+    for process in [*node.children(recursive=True), node] if everything else [node]:
         with contextlib.suppress(psutil.NoSuchProcess):
             process.kill()
 
@@ -248,15 +338,14 @@ def test_a_node_lost_mid_run_is_resumed_on_another_node_of_its_kind(cluster, tmp
     out = tmp_path / "fleet"
     driver = start_fleet(cluster, "--fleet", "A", *TWO_POLICIES, *LONGER, "--repeat", "2",
                          "--out", out, tmp_path=tmp_path)  # fmt: skip
-    try:
+    with driving(driver):
         first = wait_for(lambda: records(out / "A")[:1], 240, "A's first record")[0]
-        (run,) = wait_for(lambda: _runs_on("A"), 30, "A's run on its node")
-        lose_node(_raylet_of(run, cluster["raylets"])[1])
+        (run,) = wait_for(lambda: _runs_on("A", cluster["raylets"]), 30, "A's run on its node")
+        lose_node(_raylet_of(run, cluster["raylets"])[1], everything=False)
         stdout, stderr = driver.communicate(timeout=300)
-    finally:
-        driver.kill()
     assert driver.returncode == 0, stdout[-3000:] + stderr[-3000:]
     assert "its node was lost" in stdout and "resuming on another node of kind A" in stdout
+    assert not ray_lines(stdout + stderr), stdout + stderr  # Ray's stay in its log files
     kept = records(out / "A")
     ids = [r["cell_id"] for r in kept]
     assert len(ids) == 4 and len(set(ids)) == 4, ids  # every cell once: none lost, none doubled
@@ -269,14 +358,13 @@ def test_a_kind_whose_last_node_is_lost_is_reported_and_the_fleet_fails(cluster,
     out = tmp_path / "fleet"
     driver = start_fleet(cluster, "--fleet", "H", *TWO_POLICIES, "--max-steps", "8",
                          "--out", out, tmp_path=tmp_path)  # fmt: skip
-    try:
+    with driving(driver):
         wait_for(lambda: records(out / "H")[:1], 240, "H's float32 record")
-        (run,) = wait_for(lambda: _runs_on("H"), 30, "H's run on its node")
+        (run,) = wait_for(lambda: _runs_on("H", cluster["raylets"]), 30, "H's run on its node")
         lose_node(_raylet_of(run, cluster["raylets"])[1])
         stdout, stderr = driver.communicate(timeout=300)
-    finally:
-        driver.kill()
     assert driver.returncode == 1, stdout[-3000:] + stderr[-3000:]
     assert "no node of kind H is left" in stdout
+    assert not ray_lines(stdout + stderr), stdout + stderr
     assert fleet_json(out)["H"]["status"] == "lost"
     assert [r["policy"] for r in records(out / "H")] == ["float32"]  # what it sent is kept

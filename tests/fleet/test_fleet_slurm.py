@@ -6,7 +6,12 @@ this machine has no Slurm at all."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 import slurm_local
@@ -44,18 +49,84 @@ def records(run_dir) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "results.jsonl").open()]
 
 
-def test_a_real_slurm_runs_the_partition_s_job_into_the_shared_folder(slurm, tmp_path):
+def test_a_real_slurm_runs_each_partition_s_job_into_the_shared_folder(slurm, tmp_path):
+    # Both partitions are this one node, unnamed (no MPBENCH_MACHINE): each partition names
+    # its machine, so the two are two columns, in the closing table and in history.
     out, store = tmp_path / "fleet", tmp_path / "store.sqlite"
-    done = fleet_run(tmp_path, "--fleet", "gpu-b", "--out", out, "--store", store, env=slurm.env)
+    done = fleet_run(
+        tmp_path, "--fleet", "gpu-a,gpu-b", "--out", out, "--store", store, env=slurm.env
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    machines = json.loads((out / "fleet.json").read_text())["machines"]
+    assert {m["kind"]: m["status"] for m in machines} == {"gpu-a": "done", "gpu-b": "done"}
+    for kind in ("gpu-a", "gpu-b"):
+        assert [(r["status"], r["config"]["machine"]) for r in records(out / kind)] == [
+            ("ok", kind)
+        ]
+        assert (out / kind / "environment.json").is_file()  # written on the node, at its start
+        assert f"{kind}: added in" in done.stdout
+    scripts = {p.read_text() for p in (out / ".submitit").glob("*/*_submission.sh")}
+    assert {"gpu-a", "gpu-b"} == {  # what sbatch was given
+        kind for kind in ("gpu-a", "gpu-b") for text in scripts if f"--partition={kind}\n" in text
+    }
+    assert all(p.parent.name.isdigit() for p in (out / ".submitit").glob("*/*.sh"))  # Slurm's
+    assert "mpbench fleet · 2 machines" in done.stdout
+    for paths in ([out / "gpu-a", out / "gpu-b"], [store]):
+        view = run_mpbench("history", "--by", "device", "--format", "json", *paths)
+        assert view.returncode == 0, view.stderr
+        (table,) = json.loads(view.stdout)["workloads"]
+        labels = sorted(m["label"].rsplit(" ", 1)[-1] for m in table["machines"])
+        assert labels == ["[gpu-a]", "[gpu-b]"], labels
+
+
+def test_ctrl_c_leaves_the_unfinished_machine_interrupted_with_what_it_wrote(slurm, tmp_path):
+    # The job's bf16 cell hangs (MPBENCH_FAULT reaches the job: sbatch exports the
+    # environment); Ctrl-C once its float32 is in the shared folder.
+    out = tmp_path / "fleet"
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "mpbench", "run", *run_options(), "-f", "torch", "-p", "float32",
+         "-p", "mixed_bfloat16", "--timeout", "300", "--on", "slurm", "--fleet", "gpu-a",
+         "--out", out],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+        env={**os.environ, **slurm.env, "MPBENCH_FAULT": "hang@bfloat16"},
+    )  # fmt: skip
+    try:
+        end = time.monotonic() + 240
+        while not _records_in(out / "gpu-a") and time.monotonic() < end:
+            time.sleep(0.25)
+        time.sleep(1)
+        driver.send_signal(signal.SIGINT)
+        stdout, stderr = driver.communicate(timeout=120)
+    finally:
+        driver.kill()
+    assert driver.returncode == 130, stdout[-2000:] + stderr[-2000:]
     (machine,) = json.loads((out / "fleet.json").read_text())["machines"]
-    assert machine["kind"] == "gpu-b" and machine["status"] == "done"
-    assert [r["status"] for r in records(out / "gpu-b")] == ["ok"]
-    assert (out / "gpu-b" / "environment.json").is_file()  # written on the node, at its start
-    (script,) = (out / ".submitit").glob("*/*_submission.sh")  # what sbatch was given
-    assert "#SBATCH --partition=gpu-b" in script.read_text()
-    assert script.parent.name.isdigit()  # a Slurm job id, not a local process's
-    assert "gpu-b: added in" in done.stdout
+    assert machine["status"] == "interrupted", machine
+    assert "gpu-a: interrupted" in stdout and "failed" not in stdout
+    assert machine["nodes"] and machine["nodes"][0].startswith("job ")  # seen running
+    assert [r["policy"] for r in records(out / "gpu-a")] == ["float32"]  # what it wrote
+
+
+def _records_in(run_dir) -> int:
+    path = run_dir / "results.jsonl"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def test_a_gpu_asked_of_a_partition_without_one_is_said_at_once(slurm, tmp_path):
+    # Cells on the device `auto` picks ask each job for a GPU; sinfo lists none here.
+    options = [a for a in run_options() if a not in ("--device", "cpu")]
+    out = tmp_path / "fleet"
+    done = run_mpbench(
+        "run", *options, "-f", "torch", "-p", "float32", "--on", "slurm", "--fleet", "gpu-b",
+        "--out", out, cwd=tmp_path, env=slurm.env, fork=False, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    said = (
+        "gpu-b: no node: no node of kind gpu-b has a GPU (sinfo lists no gpu among its nodes' "
+        "generic resources); pass --device cpu to run its cells on their CPUs"
+    )
+    assert [line for line in done.stdout.splitlines() if "gpu-b:" in line] == [said]
+    assert not (out / ".submitit").exists()  # no job was submitted
 
 
 def test_a_partition_slurm_lacks_is_one_line_naming_those_it_has(slurm, tmp_path):
