@@ -35,6 +35,7 @@ from mpbench.compare.summary.labels import Labeler
 from mpbench.compare.summary.scaling import ScalingRow, all_scaling_rows
 from mpbench.errors import InvalidInput
 from mpbench.policies import BASELINE, POLICIES
+from mpbench.results.contention import busy_margin
 from mpbench.results.identity import Row
 from mpbench.thresholds import split_reference, split_world
 
@@ -56,6 +57,9 @@ class GateResult:
     inconclusive: bool = False  # past the limit, but the interval reaches back across it
     estimate: Estimate | None = None  # the value with its interval, in the gate's unit
     remeasure: bool = False  # inconclusive because the timing is not trusted (busy machine)
+    # The busy machine a timing gate decided despite (its interval cleared the limit by more
+    # than the condition can move it: _despite_busy), in words; None when it ran quiet.
+    decided_under: str | None = None
 
     def pressure(self) -> float | None:
         """How close the value came to the limit: 1.0 at the limit, above 1 beyond it."""
@@ -80,17 +84,30 @@ def _result(
     distrust: str | None = None,
     verdict: Verdict | None = None,
     limit: float | None = None,
+    busy_share: float | None = None,
 ) -> GateResult:
     """Judge `estimate` against its limit and say why, with the interval, in one message.
     `distrust`: why the timing cannot be trusted (a busy machine, an impossible figure):
-    then the gate is inconclusive whatever the interval says. `verdict` and `limit`: a gate
-    judged by a rule of its own (the accuracy gate's non-inferiority), with the limit it
-    reports."""
+    then the gate is inconclusive, unless a busy machine is the only doubt (`busy_share`, the
+    CPU time others took) and the interval clears the limit by more than that can move it.
+    `verdict` and `limit`: a gate judged by a rule of its own (the accuracy gate's
+    non-inferiority), with the limit it reports."""
     verdict = verdict or judge(estimate, minimum, maximum)
     if limit is None:
         limit = maximum if maximum is not None else minimum
     message = f"{numbers}; {interval_text(gate, estimate)}"
+    decided = None
     if distrust is not None:
+        decided = _despite_busy(gate, estimate, minimum, maximum, busy_share)
+    if decided is not None:
+        verdict, margin = decided
+        side = "past" if verdict is Verdict.FAIL else "within"
+        message += (
+            f": decided on a busy machine ({distrust}): widened by ±{margin * 100:.1f} % for "
+            f"the {(busy_share or 0.0) * 100:.1f} % of CPU time others took, the interval "
+            f"still lies {side} the limit"
+        )
+    elif distrust is not None:
         verdict = Verdict.INCONCLUSIVE
         message += f": {REMEASURE} ({distrust})"
     elif verdict is Verdict.INCONCLUSIVE and estimate.no_interval:
@@ -110,8 +127,37 @@ def _result(
         limit,
         inconclusive,
         estimate,
-        remeasure=distrust is not None,
+        remeasure=distrust is not None and decided is None,
+        decided_under=distrust if decided is not None else None,
     )
+
+
+def _despite_busy(
+    gate: str,
+    estimate: Estimate,
+    minimum: float | None,
+    maximum: float | None,
+    busy_share: float | None,
+) -> tuple[Verdict, float] | None:
+    """A timing gate's verdict on a busy machine, with the margin it allowed: its interval
+    widened by as far as the CPU time others took can move the figure (contention.busy_margin,
+    measured) must lie wholly past the limit (FAIL) or wholly on the right side of it (PASS).
+    None: no decision (an implausible figure, a share beyond the measured, no interval, or
+    the widened interval straddles the limit)."""
+    if busy_share is None or estimate.no_interval:
+        return None
+    margin = busy_margin(busy_share)
+    if margin is None:
+        return None
+    # Widened on the ratio's scale: --max-slowdown judges the ratio minus 1.
+    offset = 1.0 if gate == "max-slowdown" else 0.0
+    low = (estimate.low + offset) / (1 + margin) - offset
+    high = (estimate.high + offset) * (1 + margin) - offset
+    if (maximum is not None and low > maximum) or (minimum is not None and high < minimum):
+        return Verdict.FAIL, margin
+    if (maximum is None or high <= maximum) and (minimum is None or low >= minimum):
+        return Verdict.PASS, margin
+    return None
 
 
 def interval_text(gate: str, estimate: Estimate) -> str:
@@ -212,8 +258,16 @@ class BaselineGate:
         if numbers is None:
             return None
         distrust = _busy(match) if self.timing else None
+        share = max(match.baseline.taken_share, match.candidate.taken_share)
         return _result(
-            self.gate, match.label, change, numbers, options, maximum=limit, distrust=distrust
+            self.gate,
+            match.label,
+            change,
+            numbers,
+            options,
+            maximum=limit,
+            distrust=distrust,
+            busy_share=share if distrust is not None else None,
         )
 
 
@@ -470,6 +524,7 @@ def _min_speedup_gate(
         options,
         minimum=minimum,
         distrust=against.distrust,
+        busy_share=against.busy_share,
     )
 
 
@@ -596,5 +651,12 @@ def _min_scaling(
     if row.note:
         numbers += f"; {row.devices} devices: {row.note}"
     return _result(
-        MIN_SCALING, label, efficiency, numbers, options, minimum=minimum, distrust=row.distrust()
+        MIN_SCALING,
+        label,
+        efficiency,
+        numbers,
+        options,
+        minimum=minimum,
+        distrust=row.distrust(),
+        busy_share=row.busy_share(),
     )

@@ -87,6 +87,36 @@ def reasons(reading: ContentionReading) -> list[str]:
     return out
 
 
+def taken_share(reading: ContentionReading) -> float:
+    """The share of the machine's CPU time that went elsewhere during the window: stolen by
+    the hypervisor, or used by other processes (0.05: 5 % of every core's time)."""
+    stolen = (reading.steal_pct or 0.0) / 100
+    others = max(reading.other_cores, 0.0) / reading.cpus if reading.cpus else 0.0
+    return stolen + others
+
+
+# How far CPU time taken by others moved a timing figure, per unit of taken share: measured by
+# benchmarks/steal_gate.py on the 2-core AMX Xeon (issue 55; docs/measurement.md, "Deciding on
+# a busy machine"), a process busy 10 % and 20 % of one core standing in for steal (which
+# cannot be made on purpose and takes CPU time the same way): a 5 % taken share moved torch
+# mnist_dense's bf16 speed-up +3.1 to +10.1 % and float32's step time +9.6 to +11.5 %; a 10 %
+# share -1.4 to +24.6 % and +14.0 to +26.9 %. Both figures move alike, up to 2.7 times the
+# share: 3 leaves room.
+SHIFT_PER_SHARE = 3.0
+# A whole busy core (a 50 % share) moved the speed-up -56 % and the step time +621 % (torch's
+# threads wait for the one that lost its core): past a 10 % share, the largest partial one
+# measured, nothing bounds the shift and no decision is taken.
+DECIDABLE_SHARE = 0.10
+
+
+def busy_margin(share: float) -> float | None:
+    """How far a taken `share` of the CPU time can have moved a speed-up, a scaling
+    efficiency or a step time, as a fraction (0.15: ±15 %); None beyond what was measured."""
+    if share > DECIDABLE_SHARE:
+        return None
+    return share * SHIFT_PER_SHARE
+
+
 def judge(reading: ContentionReading) -> ContentionReading:
     """Mark the reading by the rule (in place) and return it."""
     reading.why = reasons(reading)

@@ -298,6 +298,7 @@ def render_json(report: Report) -> str:
                 "cell": r.cell,
                 "passed": r.passed,
                 "inconclusive": r.inconclusive,
+                "decided_under": r.decided_under,
                 "value": r.value,
                 "limit": r.limit,
                 "estimate": estimate_json(r.estimate),

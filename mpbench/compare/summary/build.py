@@ -104,6 +104,7 @@ def _compare(
         memory_refused=_memory_refused(group, row, emulated),
         accuracy_delta_pp=accuracy,
         distrust=_distrust(group, row, speedup),
+        busy_share=_busy_share(group, row, speedup),
         accuracy=judge_accuracy(accuracy, accuracy_margin_pp) if row != BASELINE else None,
         vs_base=vs_base,
         compiled=_compiled(group, row, BASELINE),
@@ -136,6 +137,7 @@ def _against_base(
         compiled=_compiled(group, row, base),
         compile_ran=_compile_ran(group, row, base, compiled_runs),
         distrust=_distrust(group, row, speedup, base),
+        busy_share=_busy_share(group, row, speedup, base),
     )
 
 
@@ -260,6 +262,21 @@ def _distrust(
     if impossible:
         reasons.append(impossible)
     return "; ".join(dict.fromkeys(reasons)) if reasons else None
+
+
+def _busy_share(
+    group: PolicyGroup, policy: str, speedup: Estimate | None, against: str = BASELINE
+) -> float | None:
+    """Where a busy machine is the only reason `_distrust` gives: the largest share of CPU
+    time others took from either cell. None when neither ran contended, or when a figure is
+    implausible too (no margin makes an impossible figure right)."""
+    cells = [c for c in (group.cells.get(against), group.cells.get(policy)) if c is not None]
+    if any(cell.implausible for cell in cells):
+        return None
+    if against == BASELINE and _implausible_speedup(group, policy, speedup):
+        return None
+    shares = [cell.taken_share for cell in cells if cell.contended]
+    return max(shares) if shares else None
 
 
 def _memory_ratio(

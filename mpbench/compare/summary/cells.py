@@ -21,6 +21,7 @@ from mpbench.compare.summary.estimate import Estimate, of_repeats, step_time
 from mpbench.errors import InvalidInput
 from mpbench.policies import BASELINE, POLICIES
 from mpbench.results import CellRecord, Status, StepTimeStats
+from mpbench.results.contention import taken_share
 from mpbench.results.identity import CellKey, GroupKey, Row, cell_key, timed_step_samples
 from mpbench.results.schema import BottleneckStats, Fp8Prediction
 from mpbench.results.step_stats import StepStats, median_of_present
@@ -283,6 +284,9 @@ class CellSummary:
     # them); figures the run voided (a measured peak that was too low), with why.
     contended_repeats: int = 0
     contended_why: list[str] = field(default_factory=list)
+    # The largest share of the machine's CPU time others took in a contended repeat
+    # (contention.taken_share): how far a timing gate must look past the condition.
+    taken_share: float = 0.0
     implausible: list[str] = field(default_factory=list)
     voided: list[str] = field(default_factory=list)
     fp8: Fp8Summary | None = None  # float8 cells (v9)
@@ -519,6 +523,7 @@ def _summarize_trust(cell: CellSummary, ok: list[CellRecord]) -> None:
     cell.contended_repeats = len(busy)
     if busy:  # the busiest repeat's reasons speak for the others
         cell.contended_why = max(busy, key=lambda c: c.other_cores).why
+        cell.taken_share = max(taken_share(c) for c in busy)
     voided = [f"{name} dropped: {why}" for r in ok for name, why in r.implausible.items()]
     cell.voided = list(dict.fromkeys(voided))
     if cell.mfu is not None and cell.mfu > MFU_LIMIT:

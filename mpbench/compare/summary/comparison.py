@@ -64,6 +64,7 @@ class AgainstBase:
     # A run behind the two used --compile: `compiled` never advises it (compile_said).
     compile_ran: bool = False
     distrust: str | None = None  # why the timing cannot be trusted (a busy machine)
+    busy_share: float | None = None  # as Comparison's
     memory_refused: str | None = None  # why no memory ratio: two kinds of memory figure
 
 
@@ -80,6 +81,10 @@ class Comparison:
     accuracy_delta_pp: Estimate | None  # test accuracy minus float32's, in points
     # Why the evidence against float32 cannot be trusted (busy machine, impossible figure).
     distrust: str | None
+    # Where a busy machine is the only doubt: the largest share of CPU time others took from
+    # either cell (contention.taken_share), which a timing gate may look past (gates.py);
+    # None where the evidence is quiet, or a figure is implausible besides.
+    busy_share: float | None = None
     # The accuracy difference judged by its interval at the margin (summary/accuracy.py);
     # None for float32 itself and where there is no difference to judge.
     accuracy: AccuracyVerdict | None = None

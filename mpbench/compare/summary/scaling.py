@@ -86,6 +86,14 @@ class ScalingRow:
             )
         return "; ".join(reasons) if reasons else None
 
+    def busy_share(self) -> float | None:
+        """As Comparison.busy_share: the largest share of CPU time others took from either
+        cell, where a busy machine is the only doubt; None when quiet or implausible."""
+        if self.efficiency is not None and self.efficiency.value > EFFICIENCY_LIMIT:
+            return None
+        cells = [c for c in (self.reference, self.cell) if c is not None and c.contended]
+        return max(c.taken_share for c in cells) if cells else None
+
     @property
     def world_size(self) -> int:
         return self.layout.world_size
