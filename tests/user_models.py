@@ -185,3 +185,12 @@ SHORT_Y = UserWorkload(name="short_y", data=_short_y, torch=_Mlp(), batch_size=8
 FLOAT64 = UserWorkload(
     name="float64", data=lambda seed: _features(seed, np.float64), torch=_Mlp(), batch_size=8
 )
+
+
+# A tiny Mixtral by name (2 layers, 4 experts, top-2): the MoE tests' model
+# (tests/backends/test_moe_precision.py, test_moe_policy.py).
+TINY_MIXTRAL = (
+    "hf:mixtral?hidden_size=64&intermediate_size=128&num_hidden_layers=2&num_attention_heads=4"
+    "&num_key_value_heads=2&num_local_experts=4&num_experts_per_tok=2&vocab_size=128"
+    "&max_position_embeddings=64&seq_len=16&samples=64"
+)

@@ -15,15 +15,12 @@ from pathlib import Path
 import pytest
 from cli import run_mpbench
 from frameworks import installed
+from user_models import TINY_MIXTRAL
 
 pytestmark = pytest.mark.skipif(
     not (installed("transformers") and installed("torch")), reason="needs transformers and torch"
 )
-MIXTRAL = (
-    "hf:mixtral?hidden_size=64&intermediate_size=128&num_hidden_layers=2&num_attention_heads=4"
-    "&num_key_value_heads=2&num_local_experts=4&num_experts_per_tok=2&vocab_size=128"
-    "&max_position_embeddings=64&seq_len=16&samples=64"
-)
+MIXTRAL = TINY_MIXTRAL
 CAST = (
     "autocast does not cover aten._grouped_mm: mpbench casts its operands to bfloat16 as "
     "autocast casts mm's (an autocast rule in this cell), so the experts run in bfloat16 on the "

@@ -14,15 +14,12 @@ from pathlib import Path
 import pytest
 from cli import run_mpbench
 from frameworks import installed
+from user_models import TINY_MIXTRAL
 
 pytestmark = pytest.mark.skipif(
     not (installed("transformers") and installed("torch")), reason="needs transformers and torch"
 )
-MIXTRAL = (
-    "hf:mixtral?hidden_size=64&intermediate_size=128&num_hidden_layers=2&num_attention_heads=4"
-    "&num_key_value_heads=2&num_local_experts=4&num_experts_per_tok=2&vocab_size=128"
-    "&max_position_embeddings=64&seq_len=16&samples=64"
-)
+MIXTRAL = TINY_MIXTRAL
 GROUPED = MIXTRAL + "&experts_implementation=grouped_mm"
 EAGER = MIXTRAL + "&experts_implementation=eager"
 EXPERTS = "model.layers.*.mlp.experts aten._grouped_mm"

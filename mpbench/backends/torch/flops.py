@@ -89,9 +89,13 @@ ADDED_FORMULAS = {
 }
 
 
-# Every op whose FLOPs are a matmul's (or a convolution's, or attention's): the ones the
-# counter scores and the ones mpbench added.
-MATMUL_OPS = frozenset(flop_registry) | frozenset(ADDED_FORMULAS)
+# Every op whose FLOPs are a matmul's (or a convolution's, or attention's), with its formula
+# on the op's own arguments: the counter's, and mpbench's where it adds or replaces one.
+MATMUL_FORMULAS = {
+    **flop_registry,
+    **{op: flop_counter.shape_wrapper(formula) for op, formula in ADDED_FORMULAS.items()},
+}
+MATMUL_OPS = frozenset(MATMUL_FORMULAS)
 
 
 @dataclass

@@ -17,10 +17,9 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
-from torch.utils.flop_counter import flop_registry, shape_wrapper
 from torch.utils.module_tracker import ModuleTracker
 
-from mpbench.backends.torch.flops import ADDED_FORMULAS
+from mpbench.backends.torch.flops import MATMUL_FORMULAS
 from mpbench.backends.torch.inputs import Inputs, call
 from mpbench.backends.torch.precision import TorchPrecision
 from mpbench.backends.torch.steps import cross_entropy
@@ -63,12 +62,6 @@ PROJECTIONS = {
     "aten._scaled_grouped_mm",
 }
 
-# The matmul-class ops and their FLOP formulas: torch's (flop_counter's registry, which takes
-# the op's own arguments) and those mpbench adds (flops.ADDED_FORMULAS, which take shapes).
-MATMUL_FORMULAS = {
-    **{op: formula for op, formula in flop_registry.items() if op not in ADDED_FORMULAS},
-    **{op: shape_wrapper(formula) for op, formula in ADDED_FORMULAS.items()},
-}
 LOW_PRECISION = {"bfloat16", "float16"}  # and every float8 dtype (_low)
 
 
