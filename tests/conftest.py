@@ -192,12 +192,14 @@ def pytest_configure(config: pytest.Config) -> None:
     # What tests set per test and only a running cell reads (the fault to inject, the cache
     # folder, the temporary folder: a fork computes its own, zygote.py; the terminal's size
     # and kind, which the terminal tests set and a console reads when a run makes one, never
-    # an import: each cost a warm server of its own, 2.9-4.7 s of torch import): runs differing
-    # only in them share a warm server. Not MPBENCH_MARK: tests find a run's processes by it in
-    # /proc/PID/environ, which shows the environment a process was started with, and a fork
-    # of a warm server started without it would hide there. A warm server used by one test
-    # alone is waste (memory), so they leave after a minute idle, not two.
-    os.environ[IGNORE_ENV] = "MPBENCH_FAULT,MPBENCH_CACHE,TMPDIR,COLUMNS,LINES,TERM"
+    # an import; the mark of tests/processes.py, which no mpbench code reads: each cost a warm
+    # server of its own, 2.9-4.7 s of torch import): runs differing only in them share a warm
+    # server. A fork of a warm server shows the warm server's environment in
+    # /proc/PID/environ, not the run's, so a test whose run is served by one finds the run's
+    # processes by the files they hold open (processes.py's `holding`), not by the mark. A
+    # warm server used by one test alone is waste (memory), so they leave after a minute
+    # idle, not two.
+    os.environ[IGNORE_ENV] = "MPBENCH_FAULT,MPBENCH_MARK,MPBENCH_CACHE,TMPDIR,COLUMNS,LINES,TERM"
     os.environ[IDLE_ENV] = "60"
     config.stash[_WARM_DIR] = folder
 

@@ -48,7 +48,9 @@ def summary_lines(out: Path) -> dict[str, str]:
 
 def test_the_dry_check_runs_every_step_and_keeps_what_each_made(tmp_path):
     out = tmp_path / "check"
-    done = dry_run(out, 300)
+    # Room: the check takes 60-90 s on a 2-core machine, but ended within 15 s of a 300-s
+    # budget in a loaded clean-clone CI; past it, steps would be skipped (not failed).
+    done = dry_run(out, 600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     steps = summary_lines(out)
     assert list(steps) == STEPS
@@ -65,10 +67,11 @@ def test_the_dry_check_runs_every_step_and_keeps_what_each_made(tmp_path):
     assert phases["device"] == "cpu" and len(phases["forks"]) == 3
     assert all(fork["bad fork"] is False for fork in phases["forks"])
     assert json.loads((out / "detect.json").read_text())["devices"]
-    # run-fp8: bf16 and fp8, each eager and compiled
+    # run-fp8: bf16 and fp8, both eager in DRY (no torch.compile on this CPU: compiled fp8
+    # is tests/backends/test_torch_fp8.py's CLI run and tests/runner/test_compile_once.py's)
     runs = {
         "run-default": ({"float32", "mixed_bfloat16"}, 2),
-        "run-fp8": ({"mixed_bfloat16", "float8"}, 4),
+        "run-fp8": ({"mixed_bfloat16", "float8"}, 2),
     }
     if installed("transformers"):  # a Hugging Face Llama by name, bf16 and fp8
         runs["run-hf"] = ({"mixed_bfloat16", "float8"}, 2)
@@ -82,9 +85,10 @@ def test_the_dry_check_runs_every_step_and_keeps_what_each_made(tmp_path):
         assert (out / f"compare-{run}.png").stat().st_size > 0
     summary = (out / "summary.txt").read_text()
     assert "start-up torch (fork server): median" in summary
-    for how in ("eager", "compiled"):  # fp8 beside bf16 of the same compile state
-        line = next(x for x in summary.splitlines() if f"fp8 mnist_dense {how} (" in x)
-        assert "(emulated): " in line and "emulated, numerics only (no fp8 hardware: " in line
+    # fp8 beside bf16 of the same compile state
+    line = next(x for x in summary.splitlines() if "fp8 mnist_dense eager (" in x)
+    assert "(emulated): " in line and "emulated, numerics only (no fp8 hardware: " in line
+    assert "fp8 mnist_dense compiled (" not in summary
     tests = (out / "tests.log").read_text()
     assert re.search(r"\b\d+ passed in ", tests) and " failed" not in tests
     with tarfile.open(f"{out}.tar.gz") as bundle:

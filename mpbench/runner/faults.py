@@ -3,7 +3,9 @@
 Set MPBENCH_FAULT=<kind>[@<text>] in the environment of `mpbench run`; the fault fires in
 every cell whose id contains <text> (every cell without it). The ranks of a torchrun job
 match against `<cell id>#rank<R>`, so `hang@#rank1` hangs rank 1 of every job alone (the
-cell process, whose id has no `#`, is spared). Kinds:
+cell process, whose id has no `#`, is spared). A comma-separated list gives each cell the
+first fault whose text its id contains (`raise@r0,crash@r1`): the cells of one environment,
+so one fork server serves them all (a server is started per environment, zygote.py). Kinds:
   raise    the cell raises an exception                  -> status error
   oom      the cell exhausts memory (MemoryError)        -> status oom
   hang     the cell never finishes                       -> status timeout
@@ -50,13 +52,17 @@ SLOW_STEP_S = 0.2
 
 
 def requested_fault(cell_id: str) -> str | None:
+    """The kind of the first fault of MPBENCH_FAULT's list whose text `cell_id` contains."""
     value = os.environ.get(FAULT_ENV, "").strip()
     if not value:
         return None
-    kind, _, scope = value.partition("@")
-    if kind not in KINDS:
-        raise ValueError(f"{FAULT_ENV}={value!r}: kind must be one of {', '.join(KINDS)}")
-    return kind if scope in cell_id else None
+    faults = [fault.strip().partition("@") for fault in value.split(",")]
+    unknown = [kind for kind, _, _ in faults if kind not in KINDS]
+    if unknown:
+        raise ValueError(
+            f"{FAULT_ENV}={value!r}: {unknown[0]!r}: kind must be one of {', '.join(KINDS)}"
+        )
+    return next((kind for kind, _, scope in faults if scope in cell_id), None)
 
 
 def inject(kind: str) -> None:

@@ -4,6 +4,10 @@ SIGTERM and SIGHUP stop the run as Ctrl-C does (exit 128 + signal, finished reco
 results.csv written, resume hint, nothing left running); SIGKILL of the parent gives it no
 chance to clean up, so the cell must die by itself (PR_SET_PDEATHSIG and its lifeline), with
 everything it started, and nothing may be left in the temp folder.
+
+A run's processes are found by the files of its test folder they hold open, and the
+sessions they lead (tests/processes.py): its cells are forks of the session's warm torch
+server, which every test here shares.
 """
 
 from __future__ import annotations
@@ -19,9 +23,9 @@ import psutil
 import pytest
 from adversary import read_jsonl
 from frameworks import needs_torch
-from processes import marked
+from processes import holding, run_processes, still_running
 
-from mpbench.runner.launchers.process_names import CELL_NAME
+from mpbench.runner.launchers.process_names import CELL_NAME, WATCHER_NAME
 
 pytestmark = needs_torch  # its cells import torch, in their own processes
 
@@ -30,15 +34,16 @@ POLICIES = ("--policy", "fp32", "--policy", "bf16")
 
 
 class Run:
-    """`mpbench run` of float32 then bfloat16 as a subprocess, marked with MPBENCH_MARK, with
-    a private TMPDIR, and `fault` in the bfloat16 cell."""
+    """`mpbench run` of float32 then bfloat16 as a subprocess, in `tmp_path` (its processes
+    are those holding files there), with a private TMPDIR, and `fault` in the bfloat16 cell."""
 
     def __init__(self, tmp_path: Path, config: Path, fault: str | None, prefix=()) -> None:
+        self.folder = tmp_path
         self.out = tmp_path / "run"
         self.tmpdir = tmp_path / "tmp"
         self.tmpdir.mkdir()
-        self.mark = str(tmp_path)
-        env = {**os.environ, "MPBENCH_MARK": self.mark, "TMPDIR": str(self.tmpdir)}
+        self.seen: list[psutil.Process] = []  # the run's processes as its fault fired
+        env = {**os.environ, "TMPDIR": str(self.tmpdir)}
         env.pop("MPBENCH_FAULT", None)
         if fault:
             env["MPBENCH_FAULT"] = f"{fault}@mixed_bfloat16"
@@ -56,7 +61,8 @@ class Run:
         return read_jsonl(results) if results.exists() else []
 
     def wait_for_the_fault(self) -> None:
-        """Until float32's record is written and the bfloat16 cell has reached its fault."""
+        """Until float32's record is written and the bfloat16 cell has reached its fault;
+        the run's processes then are noted (`seen`)."""
         log = self.out / "logs" / "torch__mnist_dense__mixed_bfloat16__r0.log"
         deadline = time.monotonic() + 120
         while not (self.records() and log.exists() and "injecting the" in log.read_text()):
@@ -64,6 +70,9 @@ class Run:
             assert time.monotonic() < deadline, "the second cell never reached its fault"
             time.sleep(0.05)
         time.sleep(0.2)
+        self.seen = run_processes(self.folder)
+        names = sorted(p.name() for p in self.seen)
+        assert names.count(CELL_NAME) == 1 and WATCHER_NAME in names, names
 
     def temp_files(self) -> list[str]:
         """What the run left in its TMPDIR; torch's own cache folder is not ours to judge."""
@@ -74,9 +83,9 @@ class Run:
         return self.process.returncode, stdout + stderr
 
 
-def cell_processes(mark: str) -> list[psutil.Process]:
+def cell_processes(folder: Path) -> list[psutil.Process]:
     found = []
-    for process in marked(mark):
+    for process in holding(folder):
         try:
             if process.name() == CELL_NAME:  # a new process or a fork server's
                 found.append(process)
@@ -85,10 +94,11 @@ def cell_processes(mark: str) -> list[psutil.Process]:
     return found
 
 
-def gone_within(mark: str, seconds: float) -> list[psutil.Process]:
-    """The marked processes still alive after `seconds` (polling); [] as soon as none is."""
+def gone_within(run: Run, seconds: float) -> list[psutil.Process]:
+    """The run's processes (those seen as its fault fired, and any holding a file of its
+    folder) still alive after `seconds` (polling); [] as soon as none is."""
     deadline = time.monotonic() + seconds
-    while (left := marked(mark)) and time.monotonic() < deadline:
+    while (left := still_running(run.seen, run.folder)) and time.monotonic() < deadline:
         time.sleep(0.05)
     return left
 
@@ -105,7 +115,7 @@ def test_sigterm_and_sighup_stop_the_run_as_ctrl_c_does(tmp_path, tiny_config, s
     assert [r["policy"] for r in run.records()] == ["float32"]
     assert run.records()[0]["status"] == "ok"
     assert (run.out / "results.csv").exists()
-    assert gone_within(run.mark, 2) == [], "a cell process outlived the run"
+    assert gone_within(run, 2) == [], "a cell process outlived the run"
     assert run.temp_files() == []
 
 
@@ -114,7 +124,7 @@ def test_more_signals_during_the_cleanup_do_not_cut_it_short(tmp_path, tiny_conf
     the signals that arrive meanwhile change nothing."""
     run = Run(tmp_path, tiny_config, "deaf")
     run.wait_for_the_fault()
-    (cell,) = cell_processes(run.mark)  # the bfloat16 cell: float32's has finished
+    (cell,) = cell_processes(run.folder)  # the bfloat16 cell: float32's has finished
     deadline = time.monotonic() + 10
     while not ignores_sigterm(cell.pid):
         assert time.monotonic() < deadline
@@ -131,7 +141,7 @@ def test_more_signals_during_the_cleanup_do_not_cut_it_short(tmp_path, tiny_conf
     assert "--resume" in output
     assert [r["policy"] for r in run.records()] == ["float32"]
     assert (run.out / "results.csv").exists()
-    assert gone_within(run.mark, 2) == []
+    assert gone_within(run, 2) == []
 
 
 def ignores_sigterm(pid: int) -> bool:
@@ -172,13 +182,15 @@ def test_sigkill_of_the_parent_leaves_no_cell_running(tmp_path, tiny_config, fau
     run = Run(tmp_path, tiny_config, fault)
     run.wait_for_the_fault()
     if fault == "spawn":
+        (cell,) = cell_processes(run.folder)
         deadline = time.monotonic() + 10
-        while len(marked(run.mark)) == len(cell_processes(run.mark)):
+        while not (grandchildren := [p for p in holding(run.folder) if p.ppid() == cell.pid]):
             assert time.monotonic() < deadline, "the cell started no grandchild"
             time.sleep(0.05)
+        run.seen += grandchildren
     run.process.kill()
     run.process.communicate(timeout=10)
-    assert gone_within(run.mark, 10) == [], f"the {fault} cell outlived its parent"
+    assert gone_within(run, 10) == [], f"the {fault} cell outlived its parent"
     kept = run.records()  # intact: every line parses
     assert [(r["policy"], r["status"]) for r in kept] == [("float32", "ok")]
     assert run.temp_files() == []

@@ -246,6 +246,26 @@ def test_a_forked_cell_has_its_own_session_descriptors_and_environment(tmp_path,
     assert "4 s timeout" in outcome.reason  # the cell's timeout reached the cell's env
 
 
+FAULTS = ("raise", "crash", "sigkill")
+
+
+@pytest.fixture(scope="module")
+def failures(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+    """Each fault of FAULTS in a cell, each followed by a cell that trains, all forked by one
+    server (MPBENCH_FAULT's list: one environment): repeat 2i fails with FAULTS[i], 2i + 1
+    follows it. Outcomes by fault: (the failed cell's, the next cell's)."""
+    tmp_path = tmp_path_factory.mktemp("failures")
+    faults = ",".join(f"{fault}@r{2 * n}" for n, fault in enumerate(FAULTS))
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setenv("MPBENCH_FAULT", faults)
+        cells = Cells(tmp_path)
+        with cells.servers:
+            outcomes = [cells.run(spec(repeat=r)) for r in range(2 * len(FAULTS))]
+            servers = server_processes()
+    pairs = {fault: (outcomes[2 * n], outcomes[2 * n + 1]) for n, fault in enumerate(FAULTS)}
+    return SimpleNamespace(outcomes=pairs, servers=servers, warnings=cells.warnings)
+
+
 @needs_torch
 @pytest.mark.parametrize(
     ("fault", "status", "reason"),
@@ -256,16 +276,14 @@ def test_a_forked_cell_has_its_own_session_descriptors_and_environment(tmp_path,
     ],
 )
 def test_a_forked_cells_failure_is_reported_as_a_new_processs_would_be(
-    tmp_path, monkeypatch, fault, status, reason
+    failures, fault, status, reason
 ):
-    monkeypatch.setenv("MPBENCH_FAULT", f"{fault}@r0")
-    cells = Cells(tmp_path)
-    with cells.servers:
-        failed = cells.run(spec(repeat=0))
-        after = cells.run(spec(repeat=1))  # the server lives on
+    failed, after = failures.outcomes[fault]  # after: the server lives on
     assert (failed.status, after.status) == (status, "ok"), (failed.reason, after.reason)
     assert reason in failed.reason
-    assert cells.warnings == []
+    assert failed.launcher == after.launcher == "fork server"
+    assert len(failures.servers) == 1  # one server forked every cell
+    assert failures.warnings == []
 
 
 @needs_torch

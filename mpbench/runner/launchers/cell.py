@@ -27,7 +27,7 @@ from mpbench.backends import INSTALL_HINTS, get_backend
 from mpbench.backends.base import CellSpec, Diverged, Unsupported
 from mpbench.errors import InvalidInput
 from mpbench.runner.faults import inject, requested_fault
-from mpbench.runner.launchers.process_names import CELL_NAME, set_process_name
+from mpbench.runner.launchers.process_names import CELL_NAME, WATCHER_NAME, set_process_name
 from mpbench.telemetry.cell import CellDiverged
 
 _OOM_NAMES = {"OutOfMemoryError", "ResourceExhaustedError", "MemoryError", "_ArrayMemoryError"}
@@ -154,7 +154,7 @@ def watch_lifeline() -> None:
         return
     try:  # the watcher: it holds nothing but stdin, so the parent still sees the cell's exit
         os.closerange(1, os.sysconf("SC_OPEN_MAX"))
-        set_process_name("mpbench-watcher")
+        set_process_name(WATCHER_NAME)
         while os.read(0, 4096):  # the parent writes nothing after the spec
             pass
         kill_process_group(cell)

@@ -12,6 +12,7 @@ PR_SET_NAME = 15  # <linux/prctl.h>
 CELL_NAME = "mpbench-cell"
 SERVER_NAME = "mpbench-forksrv"
 WARM_SERVER_NAME = "mpbench-warmsrv"  # a warm server (warm.py), which forks SERVER_NAMEs
+WATCHER_NAME = "mpbench-watcher"  # a cell's lifeline watcher (cell.py)
 
 
 def set_process_name(name: str) -> None:

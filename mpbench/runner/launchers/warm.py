@@ -23,9 +23,12 @@ another; `pkill mpbench-warmsrv` ends it sooner). A run that cannot use one (a p
 long for a Unix socket, a server that does not answer) starts its own server, as it does
 without DIR.
 
-Protocol: the run connects to DIR/<framework>-<digest>.sock (SOCK_SEQPACKET); the warm
-server forks, and the fork answers {"ready": true, "import_s": 0, "pid": its pid}, then
-speaks zygote.py's protocol on that connection. It ends when the run closes its end.
+Protocol: the run connects to DIR/<framework>-<digest>.sock (SOCK_SEQPACKET) and sends
+{"log": true} with one descriptor, its own fork-server log; the warm server forks, and the
+fork takes that log as its stdout and stderr (what it prints lands in the run's folder, as a
+server of the run's own would print it, and every process of a run holds a file of the run
+open), answers {"ready": true, "import_s": 0, "pid": its pid}, then speaks zygote.py's
+protocol on that connection. It ends when the run closes its end.
 """
 
 from __future__ import annotations
@@ -120,10 +123,15 @@ class RunServer:
 
 
 def connect(
-    framework: str, env: Mapping[str, str], folder: Path, server_env: Mapping[str, str]
+    framework: str,
+    env: Mapping[str, str],
+    folder: Path,
+    server_env: Mapping[str, str],
+    log_path: Path,
 ) -> socket.socket | None:
     """A connection to the warm server for this import state, starting one in `folder` if
-    there is none; None where none can serve (the run then starts its own server)."""
+    there is none, with `log_path` handed to the per-run server it forks (the module
+    docstring's protocol); None where none can serve (the run then starts its own server)."""
     path = socket_path(folder, framework, env)
     if len(str(path)) > _MAX_SOCKET_PATH or not hasattr(os, "pidfd_open"):
         return None
@@ -134,9 +142,10 @@ def connect(
         channel = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             channel.connect(str(path))
-            return channel
         except (FileNotFoundError, ConnectionRefusedError):
             channel.close()
+        else:
+            return _with_log(channel, log_path)
         if started is None:
             with open(path.with_suffix(".log"), "ab") as log:
                 started = subprocess.Popen(
@@ -151,6 +160,33 @@ def connect(
             return None  # it failed before it could bind: its log says why
         time.sleep(0.02)
     return None
+
+
+def _with_log(channel: socket.socket, log_path: Path) -> socket.socket | None:
+    """The channel, once the run's log has been sent on it; None if it could not be (the
+    warm server went meanwhile: the run starts its own server)."""
+    try:
+        with open(log_path, "ab") as log:
+            socket.send_fds(channel, [json.dumps({"log": True}).encode()], [log.fileno()])
+    except OSError:
+        channel.close()
+        return None
+    return channel
+
+
+def take_log(channel: socket.socket) -> bool:
+    """In a per-run server: the run's log as stdout and stderr; False if the run left before
+    it sent one."""
+    try:
+        _, fds, _, _ = socket.recv_fds(channel, 1024, 1)
+    except OSError:
+        return False
+    if not fds:
+        return False
+    for target in (1, 2):
+        os.dup2(fds[0], target)
+    os.close(fds[0])
+    return True
 
 
 def stop_warm_servers(folder: Path) -> int:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from mpbench.runner.launchers.cell import exit_now
 from mpbench.runner.launchers.process_names import SERVER_NAME, WARM_SERVER_NAME, set_process_name
-from mpbench.runner.launchers.warm import IDLE_ENV, IDLE_S
+from mpbench.runner.launchers.warm import IDLE_ENV, IDLE_S, take_log
 from mpbench.runner.launchers.zygote import fork_hazard, preload, send, serve_cells
 
 
@@ -69,6 +69,8 @@ def _fork_for_a_run(framework: str, listener: socket.socket) -> bool:
         listener.close()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         set_process_name(SERVER_NAME)
+        if not take_log(channel):
+            exit_now(0)  # the run is gone before it said where to log: nothing to serve
         send(channel, {"ready": True, "import_s": 0.0, "pid": os.getpid()})
         exit_now(serve_cells(framework, channel))
     channel.close()

@@ -134,7 +134,9 @@ class ForkServer:
         if framework == "torch":
             server_env[NVML_CHECK_ENV] = "1"  # the server's alone: a fork takes the cell's
         started = time.monotonic()
-        channel = warm.connect(framework, self.env, warm_dir, server_env) if warm_dir else None
+        channel = None
+        if warm_dir is not None:
+            channel = warm.connect(framework, self.env, warm_dir, server_env, log_path)
         self.warm = channel is not None
         if channel is not None:
             self._socket = channel
