@@ -139,7 +139,7 @@ def test_compare_imports_down_its_layers_only():
 
 
 def test_settings_never_imports_compare():
-    # run's settings read compare's percentages through mpbench/thresholds.py, the parsers
+    # run's settings read compare's percentages through mpbench/parsers.py, the parsers
     # both commands share; settings.py once imported them from compare/options.py.
     assert _arrows("mpbench.settings", "mpbench.compare") == set()
 
@@ -158,16 +158,19 @@ def test_a_dynamic_import_is_an_arrow_too():
 
 
 def test_the_format_table_and_the_option_tables_are_leaves():
-    # formats.py, result_options.py and thresholds.py are read by the CLI at start-up: they
-    # import no command (compare, history, runner) and nothing that imports numpy.
+    # formats.py, the option model (options.py), its tables (result_options.py) and the
+    # value parsers (parsers.py) are read by the CLI at start-up: they import no command
+    # (compare, history, runner) and nothing that imports numpy.
     edges = _imports()
     assert edges["mpbench.formats"] <= {"mpbench.errors"}
-    assert edges["mpbench.thresholds"] <= {"mpbench.errors", "mpbench.policies"}
+    assert edges["mpbench.parsers"] <= {"mpbench.errors", "mpbench.policies"}
+    assert edges["mpbench.options"] <= {"mpbench.formats", "mpbench.parsers"}
     assert edges["mpbench.result_options"] <= {
         "mpbench.errors",
         "mpbench.policies",
         "mpbench.formats",
-        "mpbench.thresholds",
+        "mpbench.options",
+        "mpbench.parsers",
     }
 
 
@@ -180,9 +183,16 @@ def test_history_sits_above_compare_and_results_below_both():
 
 
 def test_the_shared_parsers_import_no_command():
-    # mpbench/thresholds.py sits under settings.py, compare/ and the CLI, which all read it.
-    for above in ("mpbench.settings", "mpbench.compare", "mpbench.runner", "mpbench.cli"):
-        assert _arrows("mpbench.thresholds", above) == set(), above
+    # mpbench/parsers.py sits under options.py, settings.py, compare/ and the CLI, which all
+    # read it.
+    for above in (
+        "mpbench.options",
+        "mpbench.settings",
+        "mpbench.compare",
+        "mpbench.runner",
+        "mpbench.cli",
+    ):
+        assert _arrows("mpbench.parsers", above) == set(), above
 
 
 def test_telemetry_never_imports_compare_or_the_runner():
@@ -216,3 +226,64 @@ def test_the_launchers_import_each_other_without_a_circle():
 
 def test_no_module_of_mpbench_is_in_an_import_circle():
     assert _circle(_imports()) is None
+
+
+# The main chain (docs/architecture.md, "Layers"), top first: a layer imports the layers
+# below it, never one above (the CLI parses, the runner runs cells, a backend trains one).
+MAIN_CHAIN = (
+    ("mpbench.cli",),
+    ("mpbench.runner",),
+    ("mpbench.backends",),
+    ("mpbench.workloads", "mpbench.policies", "mpbench.data", "mpbench.telemetry"),
+)
+
+
+def _back_up(chain: tuple[tuple[str, ...], ...]) -> set[tuple[str, str]]:
+    """The arrows from a layer of `chain` to one above it."""
+    return {
+        arrow
+        for level, layer in enumerate(chain)
+        for below in (p for lower in chain[level + 1 :] for p in lower)
+        for above in layer
+        for arrow in _arrows(below, above)
+    }
+
+
+def test_the_main_chain_imports_down_only():
+    assert _back_up(MAIN_CHAIN) == set()
+
+
+def _parts(package: str) -> dict[str, set[str]]:
+    """The arrows between a package's parts (its modules, each subpackage as one part), its
+    own __init__ left out (it gathers its parts: an arrow down to each)."""
+
+    def part(module: str) -> str:
+        return f"{package}.{module[len(package) + 1 :].split('.')[0]}"
+
+    edges: dict[str, set[str]] = {}
+    for module, targets in _imports().items():
+        if _within(module, package) and module != package:
+            inside = {part(t) for t in targets if _within(t, package) and t != package}
+            edges.setdefault(part(module), set()).update(inside - {part(module)})
+    return edges
+
+
+def test_no_two_parts_of_a_package_import_each_other():
+    # Inside packages too: a subpackage counts as one part, so a module that imports a
+    # subpackage whose modules import it back is a circle (workloads/user.py once imported
+    # the zoo, whose resolvers import user.py).
+    packages = sorted(m for m, (_, is_package) in _modules().items() if is_package)
+    assert {p: c for p in packages if (c := _circle(_parts(p)))} == {}
+
+
+def test_the_zoo_sits_above_user_py():
+    # user.py looks a zoo name up in the registry the zoo fills (user.ZOOS); the zoo builds
+    # UserWorkloads. mpbench.workloads imports the zoo's registry, its top, which imports
+    # each prefix's resolver by its "module:function" (an arrow too).
+    edges = _imports()
+    for below in ("mpbench.workloads.user", "mpbench.workloads.spec", "mpbench.workloads.inputs"):
+        assert _arrows(below, "mpbench.workloads.zoo") == set(), below
+    registry = "mpbench.workloads.zoo.registry"
+    assert {m for m, targets in edges.items() if registry in targets} == {"mpbench.workloads"}
+    assert {"mpbench.workloads.zoo.hf_route", "mpbench.workloads.zoo.vision"} <= edges[registry]
+    assert _arrows("mpbench.workloads.zoo", "mpbench.workloads.user") != set()  # down

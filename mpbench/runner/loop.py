@@ -8,7 +8,7 @@ import platform
 import secrets
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -156,7 +156,7 @@ def _new_run(
         state = RunState(run_id, now_iso(), options.command_line, __version__, config)
         write_state(run_dir, state)
         write_environment(run_dir, environment(options, config, plan.report, plan.device))
-        return _run_cells(plan, config, run_dir, {}, options, console, summary)
+        return _run_cells(_Run(plan, config, options, run_dir, console, {}), summary)
 
 
 def _resume(
@@ -195,7 +195,8 @@ def _resume(
         if not (run_dir / ENVIRONMENT_FILE).exists():
             # A run that a fleet's driver made (its run.json only) starts on its node here.
             write_environment(run_dir, environment(options, state.config, plan.report, plan.device))
-        return _run_cells(plan, state.config, run_dir, done, options, console, summary)
+        run = _Run(plan, state.config, options, run_dir, console, done)
+        return _run_cells(run, summary)
 
 
 def _same_file(given: Path, stored: Path | None) -> bool:
@@ -248,22 +249,31 @@ def _plan(config: RunConfig, run_id: str, warn: Callable[[str], None]) -> Plan:
     return Plan(run_id, report, device, traits, cells, fingerprint, {}, warn)
 
 
-def _run_cells(
-    plan: Plan,
-    config: RunConfig,
-    run_dir: Path,
-    done: dict[str, CellRecord],
-    options: RunOptions,
-    console: Console,
-    summary: Summary | None = None,
-) -> int:
-    plan.measured_peaks = _measured_peaks(
-        plan.device, plan.fingerprint, options.measure_peak, console, config.threads, plan.warn
-    )
+@dataclass
+class _Run:
+    """The run context: what each cell of one run is run with, from the first cell to the
+    closing table: the plan, the configuration and options, the directory its records go to,
+    the console, and its records (a resumed run's first)."""
+
+    plan: Plan
+    config: RunConfig
+    options: RunOptions
+    run_dir: Path
+    console: Console
+    done: dict[str, CellRecord]  # the records a resumed run holds already, by cell id
+    records: list[CellRecord] = field(init=False)  # every record so far, `done`'s first
+
+    def __post_init__(self) -> None:
+        self.records = list(self.done.values())
+
+
+def _run_cells(run: _Run, summary: Summary | None = None) -> int:
+    plan, config, console, run_dir = run.plan, run.config, run.console, run.run_dir
+    plan.measured_peaks = _measured_peaks(run)
     plan.measured_bandwidth_gbps = _measured_bandwidth(plan.fingerprint, config.threads)
     cells = plan.cells
     rounds = _rounds(cells, config)
-    adaptive = _adaptive(config, done)
+    adaptive = _adaptive(config, run.done)
     matrix = (
         f"{len(cells)} cells"
         if adaptive is None
@@ -279,7 +289,7 @@ def _run_cells(
             "/dev/nvidia* exists but NVML lists no GPU, so `auto` chose the CPU; pass "
             "--device cuda to try the GPU (mpbench detect says more)"
         )
-    records = list(done.values())
+    records = run.records
     interrupted: KeyboardInterrupt | None = None
     total = len(cells) if adaptive is None else len(rounds[0]) * adaptive.n0
     try:
@@ -289,30 +299,7 @@ def _run_cells(
         ):
             plan.fork_servers = servers
             try:
-                for index, round_cells in enumerate(rounds):
-                    if adaptive is not None and not adaptive.may_start(index):
-                        break
-                    for first in round_cells:
-                        # A cell, then (--on-diverge fallback) each fallback of it that runs.
-                        cell: Cell | None = first
-                        while cell is not None:
-                            record = done.get(cell.spec.cell_id)
-                            if record is not None:
-                                reporter.cell_resumed(cell.spec.cell_id)
-                            else:
-                                reference = _scaling_reference(cell, records)
-                                # What a cell that cannot pay is held to (runner/twin.py).
-                                cell.spec.float32_step_s = float32_step_s(cell.spec, records)
-                                record = _run_and_keep(
-                                    cell, config, run_dir, reporter, plan, options, reference
-                                )
-                                records.append(record)
-                            cell = _fallback(cell, record, config, plan, reporter)
-                    if adaptive is not None:
-                        _round_done(adaptive, index, len(round_cells), records, reporter, run_dir)
-                if adaptive is not None:
-                    reporter.adaptive_stopped(adaptive.finish(records), adaptive.ran)
-                    _record_adaptive(run_dir, adaptive)
+                _run_rounds(run, reporter, rounds, adaptive)
             except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (runner.signals)
                 interrupted = exc
     except ResultsWriteError:
@@ -336,6 +323,36 @@ def _run_cells(
         raise csv_error  # results.jsonl is complete; say (exit 2) that its CSV copy is not
     console.print(f"Results: {run_dir / RESULTS_FILE}")
     return 1 if any(r.status in FAILED for r in records) else 0
+
+
+def _run_rounds(
+    run: _Run, reporter: Reporter, rounds: list[list[Cell]], adaptive: AdaptiveRepeats | None
+) -> None:
+    """Each round's cells, each followed by the fallbacks of it that run; a resumed run's
+    finished cells are reported, not run again. Under --repeat auto the rounds stop where
+    the adaptive rule says (runner/adaptive.py), and run.json keeps why."""
+    for index, round_cells in enumerate(rounds):
+        if adaptive is not None and not adaptive.may_start(index):
+            break
+        for first in round_cells:
+            # A cell, then (--on-diverge fallback) each fallback of it that runs.
+            cell: Cell | None = first
+            while cell is not None:
+                record = run.done.get(cell.spec.cell_id)
+                if record is not None:
+                    reporter.cell_resumed(cell.spec.cell_id)
+                else:
+                    reference = _scaling_reference(cell, run.records)
+                    # What a cell that cannot pay is held to (runner/twin.py).
+                    cell.spec.float32_step_s = float32_step_s(cell.spec, run.records)
+                    record = _run_and_keep(run, reporter, cell, reference)
+                    run.records.append(record)
+                cell = _fallback(run, reporter, cell, record)
+        if adaptive is not None:
+            _round_done(adaptive, index, len(round_cells), run.records, reporter, run.run_dir)
+    if adaptive is not None:
+        reporter.adaptive_stopped(adaptive.finish(run.records), adaptive.ran)
+        _record_adaptive(run.run_dir, adaptive)
 
 
 def _rounds(cells: list[Cell], config: RunConfig) -> list[list[Cell]]:
@@ -389,15 +406,9 @@ def _record_adaptive(run_dir: Path, adaptive: AdaptiveRepeats) -> None:
 
 
 def _run_and_keep(
-    cell: Cell,
-    config: RunConfig,
-    run_dir: Path,
-    reporter: Reporter,
-    plan: Plan,
-    options: RunOptions,
-    reference: CellRecord | None = None,
+    run: _Run, reporter: Reporter, cell: Cell, reference: CellRecord | None = None
 ) -> CellRecord:
-    record, warnings = _run_cell(cell, config, run_dir, reporter, plan, options)
+    record, warnings = _run_cell(run, reporter, cell)
     if record.distributed is not None and cell.scaling_reference is not None:
         record.distributed.scaling_reference = cell.scaling_reference
         if reference is not None:
@@ -406,9 +417,9 @@ def _run_and_keep(
                 reference.throughput_samples_per_s,
                 record.distributed.world_size,
             )
-    append_record(run_dir, record)  # ResultsWriteError: stop, keep the rest
+    append_record(run.run_dir, record)  # ResultsWriteError: stop, keep the rest
     for message in warnings:
-        plan.warn(message)
+        run.plan.warn(message)
     reporter.cell_finished(record)
     return record
 
@@ -423,16 +434,14 @@ def _scaling_reference(cell: Cell, records: list[CellRecord]) -> CellRecord | No
     return None
 
 
-def _fallback(
-    cell: Cell, record: CellRecord, config: RunConfig, plan: Plan, reporter: Reporter
-) -> Cell | None:
+def _fallback(run: _Run, reporter: Reporter, cell: Cell, record: CellRecord) -> Cell | None:
     """The cell that runs a diverged one again one step down the ladder (runner/fallback.py),
     or None: not asked for, not diverged, or nothing below it on this device."""
-    if config.on_diverge != "fallback" or record.status is not Status.DIVERGED:
+    if run.config.on_diverge != "fallback" or record.status is not Status.DIVERGED:
         return None
-    spec = fallback_spec(cell.spec, plan.traits)
+    spec = fallback_spec(cell.spec, run.plan.traits)
     if spec is None:
-        plan.warn(f"{cell.spec.cell_id} diverged and {cell.spec.policy} has no fallback here")
+        run.plan.warn(f"{cell.spec.cell_id} diverged and {cell.spec.policy} has no fallback here")
         return None
     reporter.add_cell()
     return Cell(spec, fallback_of=cell.spec.cell_id)
@@ -454,14 +463,8 @@ def _write_csv_if_possible(run_dir: Path, records: list[CellRecord]) -> ResultsW
     return None
 
 
-def _run_cell(
-    cell: Cell,
-    config: RunConfig,
-    run_dir: Path,
-    reporter: Reporter,
-    plan: Plan,
-    options: RunOptions,
-) -> tuple[CellRecord, list[str]]:
+def _run_cell(run: _Run, reporter: Reporter, cell: Cell) -> tuple[CellRecord, list[str]]:
+    plan, options, run_dir = run.plan, run.options, run.run_dir
     spec = cell.spec
     spec.verbose = options.verbose
     if cell.skip_reason:
@@ -471,7 +474,7 @@ def _run_cell(
         log_path = cell_log(run_dir, spec.cell_id)
         outcome = run_in_child(
             spec,
-            config.timeout,
+            run.config.timeout,
             log_path,
             reporter.step,
             options.verbose,
@@ -530,14 +533,7 @@ def _write_side_file(
         return None
 
 
-def _measured_peaks(
-    device: str,
-    fingerprint: str,
-    measure: bool,
-    console: Console,
-    threads: int | None,
-    warn: Callable[[str], None],
-) -> dict[str, float]:
+def _measured_peaks(run: _Run) -> dict[str, float]:
     """The device's measured matmul peaks (TFLOP/s per policy peak key) from detect's cache,
     measured with the threads the cells run with; with --measure-peak, measured first when
     the cache has none for this hardware (a measurement on a busy machine is not cached,
@@ -545,13 +541,14 @@ def _measured_peaks(
     from mpbench.detect.measure import cached_peaks, measure_and_cache
     from mpbench.runner.matrix import available_cores
 
-    threads = threads or available_cores()
+    device, fingerprint = run.plan.device, run.plan.fingerprint
+    threads = run.config.threads or available_cores()
     peaks = cached_peaks(fingerprint, threads=threads)
-    if measure and not peaks:
-        console.print(f"Measuring the matmul peak of {device} (detect --measure) ...")
+    if run.options.measure_peak and not peaks:
+        run.console.print(f"Measuring the matmul peak of {device} (detect --measure) ...")
         result = measure_and_cache(device, fingerprint, threads=threads)
         if result.get("not_cached"):
-            warn(f"measured peak {result['not_cached']}")
+            run.plan.warn(f"measured peak {result['not_cached']}")
         peaks = cached_peaks(fingerprint, threads=threads)
     return peaks
 

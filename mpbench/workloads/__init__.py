@@ -18,6 +18,10 @@ from mpbench.workloads.spec import (
 )
 from mpbench.workloads.user import UserWorkload
 
+# The zoos register their prefixes in user.py's ZOOS (the zoo sits above user.py): imported
+# here, so that any import of a workload module has them (it imports no library).
+from mpbench.workloads.zoo import registry  # noqa: F401
+
 __all__ = [
     "WORKLOADS",
     "Conv",

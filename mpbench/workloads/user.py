@@ -2,6 +2,8 @@
 found by `--workload package.module:name` or by the name of an entry point in the
 `mpbench.workloads` group; or a model zoo's name (`hf:gpt2`, `keras:MobileNetV2`,
 `torchvision:resnet50`, `timm:...`), which mpbench.workloads.zoo builds as such a spec.
+The zoo sits above this module (its models are UserWorkloads): it fills the registry here
+(ZOOS) that `load`, `source` and `describe` look a zoo name up in.
 
 mpbench controls the precision policy, the threads, the timing and the seeds; the workload
 owns the model, the optimizer, the loss and the data. Nothing here imports a framework: the
@@ -23,8 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mpbench.errors import InvalidInput
-from mpbench.workloads import zoo
+from mpbench.errors import InvalidInput, one_line
 from mpbench.workloads.inputs import each, named, parts, rows, samples
 
 ENTRY_POINT_GROUP = "mpbench.workloads"
@@ -150,10 +151,57 @@ class UserWorkloadInfo:
         return self.params * BYTES_PER_FLOAT32 * (2 + self.optimizer_states)
 
 
+# --- the model zoos' names -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Built:
+    """What the probe's one build of a zoo model found: its description, and what training it
+    holds at least (UserWorkloadInfo.training_bytes): its parameters (None where it was not
+    built, its framework missing) and its optimizer's float32 states per parameter."""
+
+    description: str
+    params: int | None = None
+    optimizer: str = "Adam"
+    optimizer_states: int = 2  # Adam's and AdamW's two moments
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A zoo name, resolved: the workload, its record (`source`), and `check`, which builds
+    the model once (on torch's meta device where it can) to refuse what the library refuses
+    and to count its parameters; the probe runs it, a cell does not."""
+
+    workload: UserWorkload
+    source: dict[str, Any]
+    check: Callable[[], Built]
+
+
+# A zoo's prefix ("hf", "keras", ...) -> what resolves a name with it. Filled by
+# mpbench.workloads.zoo.registry, which mpbench.workloads imports: so it is full before
+# anything here is imported, and this module imports no zoo (the zoo imports it).
+ZOOS: dict[str, Callable[[str], Resolved]] = {}
+
+
+def register_zoo(prefix: str, resolve: Callable[[str], Resolved]) -> None:
+    ZOOS[prefix] = resolve
+
+
+def is_zoo(name: str) -> bool:
+    """Whether `name` is a zoo name: it starts with a zoo's prefix and a colon. A zoo takes
+    such a name before the `module:attr` path would."""
+    prefix, colon, _ = name.strip().partition(":")
+    return bool(colon) and prefix in ZOOS
+
+
+def _zoo_model(name: str) -> Resolved:
+    return ZOOS[name.strip().partition(":")[0]](name)
+
+
 def is_reference(name: str) -> bool:
     """Whether `name` names a workload itself (a zoo name, or `module:attr`), not an entry
     point's name."""
-    return zoo.is_zoo(name) or ":" in name
+    return is_zoo(name) or ":" in name
 
 
 def entry_point(name: str) -> str | None:
@@ -179,8 +227,8 @@ def load(name: str) -> UserWorkload:
     installed package is found as `python -m` finds one: the working directory comes first on
     sys.path. A zoo name is taken by the zoo first (`hf:gpt2` is never module hf's gpt2).
     InvalidInput (one line naming `name`) where it is not a workload."""
-    if zoo.is_zoo(name):
-        return _checked(name, zoo.build(name))
+    if is_zoo(name):
+        return _checked(name, _zoo_model(name).workload)
     return _checked(name, _imported(name))
 
 
@@ -420,7 +468,7 @@ def _array(value: Any, role: str, said: str) -> Any:
     try:
         array = np.asarray(value)
     except (ValueError, TypeError) as exc:  # ragged nested lists
-        raise InvalidInput(f"{said}: {role} is not an array ({zoo.one_line(exc)})") from None
+        raise InvalidInput(f"{said}: {role} is not an array ({one_line(exc)})") from None
     if array.dtype.kind not in "biuf":
         what = {"O": "Python objects", "U": "text", "S": "bytes"}.get(array.dtype.kind)
         what = f"{what or 'values'} ({array.dtype})"
@@ -534,8 +582,8 @@ def source(name: str) -> dict[str, Any]:
     """Where the workload came from: module, attribute, file and its sha256, and the
     installed distribution and version that holds the module, where one does. A zoo name's:
     the zoo, the model, its full configuration and the library's version."""
-    if zoo.is_zoo(name):
-        return zoo.source(name)
+    if is_zoo(name):
+        return _zoo_model(name).source
     module_name, _, attr = (reference(name) or name).partition(":")
     module = sys.modules[module_name]
     path = getattr(module, "__file__", None)
@@ -560,11 +608,11 @@ def describe(name: str) -> dict[str, Any]:
         "description": workload.description or workload.name,
         "source": source(name),
     }
-    if zoo.is_zoo(name):
+    if is_zoo(name):
         # A zoo model is built once here (the probe), so a configuration the library refuses
         # is one line before anything runs, not an error in every cell; and its parameters
         # are counted, so a model that cannot fit is refused before a cell allocates it.
-        built = zoo.describe(name)
+        built = _zoo_model(name).check()
         found["description"] = built.description
         found["params"] = built.params
         found["optimizer"] = built.optimizer

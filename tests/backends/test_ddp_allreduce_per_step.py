@@ -58,19 +58,18 @@ def test_each_step_keeps_its_own_allreduce_time(group):
     generator = torch.Generator().manual_seed(0)
     x, y = torch.rand(64, 8, generator=generator), torch.randint(0, 4, (64,), generator=generator)
     steps = len(STALLS)
-    backend._train_synced(
+    step_context = backend._Steps(
+        model,
         ddp,
         torch.optim.SGD(model.parameters(), lr=0.01),
         apply_policy(resolve("fp32"), CPU),
         backend._Batches(x, y, 8, 8, generator),
         StepPlan(steps_per_epoch=8, epochs=1, total_steps=steps, warmup_steps=WARMUP),
         lambda: None,
-        {},
         lambda *_: None,
-        steps,
-        CellTelemetry("cpu", dynamic_scale=False),
-        parallel.after_step,
+        after_step=parallel.after_step,
     )
+    backend._train_synced(step_context, {}, CellTelemetry("cpu", dynamic_scale=False))
     assert len(calls) == steps  # one bucket: one hook call per step
     comm = parallel.comm_s
     assert len(comm) == steps and None not in comm, comm

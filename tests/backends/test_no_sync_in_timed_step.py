@@ -101,19 +101,11 @@ def train(policy: str, loss_scale: float | None) -> tuple[object, CellTelemetry,
     def after_step() -> None:
         done["steps"] += 1
 
-    trained = backend._train_synced(
-        model,
-        optimizer,
-        precision,
-        batches,
-        plan,
-        lambda: None,
-        {},
-        lambda *_: None,
-        STEPS,
-        telemetry,
-        after_step,
-    )
+    steps = backend._Steps(
+        model, model, optimizer, precision, batches, plan, lambda: None, lambda *_: None,
+        after_step=after_step,
+    )  # fmt: skip
+    trained = backend._train_synced(steps, {}, telemetry)
     return trained, telemetry, precision
 
 

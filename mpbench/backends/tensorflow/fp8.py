@@ -42,6 +42,7 @@ import keras
 
 from mpbench import fp8_rules as rules
 from mpbench.backends.base import Unsupported
+from mpbench.errors import first_line
 from mpbench.fp8_rules import (
     HARDWARE,
     Execution,
@@ -377,8 +378,7 @@ def xla_fp8_gemm_refusal(model: keras.Model, x: Any, y: Any) -> str | None:
             stage="optimized_hlo"
         )
     except Exception as exc:  # no compiler IR: nothing confirms an fp8 GEMM
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        return f"could not read XLA's optimized HLO to confirm an fp8 GEMM ({first})"
+        return f"could not read XLA's optimized HLO to confirm an fp8 GEMM ({first_line(exc)})"
     if F8_GEMM_CALL in hlo:
         return None
     return (

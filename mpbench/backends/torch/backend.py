@@ -48,7 +48,7 @@ from mpbench.backends.torch.models import build_model, build_optimizer
 from mpbench.backends.torch.outputs import OutputReader, read_output
 from mpbench.backends.torch.precision import TorchPrecision, apply_policy, read_tf32
 from mpbench.backends.torch.profiled import PROFILED_STEPS, profile_casts, profile_steps
-from mpbench.backends.torch.steps import cross_entropy, train_step
+from mpbench.backends.torch.steps import Batch, StepResult, cross_entropy, train_step
 from mpbench.policies import resolve
 from mpbench.results.schema import (
     DeviceInfo,
@@ -161,39 +161,37 @@ def run_cell(spec: CellSpec, progress: Progress, warn: Callable[[str], None]) ->
     plan = plan_steps(
         samples(tensors.x_train), cell.global_batch, spec.epochs, spec.max_steps, spec.warmup_steps
     )
-    window = end_to_end_window(plan)
-    total = plan.total_steps + window.total_steps
-    sync = synchronizer(cell.device)
-    batches = _batches(cell, tensors, plan)
-    forward, compiler = _trained_forward(cell, model, optimizer, precision, tensors, sync, progress)
+    steps = _Steps(
+        model, model, optimizer, precision, _batches(cell, tensors, plan), plan,
+        synchronizer(cell.device), progress, cell.loss,
+        cell.parallel.after_step if cell.parallel else None,
+    )  # fmt: skip
+    steps, compiler = _trained_forward(cell, steps, tensors)
     state: dict[str, Any] = {}  # the precision in effect, read back during the first step
     stop = StopCheck.for_cell(
-        spec, plan, window, samples(tensors.x_test), spec.batch_size, progress
+        spec, plan, steps.window, samples(tensors.x_test), spec.batch_size, progress
     )
-    enter_phase(progress, TRAINING, warmup=plan.warmup_steps, timed=plan.total_steps, total=total)
-    timed = _timed_steps(
-        cell, forward, optimizer, precision, batches, plan, total, sync, state, progress, stop
+    enter_phase(
+        progress, TRAINING, warmup=plan.warmup_steps, timed=plan.total_steps, total=steps.total
     )
+    timed = _timed_steps(cell, steps, state, stop)
     stopped = timed.trained.stopped
     end_to_end, busy, test_accuracy, test_loss, compile_stats = None, timed.busy, None, None, None
     if stopped is None:  # a cell that cannot pay trains, profiles and evaluates nothing more
-        _steady_window(cell, model, forward, optimizer, precision, tensors, timed, plan, sync)
+        _steady_window(cell, steps, tensors, timed)
         enter_phase(progress, END_TO_END)
-        end_to_end = _train_end_to_end(
-            forward, optimizer, precision, batches, window, sync, progress, plan.total_steps,
-            total, cell.loss,
-        )  # fmt: skip
-        busy = _device_busy(cell, model, forward, optimizer, precision, batches, sync, timed.busy)
+        end_to_end = _train_end_to_end(steps)
+        busy = _device_busy(cell, steps, timed.busy)
         enter_phase(progress, EVALUATING)
         test_accuracy, test_loss, compile_stats = _evaluate_cell(
-            cell, model, forward, compiler, precision, tensors, warn
+            cell, steps, compiler, tensors, warn
         )
     elif compiler:
         compiler.training_done()
         compile_stats = compiler.stats()
     memory = _memory_stats(cell.device, timed.memory, tensors.nbytes)
     status, reason, divergence = _verdict(precision, timed, len(timed.trained.step_times_s))
-    _read_back(state, cell, model, precision, timed.loss_scale, tensors)
+    _read_back(state, cell, steps, timed.loss_scale, tensors)
     step_times_s, report, distributed = timed.trained.step_times_s, timed.telemetry.report(), None
     if cell.parallel:
         step_times_s, end_to_end, distributed = _job_figures(
@@ -348,36 +346,81 @@ def _batches(cell: _Cell, tensors: _Tensors, plan: StepPlan) -> _Batches:
     return batches
 
 
+Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (float32 output, targets)
+
+
+@dataclass(frozen=True)
+class _Steps:
+    """The step context: what every training step of one cell is made of, the same from the
+    compiling step to the last profiled one, so that each phase (the timed steps, the steady
+    and end-to-end windows, the profiled steps, the evaluation) takes it whole."""
+
+    model: torch.nn.Module  # the eager module: its weights, what is undone, what evaluates
+    forward: Callable[..., torch.Tensor]  # what a step calls: `model`, DDP's, or compiled
+    optimizer: torch.optim.Optimizer
+    precision: TorchPrecision
+    batches: _Batches
+    plan: StepPlan  # the timed steps
+    sync: Callable[[], None]  # waits for the device: before each clock read
+    progress: Progress
+    loss: Loss | None = None  # a user workload's; None: the built-ins' cross-entropy
+    after_step: Callable[[], None] | None = None  # a rank's: DDP's per-step figures
+
+    @property
+    def window(self) -> WindowPlan:
+        """The end-to-end window trained after the timed steps."""
+        return end_to_end_window(self.plan)
+
+    @property
+    def total(self) -> int:
+        """The steps the progress display counts: the timed ones and the window's."""
+        return self.plan.total_steps + self.window.total_steps
+
+    def train(
+        self,
+        micro_batches: list[Batch],
+        readback: dict[str, Any] | None = None,
+        check_skip: bool = False,
+    ) -> StepResult:
+        """One optimizer step over `micro_batches` (steps.py)."""
+        return train_step(
+            self.forward,
+            self.optimizer,
+            self.precision,
+            micro_batches,
+            readback,
+            check_skip=check_skip,
+            loss_fn=self.loss,
+        )
+
+    def undone(self) -> contextlib.AbstractContextManager[None]:
+        """Whatever trains inside is undone on leaving (compiled.undone): weights, optimizer
+        and loss scaler as they were."""
+        return undone(self.model, self.optimizer, self.precision.scaler)
+
+
 def _trained_forward(
-    cell: _Cell,
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    precision: TorchPrecision,
-    tensors: _Tensors,
-    sync: Callable[[], None],
-    progress: Progress,
-) -> tuple[Callable[[torch.Tensor], torch.Tensor], Compiler | None]:
-    """What the steps call: the model, wrapped for DDP on a rank, compiled with --compile or
-    as a float8 cell (torchao's float8 training is meant to run compiled: fp8_compiled), its
-    compiling step undone, so the cell trains the eager cell's steps."""
+    cell: _Cell, steps: _Steps, tensors: _Tensors
+) -> tuple[_Steps, Compiler | None]:
+    """The steps calling what they train: the model, wrapped for DDP on a rank, compiled with
+    --compile or as a float8 cell (torchao's float8 training is meant to run compiled:
+    fp8_compiled), its compiling step undone, so the cell trains the eager cell's steps."""
     spec = cell.spec
-    model.train()
-    trained_module = cell.parallel.wrap(model, cell.device) if cell.parallel else model
+    steps.model.train()
+    trained_module = cell.parallel.wrap(steps.model, cell.device) if cell.parallel else steps.model
     if not (spec.compile or (cell.policy.fp8 and fp8_compiled(spec))):
-        return trained_module, None
-    enter_phase(progress, COMPILING)
+        return dataclasses.replace(steps, forward=trained_module), None
+    enter_phase(steps.progress, COMPILING)
     compiler = Compiler(trained_module)
-    forward = compiler.module
+    compiled = dataclasses.replace(steps, forward=compiler.module)
     first = [(head(tensors.x_train, spec.batch_size), tensors.y_train[: spec.batch_size])]
     first *= spec.accumulate
     # The compiling step trains nothing: the cell then trains the eager cell's steps, and
     # meets the memory meter as the eager cell does (no gradients, no optimizer state: the
     # first timed step allocates them, as training memory, in both).
-    with undone(model, optimizer, precision.scaler):
-        compiler.compile_step(
-            lambda: train_step(forward, optimizer, precision, first, loss_fn=cell.loss), sync
-        )
-    return forward, compiler
+    with compiled.undone():
+        compiler.compile_step(lambda: compiled.train(first), compiled.sync)
+    return compiled, compiler
 
 
 @dataclass
@@ -391,21 +434,10 @@ class _Timed:
     busy: BusyEvidence  # the host's CPU time over the timed steps
 
 
-def _timed_steps(
-    cell: _Cell,
-    forward: Callable[[torch.Tensor], torch.Tensor],
-    optimizer: torch.optim.Optimizer,
-    precision: TorchPrecision,
-    batches: _Batches,
-    plan: StepPlan,
-    total: int,
-    sync: Callable[[], None],
-    state: dict[str, Any],
-    progress: Progress,
-    stop: StopCheck,
-) -> _Timed:
+def _timed_steps(cell: _Cell, steps: _Steps, state: dict[str, Any], stop: StopCheck) -> _Timed:
     """The timed steps, with the memory meter and the telemetry around them; `stop` may end
     them early (a cell that cannot pay: backends/stopping.py)."""
+    precision, plan = steps.precision, steps.plan
     meter = memory_meter(cell.device)
     dynamic = precision.scaler is not None and precision.static_scale is None
     telemetry = CellTelemetry(
@@ -415,21 +447,7 @@ def _timed_steps(
     host = HostBusyMeter().start()
     trained: _Trained | None = None
     try:
-        trained = _train_synced(
-            forward,
-            optimizer,
-            precision,
-            batches,
-            plan,
-            sync,
-            state,
-            progress,
-            total,
-            telemetry,
-            cell.parallel.after_step if cell.parallel else None,
-            cell.loss,
-            stop,
-        )
+        trained = _train_synced(steps, state, telemetry, stop)
     except BaseException:
         # The memory sampler's thread reads every 20 ms: left running, it would take the GIL
         # from whatever this process does next (a fallback's steps, an in-process caller).
@@ -453,16 +471,7 @@ def _timed_steps(
     return _Timed(trained, telemetry, training_memory, loss_scale, busy)
 
 
-def _device_busy(
-    cell: _Cell,
-    model: torch.nn.Module,
-    forward: Callable[[torch.Tensor], torch.Tensor],
-    optimizer: torch.optim.Optimizer,
-    precision: TorchPrecision,
-    batches: _Batches,
-    sync: Callable[[], None],
-    busy: BusyEvidence,
-) -> BusyEvidence:
+def _device_busy(cell: _Cell, steps: _Steps, busy: BusyEvidence) -> BusyEvidence:
     """On CUDA, the GPU's busy time over PROFILED_STEPS more steps under torch.profiler; on a
     CPU, a 16-bit cell's share of the step spent converting dtypes, profiled alike
     (profiled.py); the steps undone afterwards (weights, optimizer, scaler and RNG), so the
@@ -471,15 +480,15 @@ def _device_busy(
     profiler = _busy_profiler(cell, busy)
     if profiler is None:
         return busy
-    steps = min(PROFILED_STEPS, batches.steps_per_epoch)
-    micro_batches = batches.epoch(steps)
+    count = min(PROFILED_STEPS, steps.batches.steps_per_epoch)
+    micro_batches = steps.batches.epoch(count)
 
     def step() -> None:
-        train_step(forward, optimizer, precision, next(micro_batches), loss_fn=cell.loss)
+        steps.train(next(micro_batches))
 
     devices = [cell.device.index or 0] if cell.device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices), undone(model, optimizer, precision.scaler):
-        return profiler(step, steps, sync, busy)
+    with torch.random.fork_rng(devices=devices), steps.undone():
+        return profiler(step, count, steps.sync, busy)
 
 
 def _busy_profiler(cell: _Cell, busy: BusyEvidence) -> Callable[..., BusyEvidence] | None:
@@ -497,17 +506,7 @@ def _busy_profiler(cell: _Cell, busy: BusyEvidence) -> Callable[..., BusyEvidenc
     return profile_steps
 
 
-def _steady_window(
-    cell: _Cell,
-    model: torch.nn.Module,
-    forward: Callable[[torch.Tensor], torch.Tensor],
-    optimizer: torch.optim.Optimizer,
-    precision: TorchPrecision,
-    tensors: _Tensors,
-    timed: _Timed,
-    plan: StepPlan,
-    sync: Callable[[], None],
-) -> None:
+def _steady_window(cell: _Cell, steps: _Steps, tensors: _Tensors, timed: _Timed) -> None:
     """Energy of timed steps too short for the energy counter (NVML's needs 1 s): the same
     step, on the first batch, free-running for at least that long and measured alone, then
     undone (weights, optimizer, scaler and RNG), so the cell trains exactly the steps it
@@ -517,52 +516,41 @@ def _steady_window(
     seconds = telemetry.steady_seconds()
     if seconds is None or cell.parallel:
         return
-    measured = timed.trained.step_times_s[plan.warmup_steps :]
+    measured = timed.trained.step_times_s[steps.plan.warmup_steps :]
     step_s = statistics.median(measured) if measured else seconds
     chunk = max(1, int(seconds / max(step_s, 1e-6) / 4))  # about four syncs in the window
     rows = cell.spec.batch_size
     batch = [(head(tensors.x_train, rows), tensors.y_train[:rows])] * cell.spec.accumulate
     cuda = [cell.device.index or 0] if cell.device.type == "cuda" else []
-    with torch.random.fork_rng(devices=cuda), undone(model, optimizer, precision.scaler):
-        sync()
+    with torch.random.fork_rng(devices=cuda), steps.undone():
+        steps.sync()
         telemetry.start_steady()
-        start, steps = time.monotonic(), 0
+        start, count = time.monotonic(), 0
         while time.monotonic() - start < seconds:
             for _ in range(chunk):
-                train_step(forward, optimizer, precision, batch, loss_fn=cell.loss)
-            steps += chunk
-            sync()
-        telemetry.stop_steady(steps)
+                steps.train(batch)
+            count += chunk
+            steps.sync()
+        telemetry.stop_steady(count)
 
 
 def _evaluate_cell(
     cell: _Cell,
-    model: torch.nn.Module,
-    forward: Callable[[torch.Tensor], torch.Tensor],
+    steps: _Steps,
     compiler: Compiler | None,
-    precision: TorchPrecision,
     tensors: _Tensors,
     warn: Callable[[str], None],
 ) -> tuple[float, float, Any]:
     """Test accuracy and loss; with --compile, the compiler's figures (and a warning when
     it recompiled)."""
-    batch_size = cell.spec.batch_size
+    model, x, y, batch_size = steps.model, tensors.x_test, tensors.y_test, cell.spec.batch_size
     if not compiler:
-        accuracy, loss = _evaluate(
-            model, model, precision, tensors.x_test, tensors.y_test, batch_size, cell.loss
-        )
+        accuracy, loss = _evaluate(model, model, steps.precision, x, y, batch_size, steps.loss)
         return accuracy, loss, None
     compiler.training_done()
     # A rank evaluates its module eagerly: a compiled DDP forward is for training.
-    accuracy, loss = _evaluate(
-        model if cell.parallel else forward,
-        model,
-        precision,
-        tensors.x_test,
-        tensors.y_test,
-        batch_size,
-        cell.loss,
-    )
+    forward = model if cell.parallel else steps.forward
+    accuracy, loss = _evaluate(forward, model, steps.precision, x, y, batch_size, steps.loss)
     compile_stats = compiler.stats()
     if compile_stats.recompiles:
         warn(
@@ -605,14 +593,14 @@ def _verdict(precision: TorchPrecision, timed: _Timed, counted: int) -> tuple[st
 def _read_back(
     state: dict[str, Any],
     cell: _Cell,
-    model: torch.nn.Module,
-    precision: TorchPrecision,
+    steps: _Steps,
     loss_scale: LossScaleStats | None,
     tensors: _Tensors,
 ) -> None:
     """The precision actually in effect, as the framework reports it, into `state`; for a
     language model also the dtype each op of a forward pass and its loss ran in, as torch's
     dispatcher saw them (op_dtypes.py)."""
+    model, precision = steps.model, steps.precision
     state.update(read_tf32())
     state.update(
         policy=cell.policy.name,
@@ -627,7 +615,7 @@ def _read_back(
         from mpbench.backends.torch.op_dtypes import traced_op_dtypes
 
         x, y = head(tensors.x_test, 2), tensors.y_test[:2]
-        state.update(traced_op_dtypes(model, precision, x, y, cell.loss))
+        state.update(traced_op_dtypes(model, precision, x, y, steps.loss))
 
 
 def _job_figures(
@@ -750,18 +738,9 @@ class _Trained:
 
 
 def _train_synced(
-    model: Callable[[torch.Tensor], torch.Tensor],
-    optimizer: torch.optim.Optimizer,
-    precision: TorchPrecision,
-    batches: _Batches,
-    plan: StepPlan,
-    sync: Callable[[], None],
+    steps: _Steps,
     readback: dict[str, Any],
-    progress: Progress,
-    total: int,
     telemetry: CellTelemetry,
-    after_step: Callable[[], None] | None = None,
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     stop: StopCheck | None = None,
 ) -> _Trained:
     """Every step timed on its own, the device synchronised before each clock read. After
@@ -769,7 +748,8 @@ def _train_synced(
     loss, the scale, whether it was skipped and, for the steps the side file keeps, the
     gradient health; a divergence signal ends the cell there (CellDiverged), and `stop`
     where it cannot pay (one comparison a step between its decisions)."""
-    timer = StepTimer(sync)
+    precision, plan, total = steps.precision, steps.plan, steps.total
+    timer = StepTimer(steps.sync)
     epoch_losses: list[float] = []
     skipped_steps = 0
     step = 0
@@ -777,34 +757,30 @@ def _train_synced(
     next_check = stop.next_step if stop else NEVER
     while step < plan.total_steps and stopped is None:
         losses: list[float] = []
-        for micro_batches in batches.epoch():
+        for micro_batches in steps.batches.epoch():
             if step >= plan.total_steps:
                 break
             timer.start()
-            result = train_step(
-                model,
-                optimizer,
-                precision,
+            result = steps.train(
                 micro_batches,
                 readback if step == 0 else None,
                 check_skip=precision.scaler is not None,
-                loss_fn=loss_fn,
             )
             timer.stop()
             step += 1
-            if after_step:
-                after_step()
+            if steps.after_step:
+                steps.after_step()
             loss = result.loss.item()
             grad_norm = nonfinite = None
             if telemetry.wants_gradients():
                 # After scaler.step the gradients are unscaled in place (skipped step or
                 # not), and accumulation left the mean gradient of the effective batch.
-                grad_norm, nonfinite = torch_grad_health(optimizer_parameters(optimizer))
+                grad_norm, nonfinite = torch_grad_health(optimizer_parameters(steps.optimizer))
             scale = float(precision.scaler.get_scale()) if precision.scaler else None
             telemetry.step(step, loss, scale, result.skipped, grad_norm, nonfinite)
             losses.append(loss)
             skipped_steps += bool(result.skipped)
-            progress(step, total)
+            steps.progress(step, total)
             if step >= next_check:
                 assert stop is not None
                 stopped = stop.decide(timer.times_s)
@@ -821,35 +797,25 @@ _TORCH_PIPELINE = (
 )
 
 
-def _train_end_to_end(
-    model: Callable[[torch.Tensor], torch.Tensor],
-    optimizer: torch.optim.Optimizer,
-    precision: TorchPrecision,
-    batches: _Batches,
-    window: WindowPlan,
-    sync: Callable[[], None],
-    progress: Progress,
-    done: int,
-    total: int,
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
-) -> EndToEndStats:
-    """Whole epochs free-running, as a training loop runs them: the loss is not read and the
-    device not synchronised until the window ends (GradScaler still checks for overflow each
-    step, as it does in any AMP loop)."""
-    timer = StepTimer(sync)  # one interval: the whole window
-    steps = 0
+def _train_end_to_end(steps: _Steps) -> EndToEndStats:
+    """Whole epochs free-running after the timed steps, as a training loop runs them: the
+    loss is not read and the device not synchronised until the window ends (GradScaler still
+    checks for overflow each step, as it does in any AMP loop)."""
+    window, batches, done = steps.window, steps.batches, steps.plan.total_steps
+    timer = StepTimer(steps.sync)  # one interval: the whole window
+    count = 0
     loss = None
     timer.start()
     for _ in range(window.epochs):
         for micro_batches in batches.epoch(window.steps_per_epoch):
-            loss = train_step(model, optimizer, precision, micro_batches, loss_fn=loss_fn).loss
-            steps += 1
-            progress(done + steps, total)
+            loss = steps.train(micro_batches).loss
+            count += 1
+            steps.progress(done + count, steps.total)
     seconds = timer.stop()
     assert loss is not None  # plan_steps guarantees at least one step per epoch
-    check_finite(loss.item(), done + steps)
-    samples = steps * batches.batch_size * batches.accumulate  # this rank's (see _job_figures)
-    return EndToEndStats(samples / seconds, steps, seconds, _TORCH_PIPELINE)
+    check_finite(loss.item(), done + count)
+    samples = count * batches.batch_size * batches.accumulate  # this rank's (see _job_figures)
+    return EndToEndStats(samples / seconds, count, seconds, _TORCH_PIPELINE)
 
 
 def _test_batches(

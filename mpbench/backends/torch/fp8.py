@@ -25,13 +25,14 @@ from mpbench.backends.torch.fp8_layers import (
     SHAPES_SOURCE,
     SHARE_SOURCE,
     ForwardTrace,
-    flop_share,
     layer_plan,
     swap_hf_conv1d,
     trace_forward,
+    traced_share,
 )
 from mpbench.backends.torch.inputs import Inputs
 from mpbench.backends.torch.precision import TorchPrecision
+from mpbench.errors import first_line
 from mpbench.fp8_gemms import Fp8Prediction, no_hardware, training_gemms, untimed
 from mpbench.fp8_rules import (
     HARDWARE,
@@ -126,8 +127,7 @@ def probe_scaled_mm(device: torch.device, recipe: str) -> str | None:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
     except Exception as exc:  # any refusal is the answer
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        return f"this torch build's _scaled_mm refused {recipe} scales here: {first}"
+        return f"this torch build's _scaled_mm refused {recipe} scales here: {first_line(exc)}"
     return None
 
 
@@ -186,8 +186,7 @@ def traced_gemm(
                 y = probe(x)
             y.float().sum().backward()
     except Exception as exc:  # no trace: the record says so rather than guess
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        return TracedGemm([], None, first)
+        return TracedGemm([], None, first_line(exc))
     return TracedGemm(sorted(recorder.operands), str(y.dtype).removeprefix("torch."))
 
 
@@ -299,7 +298,7 @@ def record(
         if traced.error:
             gemm += f" (the probe failed: {traced.error})"
     prediction = setup.prediction
-    share = flop_share(setup.trace, layers_fp8)
+    share = traced_share(setup.trace, layers_fp8)
     return rules.record(
         setup.execution,
         requested,

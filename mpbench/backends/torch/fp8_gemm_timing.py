@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 import torch
 
 from mpbench.backends.timing import StepTimer
+from mpbench.errors import first_line
 from mpbench.fp8_gemms import (
     EAGER_CAST_BYTES,
     FUSED_CAST_BYTES,
@@ -52,10 +53,6 @@ def _sync(device: torch.device) -> Callable[[], None]:
     if device.type == "cuda":
         return lambda: torch.cuda.synchronize(device)
     return lambda: None
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def _median_s(
@@ -154,7 +151,7 @@ def _fp8_s(
         try:
             result.fp8_fast_accum_s = timing(_fp8_gemm(a8, b8, recipe, fast_accum=True))
         except Exception as exc:
-            result.fast_accum_error = _first_line(exc)
+            result.fast_accum_error = first_line(exc)
     return result
 
 
@@ -171,11 +168,11 @@ def _time_shape(
     try:
         bf16_s = _bf16_s(shape, device, timing)
     except Exception as exc:  # a refusal or out of memory: the row says so
-        return GemmTiming(None, None, _first_line(exc))
+        return GemmTiming(None, None, first_line(exc))
     try:
         result = _fp8_s(shape, device, recipe, fast_accum, timing)
     except Exception as exc:
-        return GemmTiming(bf16_s, None, _first_line(exc))
+        return GemmTiming(bf16_s, None, first_line(exc))
     result.bf16_s = bf16_s
     return result
 
@@ -300,4 +297,4 @@ def measure(
         )
         return predict(gemms, timings, bandwidth, words, cast_bytes_per_element=per_element)
     except Exception as exc:  # the cell trains regardless; the record says why no times
-        return untimed(gemms, f"the fp8 GEMM probe failed: {_first_line(exc)}")
+        return untimed(gemms, f"the fp8 GEMM probe failed: {first_line(exc)}")

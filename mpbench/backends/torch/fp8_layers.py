@@ -193,9 +193,10 @@ def _parent(model: torch.nn.Module, name: str) -> str:
     return f"its parent {parent_name or 'the model'} ({type(parent).__name__})"
 
 
-def flop_share(trace: ForwardTrace, layers: list[str]) -> float | None:
-    """The share of the forward's matmul FLOPs (the step's too: a GEMM's backward costs twice
-    its forward) that `layers` run, as the counter scored each module."""
+def traced_share(trace: ForwardTrace, layers: list[str]) -> float | None:
+    """The share of the traced forward's matmul FLOPs (the step's too: a GEMM's backward costs
+    twice its forward) that `layers` run, as the counter scored each module: fp8_rules.record's
+    `traced_share`, where fp8_rules.flop_share counts the plan's shapes instead."""
     if not trace.total_flops:
         return None
     converted = sum(trace.flops.get(name, 0.0) for name in layers)

@@ -23,6 +23,7 @@ from mpbench.backends.torch.flops import MATMUL_FORMULAS
 from mpbench.backends.torch.inputs import Inputs, call
 from mpbench.backends.torch.precision import TorchPrecision
 from mpbench.backends.torch.steps import cross_entropy
+from mpbench.errors import first_line
 
 # The ops each role of the model shows up as (CPU and CUDA kernels alike); an op absent
 # from a trace leaves its role out of the record rather than guessing.
@@ -193,8 +194,8 @@ def traced_op_dtypes(
     except Exception as exc:
         if loss_fn is None:  # mpbench's own model: a failure here is a bug to see
             raise
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        return {"op_dtypes_unavailable": f"the traced forward raised {type(exc).__name__}: {first}"}
+        said = f"the traced forward raised {type(exc).__name__}: {first_line(exc)}"
+        return {"op_dtypes_unavailable": said}
     finally:
         model.train(was_training)
     seen = recorder.seen

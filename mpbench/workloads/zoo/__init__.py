@@ -7,11 +7,14 @@ does for a user's workload (the probe, the cells, the record) it does for these.
 downloaded: configurations are built locally, no pretrained weights are asked for. Importing
 this module imports no library (the CLI's process imports it); a zoo imports its package when
 one of its names is resolved, in the probe's child process or in a cell.
+
+This package sits above workloads/user.py: here, what every zoo builds with (a name taken
+apart, its query's options, the library imported, `resolved`, where each zoo's resolve
+ends); in registry.py, which module resolves which prefix, registered in user.py's ZOOS.
 """
 
 from __future__ import annotations
 
-import functools
 import importlib
 import importlib.metadata
 import importlib.util
@@ -21,12 +24,12 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl
 
-from mpbench.errors import InvalidInput
+from mpbench.errors import InvalidInput, one_line
+from mpbench.workloads.user import ZOOS, Built, Resolved, UserWorkload
+from mpbench.workloads.user import is_zoo as is_zoo  # the runner asks the zoo by this name
 
-# prefix -> the module of mpbench.workloads.zoo that builds its models
-# (hf: names go through hf_route.py: an image classifier to hf_vision.py, the rest to hf.py)
-PREFIXES = {"hf": "hf_route", "keras": "keras_apps", "torchvision": "vision", "timm": "vision"}
-# prefix -> the mpbench extra that installs its package
+# prefix -> the mpbench extra that installs its package (registry.py says which module of
+# this package resolves each prefix's names)
 EXTRAS = {"hf": "hf", "keras": "tensorflow", "torchvision": "vision", "timm": "vision"}
 
 
@@ -44,43 +47,13 @@ class ZooName:
         return InvalidInput(f"--workload {self.text!r}: {said}")
 
 
-@dataclass(frozen=True)
-class Built:
-    """What the probe's one build of a zoo model found: its description, and what training it
-    holds at least (user.training_bytes): its parameters (None where it was not built, its
-    framework missing) and its optimizer's float32 states per parameter."""
-
-    description: str
-    params: int | None = None
-    optimizer: str = "Adam"
-    optimizer_states: int = 2  # Adam's and AdamW's two moments
-
-
-@dataclass(frozen=True)
-class Resolved:
-    """A zoo name, resolved: the workload, its record (`source`), and `check`, which builds
-    the model once (on torch's meta device where it can) to refuse what the library refuses
-    and to count its parameters; the probe runs it, a cell does not."""
-
-    workload: Any  # a UserWorkload (user.py imports this package, not the other way)
-    source: dict[str, Any]
-    check: Callable[[], Built]
-
-
-def is_zoo(name: str) -> bool:
-    """Whether `name` is a zoo name: it starts with a zoo's prefix and a colon. A zoo takes
-    such a name before the `module:attr` path would."""
-    prefix, colon, _ = name.strip().partition(":")
-    return bool(colon) and prefix in PREFIXES
-
-
 def parse(name: str) -> ZooName:
     text = name.strip()
     zoo, _, rest = text.partition(":")
     model, _, query = rest.partition("?")
     parsed = ZooName(text, zoo, model.strip())
-    if zoo not in PREFIXES:
-        raise parsed.invalid(f"not a zoo name ({', '.join(p + ':' for p in PREFIXES)})")
+    if zoo not in ZOOS:
+        raise parsed.invalid(f"not a zoo name ({', '.join(p + ':' for p in ZOOS)})")
     if not parsed.model:
         raise parsed.invalid(f"name a model after '{zoo}:'")
     options: dict[str, Any] = {}
@@ -95,7 +68,7 @@ def parse(name: str) -> ZooName:
             raise parsed.invalid(f"{key} has no value")
         if key in options:
             raise parsed.invalid(f"{key} is given twice")
-        options[key] = _value(value)
+        options[key] = query_value(value)
     return ZooName(text, zoo, parsed.model, options)
 
 
@@ -104,7 +77,8 @@ _FLOAT = re.compile(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?")
 _WORDS = {"true": True, "false": False, "none": None, "null": None}
 
 
-def _value(text: str) -> Any:
+def query_value(text: str) -> Any:
+    """A query's value as what it looks like: an int, a float, a bool, None, else the text."""
     if _INT.fullmatch(text):
         return int(text)
     if _FLOAT.fullmatch(text):
@@ -112,28 +86,32 @@ def _value(text: str) -> Any:
     return _WORDS.get(text.lower(), text)
 
 
-def build(name: str) -> Any:
-    """The UserWorkload a zoo name names."""
-    return resolve(name).workload
+def resolved(
+    name: ZooName,
+    library: Any,
+    workload: UserWorkload,
+    check: Callable[[], Built],
+    record: dict[str, Any],
+) -> Resolved:
+    """Where every zoo's resolve ends: the workload, its check, and its record (the
+    `config.workload_source`: enough to build the same model again), which names the zoo and
+    the name as given first, then the model's own `record`, then the imported library and
+    its version."""
+    source = {"zoo": name.zoo, "name": name.text, **record}
+    source.update(package=library.__name__, version=version(library))
+    return Resolved(workload, source, check)
 
 
-def source(name: str) -> dict[str, Any]:
-    """What the record keeps (`config.workload_source`): enough to build the same model
-    again, the library's full configuration included."""
-    return resolve(name).source
+def test_samples(samples: int) -> int:
+    """The test set beside `samples` training samples: a fifth as many again, at least one."""
+    return max(1, samples // 5)
 
 
-def describe(name: str) -> Built:
-    """The model built once and described (its class and parameter count); InvalidInput
-    where the library refuses the configuration. For the probe: a cell never pays for it."""
-    return resolve(name).check()
-
-
-@functools.lru_cache(maxsize=32)
-def resolve(name: str) -> Resolved:
-    parsed = parse(name)
-    module = importlib.import_module(f"mpbench.workloads.zoo.{PREFIXES[parsed.zoo]}")
-    return module.resolve(parsed)
+def held_out(samples: int, make: Callable[[int], tuple[Any, Any]]) -> tuple[Any, ...]:
+    """(x_train, y_train, x_test, y_test) from `make(n)`'s (x, y) of n samples: `samples` to
+    train on, and the test set (test_samples) held out after them."""
+    x, y = make(samples + test_samples(samples))
+    return x[:samples], y[:samples], x[samples:], y[samples:]
 
 
 class Options:
@@ -199,15 +177,6 @@ def import_package(name: ZooName, package: str, install: str | None = None) -> A
             f", from the same index: {torchvision_install()}"
         )
     raise name.invalid(said) from None
-
-
-def one_line(exc: BaseException, limit: int = 400) -> str:
-    """An exception's message on one line: every line of it, joined (a library's second line
-    is often the one that says what is wrong: transformers' `Validation error for field
-    'n_layer':` is followed by `expected int, got str`), at most `limit` characters."""
-    text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-    text = text or type(exc).__name__
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 def _traceback_modules(exc: BaseException) -> str:

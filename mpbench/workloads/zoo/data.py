@@ -51,6 +51,10 @@ def _scores(tokens: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return weights[np.searchsorted(ids, tokens)].sum(axis=1)
 
 
+# What a record says of `images` (its `config.workload_source.data`).
+IMAGES = "synthetic images: a fixed coarse pattern per class under noise, in [0, 1]"
+
+
 def images(
     samples: int,
     size: int | tuple[int, int],

@@ -17,20 +17,20 @@ from typing import Any
 
 import numpy as np
 
-from mpbench.workloads.user import UserWorkload
+from mpbench.workloads.user import Built, Resolved, UserWorkload
 from mpbench.workloads.zoo import (
     CLI_KEYS,
-    Built,
     Options,
-    Resolved,
     ZooName,
     close_matches,
+    held_out,
     hf_experts,
     import_package,
     one_line,
     parameter_count,
+    resolved,
     seq2seq,
-    version,
+    test_samples,
 )
 from mpbench.workloads.zoo.data import markov_tokens, score_labels, score_thresholds
 from mpbench.workloads.zoo.hf_positions import check_seq_len
@@ -149,9 +149,7 @@ def resolve(name: ZooName) -> Resolved:
             "not causal and every position sees the token it must predict (leave is_decoder out: "
             "causal-lm sets it)"
         )
-    attn = options.left.pop("attn_implementation", None)
-    if attn is not None and not isinstance(attn, str):
-        raise name.invalid(f"attn_implementation must be a name (sdpa, eager, ...), not {attn!r}")
+    attn = attention(name, options)
     config = _config(name, model_type, options.left, default_config)
     if causal_flag:
         config.is_decoder = True  # causal attention; the record's config says so
@@ -188,17 +186,11 @@ def resolve(name: ZooName) -> Resolved:
     def data(seed: int) -> tuple[Any, ...]:
         """(x_train, y_train, x_test, y_test): token ids; the next tokens (causal LM) or
         the sequence's class (classification); a seq2seq model's in seq2seq.py."""
-        test = max(1, samples // 5)
         if task == SEQ2SEQ:
             auto = getattr(transformers, AUTO_CLASSES[task])
+            test = test_samples(samples)
             return seq2seq.data(samples, test, seq_len, ids, seed, auto, config, build_kwargs)
-        if task == CAUSAL_LM:
-            tokens = markov_tokens(samples + test, seq_len + 1, ids, seed)
-            x, y = np.ascontiguousarray(tokens[:, :-1]), np.ascontiguousarray(tokens[:, 1:])
-        else:
-            x = markov_tokens(samples + test, seq_len, ids, seed)
-            y = score_labels(x, ids, thresholds)
-        return x[:samples], y[:samples], x[samples:], y[samples:]
+        return held_out(samples, lambda n: _tokens(n, seq_len, ids, seed, thresholds))
 
     def torch_build(device: Any) -> tuple[Any, Any, Any]:
         import torch
@@ -248,9 +240,7 @@ def resolve(name: ZooName) -> Resolved:
         output="logits",
         torch_policy=hf_experts.for_policy(name.options.get(hf_experts.KEY)),  # MoE experts
     )
-    source = {
-        "zoo": "hf",
-        "name": name.text,
+    record = {
         "model_type": model_type,
         "task": task,
         "model_class": model_class,
@@ -263,12 +253,31 @@ def resolve(name: ZooName) -> Resolved:
         "data": f"order-1 Markov chain over token ids {int(ids[0])}..{int(ids[-1])} "
         f"({len(ids)} ids)",
         "config": _config_dict(config),
-        "package": "transformers",
-        "version": version(transformers),
     }
     if task == SEQ2SEQ:
-        source["data"] += seq2seq.RECORDED
-    return Resolved(workload, source, check)
+        record["data"] += seq2seq.RECORDED
+    return resolved(name, transformers, workload, check, record)
+
+
+def _tokens(
+    samples: int, seq_len: int, ids: np.ndarray, seed: int, thresholds: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(x, y) of `samples` sequences: token ids, and the next tokens (causal LM) or, where
+    there are class `thresholds`, each sequence's class."""
+    if thresholds is None:
+        tokens = markov_tokens(samples, seq_len + 1, ids, seed)
+        return np.ascontiguousarray(tokens[:, :-1]), np.ascontiguousarray(tokens[:, 1:])
+    x = markov_tokens(samples, seq_len, ids, seed)
+    return x, score_labels(x, ids, thresholds)
+
+
+def attention(name: ZooName, options: Options) -> str | None:
+    """The query's attn_implementation (sdpa, eager, ...), taken from it; None: the
+    library's default."""
+    attn = options.left.pop("attn_implementation", None)
+    if attn is not None and not isinstance(attn, str):
+        raise name.invalid(f"attn_implementation must be a name (sdpa, eager, ...), not {attn!r}")
+    return attn
 
 
 def causal_lm_loss(logits: Any, y: Any) -> Any:

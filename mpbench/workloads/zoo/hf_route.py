@@ -4,7 +4,8 @@ also says what is wrong with a type neither takes)."""
 
 from __future__ import annotations
 
-from mpbench.workloads.zoo import Resolved, ZooName, hf, hf_vision, import_package
+from mpbench.workloads.user import Resolved
+from mpbench.workloads.zoo import ZooName, hf, hf_vision, import_package
 
 
 def resolve(name: ZooName) -> Resolved:

@@ -20,20 +20,19 @@ from typing import Any
 
 import numpy as np
 
-from mpbench.workloads.user import UserWorkload
+from mpbench.workloads.user import Built, Resolved, UserWorkload
 from mpbench.workloads.zoo import (
-    Built,
     Options,
-    Resolved,
     ZooName,
-    _value,
+    held_out,
     hf,
     import_package,
     one_line,
     parameter_count,
-    version,
+    query_value,
+    resolved,
 )
-from mpbench.workloads.zoo.data import images
+from mpbench.workloads.zoo.data import IMAGES, images
 
 IMAGE_CLASSIFICATION = "image-classification"
 AUTO_CLASS = "AutoModelForImageClassification"
@@ -82,9 +81,7 @@ def resolve(name: ZooName, model_type: str) -> Resolved:
     labels = _labels(name, options)
     samples = options.integer("samples", SAMPLES, minimum=5)  # a fifth of it is the test set
     lr = options.number("lr", LEARNING_RATE)
-    attn = options.left.pop("attn_implementation", None)
-    if attn is not None and not isinstance(attn, str):
-        raise name.invalid(f"attn_implementation must be a name (sdpa, eager, ...), not {attn!r}")
+    attn = hf.attention(name, options)
     default = hf._default_config(model_type)
     own_size = _image_size(default) is None  # then image_size is mpbench's key
     side = options.integer("image_size", SIZE) if own_size else None
@@ -100,9 +97,9 @@ def resolve(name: ZooName, model_type: str) -> Resolved:
 
     def data(seed: int) -> tuple[np.ndarray, ...]:
         """(x_train, y_train, x_test, y_test): NCHW float32 images in [0, 1], their classes."""
-        test = max(1, samples // 5)
-        x, y = images(samples + test, (height, width), labels, seed, "NCHW", channels)
-        return x[:samples], y[:samples], x[samples:], y[samples:]
+        return held_out(
+            samples, lambda n: images(n, (height, width), labels, seed, "NCHW", channels)
+        )
 
     def build() -> Any:
         auto = getattr(transformers, AUTO_CLASS)
@@ -152,9 +149,7 @@ def resolve(name: ZooName, model_type: str) -> Resolved:
         output="logits",
         layout="NCHW",
     )
-    source = {
-        "zoo": "hf",
-        "name": name.text,
+    record = {
         "model_type": model_type,
         "task": IMAGE_CLASSIFICATION,
         "model_class": model_class,
@@ -166,12 +161,10 @@ def resolve(name: ZooName, model_type: str) -> Resolved:
         "lr": lr,
         "optimizer": "AdamW",
         "attn_implementation": attn,
-        "data": "synthetic images: a fixed coarse pattern per class under noise, in [0, 1]",
+        "data": IMAGES,
         "config": hf._config_dict(config),
-        "package": "transformers",
-        "version": version(transformers),
     }
-    return Resolved(workload, source, check)
+    return resolved(name, transformers, workload, check, record)
 
 
 def _model_class(name: ZooName, transformers: Any, model_type: str) -> str:
@@ -218,7 +211,9 @@ def _lists(keys: dict[str, Any], default: Any) -> dict[str, Any]:
     for key, value in keys.items():
         if isinstance(defaults.get(key), list | tuple):
             parts = value.split(",") if isinstance(value, str) else [value]
-            out[key] = [_value(part.strip()) if isinstance(part, str) else part for part in parts]
+            out[key] = [
+                query_value(part.strip()) if isinstance(part, str) else part for part in parts
+            ]
     return out
 
 

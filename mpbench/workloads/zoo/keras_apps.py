@@ -13,19 +13,18 @@ import inspect
 import math
 from typing import Any
 
-from mpbench.workloads.user import UserWorkload
+from mpbench.workloads.user import Built, Resolved, UserWorkload
 from mpbench.workloads.zoo import (
     CLI_KEYS,
-    Built,
     Options,
-    Resolved,
     ZooName,
     close_matches,
+    held_out,
     import_package,
     one_line,
-    version,
+    resolved,
 )
-from mpbench.workloads.zoo.data import images
+from mpbench.workloads.zoo.data import IMAGES, images
 
 SIZE = 32  # image height and width (MobileNetV2's and ResNet50's least)
 CLASSES = 10
@@ -53,6 +52,18 @@ def applications(keras: Any) -> dict[str, Any]:
     return found
 
 
+def _check_keys(name: ZooName, app_name: str, app: Any, keys: dict[str, Any]) -> None:
+    """Every key left in the query is one the application's function takes."""
+    accepted = set(inspect.signature(app).parameters) - set(OWNED) - {"classes"}
+    for key in keys:
+        if key not in accepted:
+            raise name.invalid(
+                f"keras.applications.{app_name} takes no {key!r}"
+                f"{close_matches(key, sorted(accepted))}; mpbench's own keys: size, classes, "
+                "samples, lr"
+            )
+
+
 def resolve(name: ZooName) -> Resolved:
     keras = import_package(name, "keras")
     apps = applications(keras)
@@ -69,14 +80,7 @@ def resolve(name: ZooName) -> Resolved:
     classes = options.integer("classes", CLASSES, minimum=2)
     samples = options.integer("samples", SAMPLES, minimum=5)
     lr = options.number("lr", LEARNING_RATE)
-    accepted = set(inspect.signature(apps[app_name]).parameters) - set(OWNED) - {"classes"}
-    for key in options.left:
-        if key not in accepted:
-            raise name.invalid(
-                f"keras.applications.{app_name} takes no {key!r}"
-                f"{close_matches(key, sorted(accepted))}; mpbench's own keys: size, classes, "
-                "samples, lr"
-            )
+    _check_keys(name, app_name, apps[app_name], options.left)
     arguments = {
         "weights": None,
         "input_shape": (size, size, 3),
@@ -86,9 +90,7 @@ def resolve(name: ZooName) -> Resolved:
     }
 
     def data(seed: int) -> tuple[Any, ...]:
-        test = max(1, samples // 5)
-        x, y = images(samples + test, size, classes, seed, "NHWC")
-        return x[:samples], y[:samples], x[samples:], y[samples:]
+        return held_out(samples, lambda n: images(n, size, classes, seed, "NHWC"))
 
     def keras_build() -> tuple[Any, Any, Any]:
         import keras
@@ -127,9 +129,7 @@ def resolve(name: ZooName) -> Resolved:
         description=about,
         layout="NHWC",
     )
-    source = {
-        "zoo": "keras",
-        "name": name.text,
+    record = {
         "application": app_name,
         "arguments": {**arguments, "input_shape": [size, size, 3]},
         "output": "float32 softmax after the application's logits",
@@ -138,8 +138,6 @@ def resolve(name: ZooName) -> Resolved:
         "samples": samples,
         "lr": lr,
         "optimizer": "Adam",
-        "data": "synthetic images: a fixed coarse pattern per class under noise, in [0, 1]",
-        "package": "keras",
-        "version": version(keras),
+        "data": IMAGES,
     }
-    return Resolved(workload, source, check)
+    return resolved(name, keras, workload, check, record)

@@ -13,22 +13,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mpbench.workloads.user import UserWorkload
+from mpbench.workloads.user import Built, Resolved, UserWorkload
 from mpbench.workloads.zoo import (
     CLI_KEYS,
-    Built,
     Options,
-    Resolved,
     ZooName,
     close_matches,
+    held_out,
     import_package,
     one_line,
     parameter_count,
+    resolved,
     timm_missing,
     torchvision_missing,
     version,
 )
-from mpbench.workloads.zoo.data import images
+from mpbench.workloads.zoo.data import IMAGES, images
 
 SIZE = 32  # image height and width
 CLASSES = 10
@@ -116,9 +116,7 @@ def resolve(name: ZooName) -> Resolved:
     kwargs = dict(options.left)  # the factory's; checked by building the model (check)
 
     def data(seed: int) -> tuple[Any, ...]:
-        test = max(1, samples // 5)
-        x, y = images(samples + test, size, classes, seed, "NCHW")
-        return x[:samples], y[:samples], x[samples:], y[samples:]
+        return held_out(samples, lambda n: images(n, size, classes, seed, "NCHW"))
 
     def torch_build(device: Any) -> tuple[Any, Any, Any]:
         import torch
@@ -156,9 +154,7 @@ def resolve(name: ZooName) -> Resolved:
         description=about,
         layout="NCHW",
     )
-    source = {
-        "zoo": name.zoo,
-        "name": name.text,
+    record = {
         "model": model,
         "arguments": {**library.fixed, "num_classes": classes, **kwargs},
         "size": size,
@@ -166,11 +162,9 @@ def resolve(name: ZooName) -> Resolved:
         "samples": samples,
         "lr": lr,
         "optimizer": "Adam",
-        "data": "synthetic images: a fixed coarse pattern per class under noise, in [0, 1]",
-        "package": library.package,
-        "version": version(package),
+        "data": IMAGES,
     }
-    return Resolved(workload, source, check)
+    return resolved(name, package, workload, check, record)
 
 
 def classification_loss(logits: Any, y: Any) -> Any:
