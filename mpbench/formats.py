@@ -1,7 +1,7 @@
-"""The output formats of the commands that read results, one row each: the name `--format`
-takes, whether it is for people or machines, and which commands write it. `--format`'s check
-and help read this table; each command's renderers are its own (compare/run.py's `render`,
-history/render.py), imported by name only when a report is written.
+"""The output formats of the commands (compare, history; detect and data: table and json), one
+row each: the name `--format` takes, whether it is for people or machines, and which commands
+write it. `--format`'s check and help read this table; each command's renderers are its own
+(compare/run.py's `render`, history/render.py), imported by name only when a report is written.
 
 A leaf module (it imports errors only): the CLI reads it at start-up without importing
 compare (numpy, the renderers).
@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from mpbench.errors import InvalidInput, unknown_choice
 
 COMPARE, HISTORY = "compare", "history"
+# detect and data write their report as a table or as JSON (detect/render.py, data/status.py).
+DETECT, DATA = "detect", "data"
 
 
 @dataclass(frozen=True)
@@ -26,12 +28,15 @@ class OutputFormat:
 
 
 OUTPUT_FORMATS: tuple[OutputFormat, ...] = (
-    OutputFormat("table", True),
+    OutputFormat("table", True, (COMPARE, HISTORY, DETECT, DATA)),
     OutputFormat("markdown", True),
-    OutputFormat("json", False),
+    OutputFormat("json", False, (COMPARE, HISTORY, DETECT, DATA)),
     OutputFormat("csv", False),
     # github-action-benchmark's input: one value per cell of one run, not a history.
     OutputFormat("benchmark-action", False, (COMPARE,)),
+    # One self-contained page for a browser: read there, not in the CI log, which gets the
+    # failures on stderr as from a machine format.
+    OutputFormat("html", False),
 )
 BY_NAME = {output.name: output for output in OUTPUT_FORMATS}
 FORMATS = tuple(BY_NAME)  # compare writes every format

@@ -1,76 +1,36 @@
 """The options of the commands that read results, `mpbench compare` and `mpbench history`,
-declared once as tables (asv's commands/common_args.py is the model).
+declared once as tables of mpbench/options.py's Option (asv's commands/common_args.py is the
+model).
 
 Both commands read the same sources with the same filters (SOURCE_OPTIONS) and write the same
-way (output_options): cli.py builds each command's parameters from its table, and
-compare/options.py and history/options.py fill their options from it, so an option cannot be
-declared and then dropped on its way, and the two commands cannot drift apart. compare adds
-its gates, history its series and its CI gate.
+way (output_options: --format, --output, declared once in options.py, and --plot): cli.py
+builds each command from its table, and compare/options.py's and history/options.py's
+dataclasses have a field per entry, so an option cannot be declared and then dropped on its
+way, and the two commands cannot drift apart. compare adds its gates, history its series and
+its CI gate.
 
-A leaf under cli.py, compare/ and history/ (it imports errors, policies, formats and the value
-parsers of thresholds.py only): the CLI reads the tables at start-up without importing compare
+A leaf under cli.py, compare/ and history/ (it imports formats, options, policies and the value
+parsers of parsers.py only): the CLI reads the tables at start-up without importing compare
 (numpy, the renderers).
 """
 
 from __future__ import annotations
 
-import typing
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from mpbench.errors import InvalidInput, unknown_choice
-from mpbench.formats import COMPARE, HISTORY, help_text
-from mpbench.policies import SELECTORS, resolve, valid_names
-from mpbench.thresholds import (
+from mpbench.errors import InvalidInput
+from mpbench.formats import COMPARE, HISTORY
+from mpbench.options import DEFAULT_STORE as DEFAULT_STORE  # where history reads it
+from mpbench.options import OUTPUT, Option, format_option
+from mpbench.parsers import (
+    parse_choice,
     parse_fraction,
     parse_min_scaling_efficiency,
     parse_min_speedup,
     parse_points,
-    single,
+    parse_policy,
 )
-
-# Where `mpbench store add` writes and `mpbench history` reads when no path is given.
-DEFAULT_STORE = Path("results") / "store.sqlite"
-
-
-@dataclass(frozen=True)
-class Option:
-    """One parameter of a command that reads results, and the options field it fills."""
-
-    field: str  # the options' field, and the name typer hands the value over under
-    flags: tuple[str, ...]  # the command-line spellings; (): the positional argument
-    help: str
-    kind: Any = str  # the type typer parses; a list collects every time the option is given
-    default: Any = None  # what typer gives when the option is left out
-    # A limit given once: typer collects a list only so that a repeat is seen and refused
-    # (`single`), where it would keep the last limit and drop the first without a word.
-    once: bool = False
-    # (option, what typer gave) -> the field's value, or InvalidInput naming the option;
-    # None: typer's value as it is.
-    parse: Callable[[str, Any], Any] | None = None
-
-    @property
-    def option(self) -> str:
-        """The name messages use: the first spelling, or the argument's name."""
-        return self.flags[0] if self.flags else self.field
-
-    @property
-    def repeatable(self) -> bool:
-        """Each time it is given adds a value (a limit per policy, a path)."""
-        return typing.get_origin(self.kind) is list and not self.once
-
-    @property
-    def annotation(self) -> Any:
-        """The type typer parses: it may be None (left out) unless it has a default."""
-        return self.kind if self.default is not None else self.kind | None
-
-    def value(self, given: Any) -> Any:
-        """What typer gave -> the field's value."""
-        if self.once:
-            given = single(self.option, given)
-        return given if self.parse is None else self.parse(self.option, given)
 
 
 def _paths(option: str, paths: list[Path] | None) -> list[Path]:
@@ -82,28 +42,12 @@ def _names(option: str, names: list[str] | None) -> tuple[str, ...]:
 
 
 def _policy_names(option: str, names: list[str] | None) -> tuple[str, ...]:
-    """Canonical policy names (`bf16` -> `mixed_bfloat16`), an unknown one refused."""
-    out = []
-    for name in _names(option, names):
-        if name.lower() not in valid_names() or name.lower() in SELECTORS:
-            raise InvalidInput(f"{option}: {unknown_choice('policy', name, _policy_choices())}")
-        out.append(resolve(name.lower()).name)
-    return tuple(out)
-
-
-def _policy_choices() -> list[str]:
-    return [n for n in valid_names() if n not in SELECTORS]
+    """Canonical policy names (`bf16` -> `mixed_bfloat16`); auto and all name no records."""
+    return tuple(parse_policy(option, name) for name in _names(option, names))
 
 
 def _choice(choices: tuple[str, ...]) -> Callable[[str, str], str]:
-    def parse(option: str, text: str) -> str:
-        value = text.strip().lower()
-        if value not in choices:
-            # The one wording of a bad choice, as `run` and the TOML keys say it (errors.py).
-            raise InvalidInput(f"{option}: {unknown_choice('value', text, choices)}")
-        return value
-
-    return parse
+    return lambda option, text: parse_choice(option, text, choices)
 
 
 def _penalty(option: str, value: float | None) -> float | None:
@@ -160,10 +104,10 @@ def output_options(command: str) -> tuple[Option, ...]:
     """Where and how a command writes: --format (the command's formats, mpbench/formats.py),
     --output and --plot; checked before anything is read (compare/destinations.py)."""
     return (
-        # Checked when the command starts (formats.parse_format), so that options made in
-        # code meet the same check.
-        Option("format", ("--format",), help_text(command), default="table"),
-        Option("output", ("--output", "-o"), "Write the report here.", kind=Path),
+        # Checked again when the command starts (formats.parse_format), so that options made
+        # in code meet the same check.
+        format_option(command),
+        OUTPUT,
         Option(
             "plot",
             ("--plot",),

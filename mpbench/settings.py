@@ -5,6 +5,11 @@ the check of a stored run.json (runner/config.py) all read this one table, so a 
 the same rules whichever way it came in, and a new setting is one entry here plus its line in
 the docs (docs/architecture.md, "Where a new thing goes").
 
+Each setting with flags makes its option of `mpbench run` (`command_line`: an Option of
+mpbench/options.py, the one option model every command is built from), and its value is read
+by the value parsers every command shares (mpbench/parsers.py), so a bad value is worded the
+same by `run` as by every other command, and by a config file as by the command line.
+
 The CLI builds its options from this module at start-up: it stays light (no framework, no
 numpy, nothing of mpbench.runner).
 """
@@ -12,16 +17,23 @@ numpy, nothing of mpbench.runner).
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mpbench.errors import InvalidInput, unknown_choice
+from mpbench.errors import InvalidInput
 from mpbench.fp8_rules import FP8_MODES, TORCH_RECIPES
+from mpbench.options import STORE, Option
+from mpbench.parsers import (
+    WHOLE_NUMBER,
+    parse_choice,
+    parse_device,
+    parse_fraction,
+    parse_policy,
+    parse_seconds,
+)
 from mpbench.policies import SELECTORS as POLICY_SELECTORS
-from mpbench.policies import help_names, valid_names
-from mpbench.thresholds import parse_fraction
+from mpbench.policies import help_names
 
 DATA_MODES = ("auto", "real", "synthetic")
 # What a user workload's cells record as their data mode: the workload's own data(seed),
@@ -42,10 +54,6 @@ TABLES = ("run", "workloads", "tensorflow", "torch", "distributed")
 REFERENCE = "the workload's reference value"
 
 _NUMBER = (int, float)
-WHOLE_NUMBER = re.compile(r"[+-]?\d+")
-# A sign is read too, so that -1 is a number below 0, not text that is no duration.
-_DURATION = re.compile(r"([+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*(s|m|h)?", re.IGNORECASE)
-_SECONDS = {"s": 1, "m": 60, "h": 3600}
 
 
 @dataclass(frozen=True)
@@ -74,7 +82,7 @@ class Setting:
     required: bool = False  # every run.json holds it (older ones may lack the others)
     axis: bool = False  # a matrix axis: a value or a list of values, each its own cell
     choices: tuple[str, ...] = ()
-    noun: str = ""  # what a bad choice is called after the option: "--data mode"
+    noun: str = ""  # what a bad choice is called: "--data: unknown mode 'x'; ..."
     measured: bool = True  # False: says where this node is; a resume may change it
     off: bool = False  # the text "off" is a value, None (run.json holds it as null)
     path: bool = False  # the command line's text is a path (RunOptions holds a Path)
@@ -102,6 +110,16 @@ class Setting:
     def target(self) -> str:
         return self.field or self.name
 
+    @property
+    def command_line(self) -> Option:
+        """Its option of `mpbench run` (it has flags). Left out, it is None (a flag: False),
+        so that the config file decides; a list is repeatable, text where `cli` says so."""
+        typed = self.cli or self.kind
+        if typed is list:
+            typed = list[str]
+        flag = self.home == "command" and typed is bool
+        return Option(self.name, self.flags, self.help, kind=typed, default=False if flag else None)
+
     def initial(self) -> Any:
         """The value when nothing sets it (a new list each time)."""
         return self.default() if callable(self.default) else _copy(self.default)
@@ -118,6 +136,8 @@ class Setting:
                     raise InvalidInput(f"{where} {value!r}: must be {kind_name(self)}")
         if isinstance(value, str) and not value.strip():
             raise InvalidInput(f"{where}: must not be empty")
+        if self.choices:
+            value = parse_choice(where, value, self.choices, self.noun or "value")
         if self.parse is not None:
             value = self.parse(where, value)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -178,45 +198,26 @@ def fraction_value(where: str, value: float | str) -> float:
     return fraction
 
 
-def seconds_value(where: str, value: float | str) -> float:
-    """Seconds, or text with a unit: 600, "600s", "10m", "1.5h"; above 0."""
-    seconds = value
-    if isinstance(value, str):
-        found = _DURATION.fullmatch(value.strip())
-        if found is None:
-            raise InvalidInput(f"{where} {value!r}: must be seconds, or a number with s, m or h")
-        seconds = float(found[1]) * _SECONDS[(found[2] or "s").lower()]
-    if not seconds > 0:  # a NaN too
-        raise InvalidInput(f"{where} {value!r}: must be above 0 seconds")
-    return float(seconds)
-
-
 def policy_names(where: str, value: list[str]) -> list[str]:
-    """A list of policies: each a name, an alias or a selector (auto, all), in any case;
-    InvalidInput naming `where` (an option, a TOML key, run.json's key) and the bad one."""
-    known = {name.lower() for name in (*valid_names(), *POLICY_SELECTORS)}
+    """A list of policies: each a name, an alias or a selector (auto, all), in any case, kept
+    as given; InvalidInput naming `where` (an option, a TOML key, run.json's key) and the bad
+    one."""
     for name in value:
-        if name.strip().lower() not in known:
-            raise InvalidInput(
-                f"{where.removesuffix(' =')}: "
-                f"{unknown_choice('policy', name, [*valid_names(), *POLICY_SELECTORS])}"
-            )
+        parse_policy(where, name, POLICY_SELECTORS)
     return value
 
 
 def choice(kind: str, value: str, choices: tuple[str, ...]) -> str:
-    """One of `choices`, whatever its case and spaces; InvalidInput naming the valid ones."""
-    value = value.strip().lower()
-    if value not in choices:
-        raise unknown_choice(kind, value, choices)
-    return value
+    """One of `choices`, whatever its case and spaces (runner/config.py's last word on a value
+    Setting.check has held to its choices already)."""
+    return parse_choice(kind, value, choices)
 
 
 def on_off(where: str, value: str | bool) -> bool:
     """--jit's text: on or off."""
     if isinstance(value, bool):
         return value
-    return choice(f"{where} value", value, ("on", "off")) == "on"
+    return parse_choice(where, value, ("on", "off")) == "on"
 
 
 def times_or_off(where: str, value: float | str) -> float | None:
@@ -230,10 +231,6 @@ def times_or_off(where: str, value: float | str) -> float | None:
         except ValueError:
             raise InvalidInput(f"{where} {value!r}: must be a number, or off") from None
     return float(value)
-
-
-def _lower(where: str, value: str) -> str:
-    return value.strip().lower()
 
 
 def _seconds(where: str, value: float) -> float:
@@ -305,7 +302,7 @@ SETTINGS: tuple[Setting, ...] = (
         "auto, cpu, cuda, cuda:N, mps.",
         toml=("run",),
         required=True,
-        parse=_lower,
+        parse=parse_device,
         example="cpu",
     ),
     Setting(
@@ -456,7 +453,7 @@ SETTINGS: tuple[Setting, ...] = (
         toml=("run",),
         high=WEEK_S,
         why="seconds (a week)",
-        parse=seconds_value,
+        parse=parse_seconds,
         expects="seconds, or a number with s, m or h (10m)",
         example="10m",
     ),
@@ -816,7 +813,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "store",
-        flags=("--store",),
+        flags=STORE.flags,
         help="With --on: add each machine's run to this store as it finishes.",
         home="command",
         path=True,
@@ -858,21 +855,6 @@ SETTINGS: tuple[Setting, ...] = (
 )
 
 BY_NAME = {setting.name: setting for setting in SETTINGS}
-# What `mpbench run` takes on its command line, in --help's order.
+# What `mpbench run` takes on its command line, in --help's order, and its options.
 COMMAND_LINE = tuple(s for s in SETTINGS if s.flags)
-
-
-def command_line_type(setting: Setting) -> Any:
-    """The type typer parses for an option: a flag is a bool, a list is repeatable, and the
-    rest may be left out (None)."""
-    typed = setting.cli or setting.kind
-    if setting.home == "command" and typed is bool:
-        return bool
-    if typed is list:
-        typed = list[str]
-    return typed | None
-
-
-def command_line_default(setting: Setting) -> Any:
-    """What typer gives when the option is left out: False for a flag, else None."""
-    return False if command_line_type(setting) is bool else None
+RUN_OPTIONS: tuple[Option, ...] = tuple(s.command_line for s in COMMAND_LINE)

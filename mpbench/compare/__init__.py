@@ -1,8 +1,7 @@
 """`mpbench compare`: tables, CI gates and renderers over result files (docs/compare.md).
 
-Depends only on `mpbench.results` (and the policy names, and the option table and
-value parsers in `mpbench.thresholds`); imports neither pandas nor
-matplotlib until a renderer needs them.
+Depends only on `mpbench.results` (and the policy names, and the value parsers in
+`mpbench.parsers`); imports neither pandas nor matplotlib until a renderer needs them.
 """
 
 from mpbench.compare.options import CompareOptions

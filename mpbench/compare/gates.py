@@ -34,10 +34,10 @@ from mpbench.compare.summary.estimate import (
 from mpbench.compare.summary.labels import Labeler
 from mpbench.compare.summary.scaling import ScalingRow, all_scaling_rows
 from mpbench.errors import InvalidInput
+from mpbench.parsers import split_reference, split_world
 from mpbench.policies import BASELINE, POLICIES
 from mpbench.results.contention import busy_margin
 from mpbench.results.identity import Row
-from mpbench.thresholds import split_reference, split_world
 
 ADD_REPEATS = "inconclusive — add repeats"
 MORE_STEPS = "inconclusive — time more steps or add repeats"  # no interval (too few steps)

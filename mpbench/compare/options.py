@@ -1,23 +1,21 @@
-"""What `mpbench compare` was asked to do: CompareOptions, filled from the command line
-through the option table (mpbench/result_options.py's COMPARE_OPTIONS, whose parsers read the
-user's spelling of each threshold).
+"""What `mpbench compare` was asked to do: CompareOptions, a field per entry of its option table
+(mpbench/result_options.py's COMPARE_OPTIONS), which cli.py builds the command from and fills
+it through (each value through its entry's parser, mpbench/parsers.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from mpbench.result_options import COMPARE_OPTIONS
 from mpbench.results.sources import SourceChoice
 
 
 @dataclass
 class CompareOptions(SourceChoice):
-    """Everything `run_compare` needs; the CLI fills it from its options (command_line_options).
-    Each field is one entry of COMPARE_OPTIONS; which records to read (devices, frameworks,
-    workloads, policies, commits, since, until) are SourceChoice's, shared with history."""
+    """Everything `run_compare` needs; the CLI fills it from its options. Each field is one
+    entry of COMPARE_OPTIONS; which records to read (devices, frameworks, workloads,
+    policies, commits, since, until) are SourceChoice's, shared with history."""
 
     paths: list[Path] = field(default_factory=list)  # none: the latest run under results_dir
     results_dir: Path = Path("results")
@@ -54,12 +52,3 @@ class CompareOptions(SourceChoice):
             or bool(self.min_scaling_efficiency)
             or self.max_accuracy_delta_pp is not None
         )
-
-
-def command_line_options(given: dict[str, Any]) -> CompareOptions:
-    """What typer parsed (a value per entry of COMPARE_OPTIONS, under its field's name) ->
-    CompareOptions, each value through its entry's parser, in the table's order (so the first
-    bad option is the one named)."""
-    return CompareOptions(
-        **{option.field: option.value(given[option.field]) for option in COMPARE_OPTIONS}
-    )

@@ -11,7 +11,8 @@ from pathlib import Path
 from types import ModuleType
 
 from mpbench.errors import InvalidInput
-from mpbench.settings import seconds_value
+from mpbench.options import STORE
+from mpbench.parsers import parse_seconds
 
 ENGINES = ("ray", "slurm")
 DEFAULT_TIMEOUT_S = 600.0
@@ -35,12 +36,13 @@ def fleet_options(
 ) -> FleetOptions | None:
     """The fleet asked for, or None for a local run (where the fleet's options are refused)."""
     if on is None:
-        for option, value in (("--fleet", fleet), ("--fleet-timeout", timeout), ("--store", store)):
+        given = (("--fleet", fleet), ("--fleet-timeout", timeout), (STORE.option, store))
+        for option, value in given:
             if value is not None:
                 raise InvalidInput(f"{option}: only with --on ray|slurm (a fleet run)")
         return None
     engine, address = _engine(on)
-    timeout_s = seconds_value("--fleet-timeout", timeout) if timeout else DEFAULT_TIMEOUT_S
+    timeout_s = parse_seconds("--fleet-timeout", timeout) if timeout else DEFAULT_TIMEOUT_S
     return FleetOptions(engine, address, _kinds(fleet), timeout_s, store)
 
 

@@ -1,15 +1,14 @@
-"""What `mpbench history` was asked to do: HistoryOptions, filled from the command line through
-its option table (mpbench/result_options.py's HISTORY_OPTIONS). Which records to read are
-SourceChoice's fields, shared with compare; the output options are compare's too.
+"""What `mpbench history` was asked to do: HistoryOptions, a field per entry of its option table
+(mpbench/result_options.py's HISTORY_OPTIONS), which cli.py builds the command from and fills
+it through. Which records to read are SourceChoice's fields, shared with compare; the output
+options are compare's too.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from mpbench.result_options import HISTORY_OPTIONS
 from mpbench.results.sources import SourceChoice
 
 
@@ -26,11 +25,3 @@ class HistoryOptions(SourceChoice):
     format: str = "table"
     output: Path | None = None
     plot: Path | None = None
-
-
-def command_line_options(given: dict[str, Any]) -> HistoryOptions:
-    """What typer parsed -> HistoryOptions, each value through its entry's parser, in the
-    table's order (so the first bad option is the one named)."""
-    return HistoryOptions(
-        **{option.field: option.value(given[option.field]) for option in HISTORY_OPTIONS}
-    )

@@ -67,8 +67,16 @@ def copy_of(run_dir: Path, tmp_path: Path) -> Path:
     [
         ("repeat", "three", "config.repeat = 'three': must be a whole number or 'auto'"),
         ("loss_scale", [0], "config.loss_scale = 0.0: must be at least 1"),
-        ("grad_comm", "int8", "config.grad_comm = 'int8': must be one of fp32, fp16, bf16"),
-        ("on_diverge", "retry", "config.on_diverge = 'retry': must be one of stop, fallback"),
+        (
+            "grad_comm",
+            "int8",
+            "config.grad_comm: unknown value 'int8'; valid choices: fp32, fp16, bf16",
+        ),
+        (
+            "on_diverge",
+            "retry",
+            "config.on_diverge: unknown value 'retry'; valid choices: stop, fallback",
+        ),
         ("accumulate", ["4"], "config.accumulate = '4': must be a whole number"),
         ("nproc", [2000], "config.nproc = 2000: must be at most 1024"),
         ("timeout", None, "config.timeout = None: must be a number"),

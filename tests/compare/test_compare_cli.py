@@ -135,7 +135,7 @@ def test_different_hardware_exits_2_unless_allowed(cpu_run_dir: Path, tmp_path: 
     [
         (["--max-slowdown", "10"], "--max-slowdown '10' is ambiguous"),
         (["--min-speedup", "fp4=2"], "unknown policy 'fp4'"),
-        (["--format", "html"], "unknown format 'html'"),
+        (["--format", "pdf"], "unknown format 'pdf'"),
         (["--max-slowdown", "10%"], "need --baseline"),
     ],
 )

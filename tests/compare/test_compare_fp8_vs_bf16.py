@@ -18,9 +18,9 @@ from mpbench.compare.render.json_report import render_json
 from mpbench.compare.render.markdown import render_markdown
 from mpbench.compare.summary.verdict import AVOID, NO_RATIO, RECOMMENDED, group_verdicts
 from mpbench.errors import InvalidInput
+from mpbench.parsers import parse_min_speedup
 from mpbench.results import CompileStats, DeviceInfo, Fp8Stats
 from mpbench.results.schema import BottleneckStats, Fp8GemmRow, Fp8Prediction
-from mpbench.thresholds import parse_min_speedup
 
 H100 = DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", "9.0", 0)
 # mnist_dense at batch 8192 on the H200 of the first GPU run: bf16 2.12 ms, fp8 eager 6.02 ms.

@@ -6,7 +6,7 @@ import pytest
 
 from mpbench.compare import parse_format
 from mpbench.errors import InvalidInput
-from mpbench.thresholds import parse_fraction, parse_min_speedup, parse_points
+from mpbench.parsers import parse_fraction, parse_min_speedup, parse_points
 
 
 @pytest.mark.parametrize(
@@ -72,5 +72,5 @@ def test_min_speedup_errors(spec: str, message: str) -> None:
 
 def test_format_names() -> None:
     assert parse_format("Markdown") == "markdown"
-    with pytest.raises(InvalidInput, match="unknown format 'html'; valid choices: table, markdown"):
-        parse_format("html")
+    with pytest.raises(InvalidInput, match="unknown format 'pdf'; valid choices: table, markdown"):
+        parse_format("pdf")

@@ -14,12 +14,14 @@ import typer.main
 
 import mpbench.compare
 from mpbench.cli import app, main
-from mpbench.compare.options import CompareOptions, command_line_options
+from mpbench.compare.options import CompareOptions
 from mpbench.formats import FORMATS, help_text
-from mpbench.result_options import COMPARE_OPTIONS, Option
+from mpbench.options import Option
+from mpbench.options import parsed as parsed_values
+from mpbench.result_options import COMPARE_OPTIONS
 
 FIELDS = [f.name for f in dataclasses.fields(CompareOptions)]
-DECLARED = [option.field for option in COMPARE_OPTIONS]
+DECLARED = [option.name for option in COMPARE_OPTIONS]
 
 # Per field: a command line that sets it, and the value CompareOptions then holds. A new entry
 # of the table needs its line here (test_every_field_has_an_example).
@@ -88,25 +90,25 @@ def test_every_entry_is_a_parameter_of_the_command() -> None:
     parameters = {p.name: p for p in _command().params}
     assert list(parameters) == DECLARED  # nothing else, in the table's order
     for option in COMPARE_OPTIONS:
-        parameter = parameters[option.field]
+        parameter = parameters[option.name]
         if option.flags:
-            assert isinstance(parameter, typer.core.TyperOption), option.field
+            assert isinstance(parameter, typer.core.TyperOption), option.name
             assert tuple(parameter.opts) == option.flags
             # A list is collected from every time the option is given (to refuse a repeat
             # of a single limit, or to keep each of a repeatable option's values).
-            assert parameter.multiple == (option.repeatable or option.once), option.field
+            assert parameter.multiple == (option.repeatable or option.once), option.name
         else:
-            assert isinstance(parameter, typer.core.TyperArgument), option.field
-        assert getattr(parameter, "help", None) == option.help, option.field
+            assert isinstance(parameter, typer.core.TyperArgument), option.name
+        assert getattr(parameter, "help", None) == option.help, option.name
 
 
 def test_exactly_one_positional_argument() -> None:
-    assert [option.field for option in COMPARE_OPTIONS if not option.flags] == ["paths"]
+    assert [option.name for option in COMPARE_OPTIONS if not option.flags] == ["paths"]
 
 
 def test_left_out_every_option_gives_the_defaults_of_compare_options() -> None:
-    given = {option.field: option.default for option in COMPARE_OPTIONS}
-    assert command_line_options(given) == CompareOptions()
+    given = {option.name: option.default for option in COMPARE_OPTIONS}
+    assert CompareOptions(**parsed_values(COMPARE_OPTIONS, given)) == CompareOptions()
 
 
 def test_nothing_on_the_command_line_gives_the_defaults(parsed: list[CompareOptions]) -> None:
@@ -135,7 +137,7 @@ def test_each_option_reaches_its_field(field: str, parsed: list[CompareOptions])
 def test_a_single_limit_given_twice_exits_2(
     option: Option, parsed: list[CompareOptions], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    value = EXAMPLES[option.field][0][1]
+    value = EXAMPLES[option.name][0][1]
     assert main(["compare", option.option, value, option.option, value]) == 2
     assert parsed == []
     error = capsys.readouterr().err
@@ -144,7 +146,7 @@ def test_a_single_limit_given_twice_exits_2(
 
 
 def test_the_formats_come_from_the_registry() -> None:
-    (declared,) = [option for option in COMPARE_OPTIONS if option.field == "format"]
+    (declared,) = [option for option in COMPARE_OPTIONS if option.name == "format"]
     assert declared.help == help_text()
     assert all(name in declared.help for name in FORMATS)
     assert declared.default in FORMATS

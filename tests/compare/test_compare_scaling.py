@@ -24,9 +24,9 @@ from mpbench.compare.summary.estimate import REPEATS, WITHIN_RUN
 from mpbench.compare.summary.labels import Labeler
 from mpbench.compare.summary.scaling import scaling_rows
 from mpbench.errors import InvalidInput
+from mpbench.parsers import parse_min_scaling_efficiency, parse_min_speedup
 from mpbench.results import DistributedStats, Status
 from mpbench.results.scaling import weak_scaling_efficiency
-from mpbench.thresholds import parse_min_scaling_efficiency, parse_min_speedup
 
 BATCH = 128  # each replica's batch (weak scaling)
 PLUMBING = "ranks share one CPU: these figures measure plumbing, not scaling"

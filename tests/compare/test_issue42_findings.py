@@ -23,10 +23,10 @@ from mpbench.compare.render.tables import section_table
 from mpbench.compare.summary.build import build_sections
 from mpbench.compare.summary.cells import PolicyGroup, summarize_all
 from mpbench.errors import InvalidInput
+from mpbench.parsers import parse_points
 from mpbench.results import CompileStats, DeviceInfo, Fp8Stats
 from mpbench.results.schema import BottleneckStats
 from mpbench.runner.config import RunOptions, build_config
-from mpbench.thresholds import parse_points
 
 H100 = DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", "9.0", 0)
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"

@@ -46,6 +46,21 @@ def test_json_missing_dataset_has_a_fetch_hint(tmp_path: Path, homes) -> None:
     assert "sha256sum -c" in mnist["fetch_hint"]
 
 
+def test_format_json_and_its_alias_json_print_the_same_bytes(tmp_path: Path, homes) -> None:
+    formats.write_mnist_npz(tmp_path / "mine" / "mnist.npz", formats.random_mnist())
+    mine = ("--data-dir", str(tmp_path / "mine"))
+    printed = {
+        " ".join(args): run_mpbench("data", *mine, *args, cwd=tmp_path, env=WIDE)
+        for args in [("--format", "json"), ("--json",), ("--format", "table"), ()]
+    }
+    assert all(done.returncode == 0 for done in printed.values()), printed
+    report = {d["dataset"]: d for d in json.loads(printed["--format json"].stdout)["datasets"]}
+    assert report["mnist"]["found"] is True
+    assert printed["--json"].stdout == printed["--format json"].stdout
+    assert printed["--format table"].stdout == printed[""].stdout
+    assert "MNIST" in printed[""].stdout
+
+
 def test_canonical_sources_are_published_ones(tmp_path: Path) -> None:
     # A fresh process (no monkeypatching) reports the canonical URLs and digests.
     result = run_mpbench("data", "--json", cwd=tmp_path, env=WIDE, fork=False)

@@ -54,7 +54,7 @@ def nvml_sees_gpus() -> bool:
 
 
 def test_json_run_on_this_machine():
-    done = run_mpbench("detect", "--json", fork=False)
+    done = run_mpbench("detect", "--format", "json", fork=False)
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     cpu = this_cpu()
@@ -134,6 +134,24 @@ def test_bad_options_exit_2_with_one_line(args, option):
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith("mpbench: error:") and option in lines[0]
     assert "Traceback" not in done.stderr
+
+
+def test_format_json_and_its_alias_json_print_the_same_bytes(fake_nvml, monkeypatch):
+    """`--format json` is the report's JSON, and `--json` (kept for scripts) the same bytes;
+    `--format table` the table the command prints by default. One report for every run, so
+    that nothing but the option differs (a fork of this process inherits the patch)."""
+    fake_nvml("A100")
+    report = collect(environ={})
+    monkeypatch.setattr("mpbench.detect.collect", lambda **_: report)
+    printed = {
+        " ".join(args): run_mpbench("detect", *args)
+        for args in [("--format", "json"), ("--json",), ("--format", "table"), ()]
+    }
+    assert all(done.returncode == 0 for done in printed.values()), printed
+    assert printed["--format json"].stdout == report_json(report) + "\n"
+    assert printed["--json"].stdout == printed["--format json"].stdout
+    assert printed["--format table"].stdout == printed[""].stdout
+    assert "Precision policies" in printed[""].stdout
 
 
 def test_rendering_is_literal_text(fake_nvml):

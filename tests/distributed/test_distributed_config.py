@@ -69,8 +69,12 @@ def test_toml_and_options_merge(tmp_path, toml, options, expected):
     [
         ("nproc = 0", {}, "[distributed] nproc = 0: must be at least 1"),
         ("", {"nproc": ["two"]}, "--nproc 'two': must be a whole number"),
-        ("grad_comm = 'int8'", {}, "unknown grad_comm in [distributed] 'int8'"),
-        ("", {"grad_comm": "fp8"}, "unknown --grad-comm 'fp8'; valid choices: fp32, fp16, bf16"),
+        ("grad_comm = 'int8'", {}, "[distributed] grad_comm: unknown value 'int8'"),
+        (
+            "",
+            {"grad_comm": "fp8"},
+            "--grad-comm: unknown value 'fp8'; valid choices: fp32, fp16, bf16",
+        ),
         ("", {"nnodes": 2}, "--nnodes 2: the nodes meet at a rendezvous endpoint"),
         ("nnodes = 2\nrdzv_endpoint = 'head'", {}, "--rdzv-endpoint 'head': must be HOST:PORT"),
         ("", {"rdzv_endpoint": "h:70000"}, "must be HOST:PORT with a port from 1 to 65535"),

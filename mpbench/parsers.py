@@ -1,23 +1,116 @@
-"""What the command line's limits mean: fractions, percentage points, minimum speed-ups and
-scaling efficiencies, and the gate keys they are stored under.
+"""The value parsers: what a value typed on the command line (or written in a config file)
+means, one parser per kind of value, and the one wording of a bad one.
 
-In the manner of asv's commands/common_args.py, the value parsers more than one layer reads
-live here rather than in either layer: settings.py's run settings and compare's gates take the
-same spellings. `10%` or `0.1` for relative limits, `0.5` or `0.5pp` for percentage points,
-`bf16=1.5` for a minimum speed-up, `bf16@2=1.5` for one at world size 2 only, `2=0.8` for a
-minimum scaling efficiency at world size 2. Each gate takes one limit per key: a second one is
-refused, not allowed to replace the first without a word.
+Every command reads its values through these (mpbench/options.py's tables, settings.py's run
+settings), so a kind of value is spelled, and refused, the same way whichever command takes it:
+a value that is none of the valid ones is `--OPTION: unknown KIND 'x'; valid choices: a, b`
+(`unknown`), any other bad value `--OPTION 'x': ...` and one line of reason; the CLI exits 2.
 
-A leaf under cli.py, settings.py, result_options.py and compare/ (it imports errors and
-policies only).
+The kinds: a choice (parse_choice), a device (parse_device), a policy (parse_policy), a number
+(parse_number), a path (parse_path), a duration (parse_seconds), a percentage (parse_fraction),
+percentage points (parse_points); and compare's gates (in the manner of asv's
+commands/common_args.py): `bf16=1.5` for a minimum speed-up, `bf16@2=1.5` for one at world size
+2 only, `2=0.8` for a minimum scaling efficiency at world size 2, with the gate keys they are
+stored under. Each gate takes one limit per key: a second one is refused, not allowed to replace
+the first without a word.
+
+A leaf under cli.py, options.py, settings.py, result_options.py and compare/ (it imports errors
+and policies only).
 """
 
 from __future__ import annotations
 
-from mpbench.errors import InvalidInput
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+from mpbench.errors import InvalidInput, unknown_choice
 from mpbench.policies import BASELINE, POLICIES, SELECTORS, resolve, valid_names
 
-# --- the value parsers --------------------------------------------------------------------
+# What --device takes; whether this machine has the device is asked where it is used
+# (detect/measure.py, runner/matrix.py).
+DEVICES = ("auto", "cpu", "cuda", "cuda:N", "mps")
+_DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
+WHOLE_NUMBER = re.compile(r"[+-]?\d+")
+# A sign is read too, so that -1 is a number below 0, not text that is no duration.
+_DURATION = re.compile(r"([+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*(s|m|h)?", re.IGNORECASE)
+_SECONDS = {"s": 1, "m": 60, "h": 3600}
+
+# --- choices -------------------------------------------------------------------------------
+
+
+def unknown(option: str, kind: str, value: str, choices: Iterable[str]) -> InvalidInput:
+    """The one wording of a value that is none of the valid ones, whichever command (or config
+    key: `config x.toml: [run] device =`) said it: `--by: unknown value 'week'; valid
+    choices: commit, date, device`."""
+    return InvalidInput(f"{option.removesuffix(' =')}: {unknown_choice(kind, value, choices)}")
+
+
+def parse_choice(option: str, text: str, choices: Iterable[str], kind: str = "value") -> str:
+    """One of `choices`, whatever its case and spaces."""
+    value = text.strip().lower()
+    if value not in choices:
+        raise unknown(option, kind, text, choices)
+    return value
+
+
+def parse_device(option: str, text: str) -> str:
+    """auto, cpu, cuda, cuda:N or mps, in lower case."""
+    value = text.strip().lower()
+    if not _DEVICE.fullmatch(value):
+        raise unknown(option, "device", text, DEVICES)
+    return value
+
+
+def parse_policy(option: str, name: str, selectors: Iterable[str] = ()) -> str:
+    """A policy's canonical name from any of its spellings in any case (`BF16` ->
+    `mixed_bfloat16`), or one of `selectors` (auto, all) where a set of policies is named."""
+    key = name.strip().lower()
+    if key in selectors:
+        return key
+    if key not in valid_names():
+        raise unknown(option, "policy", name, [*valid_names(), *selectors])
+    return resolve(key).name
+
+
+# --- numbers, paths, durations ------------------------------------------------------------
+
+
+def parse_number(option: str, text: str | float, whole: bool = False) -> float:
+    """A number typed on the command line (typer hands numbers over as text, so that a bad one
+    is worded here as every other bad value); `whole`: an int."""
+    raw = str(text).strip()
+    if whole:
+        if not WHOLE_NUMBER.fullmatch(raw):
+            raise InvalidInput(f"{option} {str(text)!r}: must be a whole number")
+        return int(raw)
+    try:
+        return float(raw)
+    except ValueError:
+        raise InvalidInput(f"{option} {str(text)!r}: must be a number") from None
+
+
+def parse_path(option: str, text: str | Path) -> Path:
+    """A path typed on the command line; an empty one is refused rather than read as '.'."""
+    if not str(text).strip():
+        raise InvalidInput(f"{option} '': empty path")
+    return Path(text)
+
+
+def parse_seconds(option: str, value: float | str) -> float:
+    """Seconds, or text with a unit: 600, "600s", "10m", "1.5h"; above 0."""
+    seconds = value
+    if isinstance(value, str):
+        found = _DURATION.fullmatch(value.strip())
+        if found is None:
+            raise InvalidInput(f"{option} {value!r}: must be seconds, or a number with s, m or h")
+        seconds = float(found[1]) * _SECONDS[(found[2] or "s").lower()]
+    if not seconds > 0:  # a NaN too
+        raise InvalidInput(f"{option} {value!r}: must be above 0 seconds")
+    return float(seconds)
+
+
+# --- percentages and compare's gates --------------------------------------------------------
 
 
 def parse_fraction(option: str, text: str | float | None) -> float | None:
@@ -223,9 +316,7 @@ def _speedup_policy(spec: str, name: str, option: str = "--min-speedup", gated: 
             f"several): {', '.join(names)}"
         )
     if key not in names:
-        raise InvalidInput(
-            f"{option} {spec!r}: unknown policy {name.strip()!r}; valid choices: {', '.join(names)}"
-        )
+        raise unknown(f"{option} {spec!r}", "policy", name.strip(), names)
     return resolve(key).name
 
 
