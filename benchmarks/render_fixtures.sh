@@ -14,6 +14,10 @@
 # together, in every format and as a plot: runs with recipe rows (`--loss-scale 1024`,
 # `--batch-scale-16bit 2`, `--on-diverge fallback`), data-parallel and fp8 cells, which the
 # committed fixtures lack.
+#
+# Then the fixture runs and those run directories go into one store (`mpbench store add`, made
+# with the same tree), and `mpbench history` renders it in every format, by commit, by date and
+# by device (the fleet), each with its stderr and exit code: history.BY.FORMAT(.err).
 set -u
 if (($# < 2)); then
     echo "usage: $0 SOURCE_TREE OUTPUT_DIR [RUN_DIR ...]" >&2
@@ -56,4 +60,18 @@ if ((${#runs[@]})); then
     for run in "${runs[@]}"; do render "extra-$(basename "$run")" "$run"; done
     render extra-all "${runs[@]}"
 fi
+# In OUT, by a relative name: the reports name the store, and OUT differs between renders.
+# Nothing of either tree is in OUT, so `python -m` there still imports PYTHONPATH's mpbench.
+cd "$out"
+python -m mpbench store add --store store.sqlite "$fixtures/cpu_run" "$fixtures/baseline_cpu" \
+    "${runs[@]}" >store.add 2>&1
+echo "exit $?" >>store.add
+for by in commit date device; do
+    for format in table markdown json csv; do
+        python -m mpbench history store.sqlite --by "$by" --format "$format" \
+            >"history.$by.$format" 2>"history.$by.$format.err"
+        echo "exit $?" >>"history.$by.$format.err"
+    done
+done
+rm -f store.sqlite  # SQLite's bytes are not the output; what history renders of them is
 echo "rendered with $(cat "$out/which.txt") into $out"

@@ -1,12 +1,14 @@
 """The `mpbench` command: parses, validates, delegates. No logic of its own.
 
+Every command is built the same way, from its table of options (mpbench/options.py's model:
+`@takes(TABLE)`), and called with each value through its option's parser.
+
 Start-up must stay fast: this module imports no framework and no pandas; every verb imports
 what it needs inside its own function.
 """
 
 from __future__ import annotations
 
-import inspect
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,8 +18,9 @@ from typer.exceptions import Abort, Exit, TyperException
 
 from mpbench import __version__
 from mpbench.errors import InvalidInput
-from mpbench.result_options import COMPARE_OPTIONS, HISTORY_OPTIONS, Option
-from mpbench.settings import COMMAND_LINE, command_line_default, command_line_type
+from mpbench.options import DATA_OPTIONS, DETECT_OPTIONS, chosen_format, takes
+from mpbench.result_options import COMPARE_OPTIONS, HISTORY_OPTIONS
+from mpbench.settings import RUN_OPTIONS
 
 app = typer.Typer(
     name="mpbench",
@@ -45,27 +48,15 @@ def _root(
 
 
 @app.command()
-def detect(
-    as_json: bool = typer.Option(False, "--json", help="Machine-readable JSON (schema in docs)."),
-    probe: bool = typer.Option(
-        False, "--probe", help="Also import each installed framework in a child process."
-    ),
-    measure: bool = typer.Option(
-        False,
-        "--measure",
-        help="Also measure matmul TFLOP/s per dtype with torch, and each framework's "
-        "training step per policy (child processes; cached, and rated from).",
-    ),
-    device: str = typer.Option(
-        "auto", "--device", help="What --measure measures: auto, cpu, cuda, cuda:N, mps."
-    ),
-) -> None:
+@takes(DETECT_OPTIONS)
+def detect(format: str, json: bool, probe: bool, measure: bool, device: str) -> None:
     """Report the hardware, what each precision policy does on it, and a recommendation."""
     from mpbench.detect import collect
     from mpbench.detect.measure import attach_measurement, resolve_measure_device
     from mpbench.detect.render import print_report, report_json
     from mpbench.detect.steps import attach_steps
 
+    as_json = chosen_format(format, json) == "json"
     report = collect(probe=probe, tuning=True)
     if measure:
         chosen = resolve_measure_device(device, report)  # InvalidInput (exit 2) if bad
@@ -88,20 +79,20 @@ def detect(
 
 
 @app.command()
-def data(
-    data_dir: Path | None = typer.Option(None, "--data-dir", help="Look here first."),
-    as_json: bool = typer.Option(False, "--json", help="Machine-readable JSON."),
-) -> None:
+@takes(DATA_OPTIONS)
+def data(data_dir: Path | None, format: str, json: bool) -> None:
     """Show which datasets mpbench finds, where, and how to fetch the missing ones."""
     from mpbench.data.status import collect_status, print_status, status_json
 
     statuses = collect_status(data_dir)
-    if as_json:
+    if chosen_format(format, json) == "json":
         typer.echo(status_json(statuses))
     else:
         print_status(statuses)
 
 
+@app.command()
+@takes(RUN_OPTIONS)
 def run(**given: Any) -> None:
     """Train the reference workloads under each precision policy, one process per cell."""
     from mpbench.fleet.options import fleet_options
@@ -114,7 +105,7 @@ def run(**given: Any) -> None:
     if fleet is not None:
         from mpbench.fleet import run_fleet  # Ray or submitit only with --on (docs/fleet.md)
 
-        raise typer.Exit(run_fleet(options, fleet))
+        raise typer.Exit(run_fleet(options, fleet, _fleet_summary))
     raise typer.Exit(run_matrix(options, _run_summary))
 
 
@@ -125,71 +116,35 @@ def _run_summary(records: list, console: Any, accuracy_margin_pp: float) -> None
     print_run_summary(records, console, accuracy_margin_pp)
 
 
-def _keyword(
-    name: str, flags: tuple[str, ...], help: str, default: Any, annotation: Any
-) -> inspect.Parameter:
-    """One parameter of a command built from a table: an option, or without flags the
-    positional argument; typer hands its value over by `name`."""
-    declared = (
-        typer.Option(default, *flags, help=help) if flags else typer.Argument(default, help=help)
-    )
-    return inspect.Parameter(
-        name, inspect.Parameter.KEYWORD_ONLY, default=declared, annotation=annotation
-    )
+def _fleet_summary(run_dirs: list[Path]) -> None:
+    """The fleet's closing table: `mpbench history --by device` of its finished machines'
+    runs, one column each (InvalidInput where none has a finished cell to compare)."""
+    from mpbench.history.options import HistoryOptions
+    from mpbench.history.run import run_history
 
-
-def _run_parameters() -> list[inspect.Parameter]:
-    """`mpbench run`'s options: one per entry of mpbench/settings.py's COMMAND_LINE, so an
-    option cannot be declared and then dropped on its way to the run's configuration."""
-    return [
-        _keyword(
-            setting.name,
-            setting.flags,
-            setting.help,
-            command_line_default(setting),
-            command_line_type(setting),
-        )
-        for setting in COMMAND_LINE
-    ]
-
-
-run.__signature__ = inspect.Signature(_run_parameters())  # type: ignore[attr-defined]
-app.command()(run)
-
-
-def _table_parameters(table: tuple[Option, ...]) -> list[inspect.Parameter]:
-    """A command's parameters from its option table (mpbench/result_options.py), which its
-    options class is filled from: an option cannot be declared and then dropped."""
-    return [
-        _keyword(option.field, option.flags, option.help, option.default, option.annotation)
-        for option in table
-    ]
+    run_history(HistoryOptions(paths=run_dirs, by="device"))
 
 
 # --- compare: owned by the compare/ package; keep this function a thin delegate. ---
-def compare(**given: Any) -> None:
+@app.command()
+@takes(COMPARE_OPTIONS)
+def compare(**options: Any) -> None:
     """Speed-up, memory and accuracy against float32; gates for CI (exit 1 on regression)."""
     from mpbench.compare import run_compare
-    from mpbench.compare.options import command_line_options
+    from mpbench.compare.options import CompareOptions
 
-    raise typer.Exit(run_compare(options=command_line_options(given)))
-
-
-compare.__signature__ = inspect.Signature(_table_parameters(COMPARE_OPTIONS))  # type: ignore[attr-defined]
-app.command()(compare)
+    raise typer.Exit(run_compare(options=CompareOptions(**options)))
 
 
 # --- store and history: owned by the history/ package (docs/history.md). ---
-def history(**given: Any) -> None:
+@app.command()
+@takes(HISTORY_OPTIONS)
+def history(**options: Any) -> None:
     """Step times and speed-ups over commits, with change points; --ci gates on the newest run."""
-    from mpbench.history.options import command_line_options
+    from mpbench.history.options import HistoryOptions
     from mpbench.history.run import run_history
 
-    raise typer.Exit(run_history(command_line_options(given)))
-
-
-history.__signature__ = inspect.Signature(_table_parameters(HISTORY_OPTIONS))  # type: ignore[attr-defined]
-app.command()(history)
+    raise typer.Exit(run_history(HistoryOptions(**options)))
 
 
 def _one_line(message: str) -> str:

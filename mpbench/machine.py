@@ -3,8 +3,11 @@
 Two machines whose hardware detect cannot tell apart (the same GPU behind another network, a
 power cap, or stand-ins for GPU kinds on one test host) are still two machines when named:
 the name enters the hardware fingerprint and each record's configuration (`machine`), so
-their records are never pooled, and the fleet table shows the name beside the device
-(docs/fleet.md). Unset: the machine is what its hardware says, as before.
+their records are never pooled, and every report names the machine with it (docs/fleet.md).
+Unset: the machine is what its hardware says, as before.
+
+This module reads the name from the environment where a run starts; what a machine is to the
+reports, its name included, is results/machine.py's `Machine`.
 """
 
 from __future__ import annotations

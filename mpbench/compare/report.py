@@ -28,10 +28,12 @@ from mpbench.compare.summary.cells import (
     display_order,
     summarize_all,
 )
-from mpbench.compare.summary.labels import Labeler, short_fingerprint
+from mpbench.compare.summary.labels import Labeler
 from mpbench.errors import InvalidInput
 from mpbench.policies import BASELINE
 from mpbench.results import CellRecord
+from mpbench.results.identity import RecordKey
+from mpbench.results.machine import Machine
 from mpbench.results.matmul_share import low_precision_note
 
 if TYPE_CHECKING:
@@ -52,14 +54,14 @@ class Report:
     notes: list[str] = field(default_factory=list)
     # run_id -> the directories its records were read from: where their side files are.
     run_dirs: dict[str, list[Path]] = field(default_factory=dict)
-    # (run_id, cell_id, repeat) -> its telemetry side file; None until read (side_files()).
-    loaded_side_files: dict[tuple[str, str, int], SideFile] | None = None
+    # record_key -> its telemetry side file; None until read (side_files()).
+    loaded_side_files: dict[RecordKey, SideFile] | None = None
     # run_id -> run.json's `adaptive` entry of a `mpbench run --repeat auto` (compare.run).
     adaptive_repeats: dict[str, dict] = field(default_factory=dict)
     # The points of accuracy a policy may lose and still be "no worse" (summary/accuracy.py).
     accuracy_margin_pp: float = DEFAULT_MARGIN_PP
 
-    def side_files(self) -> dict[tuple[str, str, int], SideFile]:
+    def side_files(self) -> dict[RecordKey, SideFile]:
         """The readable side files of the compared records, read once; one that cannot be
         used adds a note (telemetry.load_side_files) instead of stopping the comparison."""
         if self.loaded_side_files is None:
@@ -125,7 +127,7 @@ def build_report(
     baseline: list[CellRecord] | None = None,
     run_dirs: dict[str, list[Path]] | None = None,
 ) -> Report:
-    """`run_dirs`: run_id -> the directories its records came from (telemetry.run_dirs),
+    """`run_dirs`: run_id -> the directories its records came from (Sources.directories),
     where --plot finds the records' telemetry side files; without it, none are read."""
     cells = summarize_all(records)
     margin = options.accuracy_margin_pp
@@ -203,12 +205,12 @@ def _repeat_notes(results: list[GateResult]) -> list[str]:
     ]
 
 
-def _machines(cells: dict[CellKey, CellSummary]) -> dict[str, str]:
-    return {k.group.fingerprint: k.group.device for k in cells}
+def _machines(cells: dict[CellKey, CellSummary]) -> dict[str, Machine]:
+    return {k.group.fingerprint: k.group.machine() for k in cells}
 
 
-def _describe(machines: dict[str, str]) -> str:
-    return ", ".join(f"{device} [{short_fingerprint(fp)}]" for fp, device in machines.items())
+def _describe(machines: dict[str, Machine]) -> str:
+    return ", ".join(machine.label() for machine in machines.values())
 
 
 def _match(

@@ -10,6 +10,10 @@ machine and keeps what each has sent (exit 130); `--resume` continues them.
 
 Layout: OUT/fleet.json, and OUT/KIND/ one run directory per machine, as `mpbench run` makes
 it, which `mpbench compare`, `store add` and `history --by device` read as they are.
+
+The driver sits below the commands: it adds to a store through results/store_ops.py, as
+`store add` does, and its closing table is handed in by cli.py, as `mpbench run`'s is. A
+kind here is always a fleet kind (engine.py), never a record's device.kind.
 """
 
 from __future__ import annotations
@@ -18,14 +22,16 @@ import dataclasses
 import json
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
 from mpbench import __version__
 from mpbench.errors import InvalidInput
-from mpbench.fleet.machines import FLEET_FILE, FleetRecord, Machine, read_fleet, write_fleet
+from mpbench.fleet.engine import FleetEngine
+from mpbench.fleet.machines import FLEET_FILE, FleetMachine, FleetRecord, read_fleet, write_fleet
+from mpbench.fleet.node import Event
 from mpbench.fleet.options import FleetOptions
 from mpbench.runner.config import RunOptions, build_config
 from mpbench.runner.loop import Warnings, new_run_id
@@ -44,21 +50,32 @@ from mpbench.runner.signals import interrupted_exit_code, stop_on_termination
 # Where each node's versions must agree for one fleet's numbers to be read side by side.
 COMPARED_VERSIONS = ("mpbench", "python", "torch", "tensorflow")
 
+# The fleet's closing table of its finished machines' run directories (cli.py's
+# `_fleet_summary`: history --by device); InvalidInput where there is nothing to tabulate.
+FleetSummary = Callable[[list[Path]], None]
 
-def run_fleet(options: RunOptions, fleet: FleetOptions) -> int:
-    """Run the matrix on each machine kind of the cluster; the exit code (0, 1 a machine
-    failed or was lost, 2 bad input, 130 interrupted)."""
+
+def run_fleet(options: RunOptions, fleet: FleetOptions, summary: FleetSummary) -> int:
+    """Run the matrix on each fleet kind of the cluster, closing with `summary` of the
+    finished machines; the exit code (0, 1 a machine failed or was lost, 2 bad input, 130
+    interrupted)."""
     if options.measure_peak:
         raise InvalidInput("--measure-peak: run `mpbench detect --measure` on each node instead")
     console = _console()
     warn = Warnings()  # stderr, each warning once (runner/loop.py)
     with stop_on_termination():  # SIGTERM / SIGHUP are Ctrl-C from here on (runner.signals)
         if options.resume:
-            return _resume(options, fleet, console, warn)
-        return _new_fleet(options, fleet, console, warn)
+            return _resume(options, fleet, console, warn, summary)
+        return _new_fleet(options, fleet, console, warn, summary)
 
 
-def _new_fleet(options: RunOptions, fleet: FleetOptions, console: Console, warn: Warnings) -> int:
+def _new_fleet(
+    options: RunOptions,
+    fleet: FleetOptions,
+    console: Console,
+    warn: Warnings,
+    summary: FleetSummary,
+) -> int:
     config = build_config(options)  # every check of the configuration, before dispatch
     fleet_id = new_run_id()
     fleet_dir = options.out if options.out is not None else config.out_dir / fleet_id
@@ -66,7 +83,7 @@ def _new_fleet(options: RunOptions, fleet: FleetOptions, console: Console, warn:
     engine = _engine(fleet, config.device, warn)
     engine.connect()
     try:
-        kinds = _kinds(engine, fleet)
+        fleet_kinds = _fleet_kinds(engine, fleet)
         make_dir(fleet_dir)
         with RunLock(fleet_dir):
             if (fleet_dir / FLEET_FILE).exists() or (fleet_dir / RUN_FILE).exists():
@@ -76,8 +93,8 @@ def _new_fleet(options: RunOptions, fleet: FleetOptions, console: Console, warn:
                     "or pass another --out"
                 )
             machines = []
-            for kind in kinds:
-                machine = Machine(kind, fleet_dir / kind, f"{fleet_id}-{kind}")
+            for kind in fleet_kinds:
+                machine = FleetMachine(kind, fleet_dir / kind, f"{fleet_id}-{kind}")
                 make_dir(machine.run_dir)
                 state = RunState(
                     machine.run_id, now_iso(), options.command_line, __version__, config
@@ -86,12 +103,18 @@ def _new_fleet(options: RunOptions, fleet: FleetOptions, console: Console, warn:
                 machines.append(machine)
             store = str(fleet.store.resolve()) if fleet.store is not None else None
             record = FleetRecord(engine.engine, options.command_line, store)
-            return _run(engine, fleet, machines, fleet_dir, record, options, console, warn)
+            return _run(engine, fleet, machines, fleet_dir, record, options, console, warn, summary)
     finally:
         engine.close()
 
 
-def _resume(options: RunOptions, fleet: FleetOptions, console: Console, warn: Warnings) -> int:
+def _resume(
+    options: RunOptions,
+    fleet: FleetOptions,
+    console: Console,
+    warn: Warnings,
+    summary: FleetSummary,
+) -> int:
     """Continue the fleet in --out: its machines' runs, into the store the command that
     started it named (fleet.json keeps it), unless this command names one; fleet.json keeps
     that command's line, and adds this one to its `resumes`."""
@@ -112,22 +135,22 @@ def _resume(options: RunOptions, fleet: FleetOptions, console: Console, warn: Wa
         p.name: read_state(p) for p in sorted(fleet_dir.iterdir()) if (p / RUN_FILE).is_file()
     }
     machines = [
-        Machine(kind, fleet_dir / kind, state.run_id)
+        FleetMachine(kind, fleet_dir / kind, state.run_id)
         for kind, state in states.items()
         if not fleet.kinds or kind in fleet.kinds
     ]
-    device = states[machines[0].kind].config.device if machines else "auto"
+    device = states[machines[0].fleet_kind].config.device if machines else "auto"
     engine = _engine(fleet, device, warn)
     engine.connect()
     record.engine = engine.engine
     try:
         with RunLock(fleet_dir):
-            return _run(engine, fleet, machines, fleet_dir, record, options, console, warn)
+            return _run(engine, fleet, machines, fleet_dir, record, options, console, warn, summary)
     finally:
         engine.close()
 
 
-def _engine(fleet: FleetOptions, device: str, warn: Warnings) -> Any:
+def _engine(fleet: FleetOptions, device: str, warn: Warnings) -> FleetEngine:
     if fleet.engine == "ray":
         from mpbench.fleet.ray_engine import RayFleet
 
@@ -137,10 +160,10 @@ def _engine(fleet: FleetOptions, device: str, warn: Warnings) -> Any:
     return SlurmFleet(fleet, device, warn)
 
 
-def _kinds(engine: Any, fleet: FleetOptions) -> list[str]:
-    """The kinds to run on: those asked, each of which the cluster must have (exit 2 before
-    anything runs), or every kind it has."""
-    available = engine.kinds()
+def _fleet_kinds(engine: FleetEngine, fleet: FleetOptions) -> list[str]:
+    """The fleet kinds to run on: those asked, each of which the cluster must have (exit 2
+    before anything runs), or every kind it has."""
+    available = engine.fleet_kinds()
     has = ", ".join(f"{k} ({n} node{'s' * (n != 1)})" for k, n in sorted(available.items()))
     missing = [k for k in fleet.kinds if k not in available]
     if missing:
@@ -148,7 +171,7 @@ def _kinds(engine: Any, fleet: FleetOptions) -> list[str]:
             f"--fleet: the cluster has no node of kind {', '.join(missing)}; "
             f"it has: {has or 'no nodes'}"
         )
-    kinds = list(fleet.kinds) or engine.default_kinds(available)
+    kinds = list(fleet.kinds) or engine.default_fleet_kinds(available)
     if not kinds:
         raise InvalidInput(
             f"--on {engine.engine}: the cluster has no machine kind to run on (it has: "
@@ -158,51 +181,52 @@ def _kinds(engine: Any, fleet: FleetOptions) -> list[str]:
 
 
 def _run(
-    engine: Any,
+    engine: FleetEngine,
     fleet: FleetOptions,
-    machines: list[Machine],
+    machines: list[FleetMachine],
     fleet_dir: Path,
     record: FleetRecord,
     options: RunOptions,
     console: Console,
     warn: Warnings,
+    summary: FleetSummary,
 ) -> int:
     stored = f"; store: {fleet.store}" if fleet.store is not None else ""
     console.print(
         f"mpbench fleet on {engine.engine}: {len(machines)} machine kinds "
-        f"({', '.join(m.kind for m in machines)}); results: {fleet_dir}{stored}"
+        f"({', '.join(m.fleet_kind for m in machines)}); results: {fleet_dir}{stored}"
     )
     lock = threading.Lock()
     write_fleet(fleet_dir, record, machines)
     stopped = _check_gpus(engine, machines)
     if len(stopped) < len(machines):  # said now, as others run (else the closing says it)
         for machine in stopped:
-            console.print(f"  {machine.kind}: {_outcome(machine)}")
+            console.print(f"  {machine.fleet_kind}: {_outcome(machine)}")
     _check_versions(engine, [m for m in machines if m.status != "no node"], warn)
     write_fleet(fleet_dir, record, machines)
 
-    def keep(machine: Machine, event) -> None:
+    def keep(machine: FleetMachine, event: Event) -> None:
         with lock:
             before = machine.status
             machine.receive(event)
             if event.kind == "started" and before != "running":
                 node = event.facts.get("node")
-                console.print(f"  {machine.kind}: running on {node}")
+                console.print(f"  {machine.fleet_kind}: running on {node}")
             elif event.kind == "records":
-                console.print(f"  {machine.kind}: {machine.records} cells measured")
+                console.print(f"  {machine.fleet_kind}: {machine.records} cells measured")
             elif event.kind == "done":
-                console.print(f"  {machine.kind}: {_outcome(machine)}")
+                console.print(f"  {machine.fleet_kind}: {_outcome(machine)}")
                 _store(machine, fleet.store, console)
             write_fleet(fleet_dir, record, machines)
 
-    def say(machine: Machine, text: str) -> None:
+    def say(machine: FleetMachine, text: str) -> None:
         with lock:
-            console.print(f"  {machine.kind}: {text}")
+            console.print(f"  {machine.fleet_kind}: {text}")
             write_fleet(fleet_dir, record, machines)
 
     threads = [
         threading.Thread(
-            target=_serve, args=(engine, m, keep, say), name=f"fleet-{m.kind}", daemon=True
+            target=_serve, args=(engine, m, keep, say), name=f"fleet-{m.fleet_kind}", daemon=True
         )
         for m in machines
         if m.status != "no node"
@@ -220,7 +244,7 @@ def _run(
         for thread in threads:
             thread.join(timeout=60)
     write_fleet(fleet_dir, record, machines)
-    _closing(machines, fleet_dir, console)
+    _closing(machines, fleet_dir, console, summary)
     if interrupted is not None:
         console.print(
             f"Kept what each machine measured; continue with: mpbench run --on {options.on} "
@@ -230,8 +254,13 @@ def _run(
     return 0 if all(m.status == "done" and m.exit_code == 0 for m in machines) else 1
 
 
-def _serve(engine: Any, machine: Machine, keep, say) -> None:
-    """One machine, until its run ends on a node, or no node of its kind is left."""
+def _serve(
+    engine: FleetEngine,
+    machine: FleetMachine,
+    keep: Callable[[FleetMachine, Event], None],
+    say: Callable[[FleetMachine, str], None],
+) -> None:
+    """One machine, until its run ends on a node, or no node of its fleet kind is left."""
     while True:
         machine.attempts += 1
         try:
@@ -242,7 +271,7 @@ def _serve(engine: Any, machine: Machine, keep, say) -> None:
         except TimeoutError:
             machine.status = "no node"
             machine.why = (
-                f"no node of kind {machine.kind} took it within --fleet-timeout "
+                f"no node of kind {machine.fleet_kind} took it within --fleet-timeout "
                 f"({engine.options.timeout_s:g} s)"
             )
             return
@@ -254,15 +283,16 @@ def _serve(engine: Any, machine: Machine, keep, say) -> None:
         if ended:
             return
         lost = machine.why
-        if not engine.has_node(machine.kind):
+        kind = machine.fleet_kind
+        if not engine.has_node(kind):
             machine.status = "lost"
-            machine.why = f"its node was lost ({lost}) and no node of kind {machine.kind} is left"
+            machine.why = f"its node was lost ({lost}) and no node of kind {kind} is left"
             return
         machine.status = "waiting"
-        say(machine, f"its node was lost ({lost}); resuming on another node of kind {machine.kind}")
+        say(machine, f"its node was lost ({lost}); resuming on another node of kind {kind}")
 
 
-def _check_gpus(engine: Any, machines: list[Machine]) -> list[Machine]:
+def _check_gpus(engine: FleetEngine, machines: list[FleetMachine]) -> list[FleetMachine]:
     """A machine whose cells ask a GPU (any --device but cpu) of a kind whose nodes have
     none is stopped at once, with the way out: no node of it would ever take it, and the
     driver would wait --fleet-timeout for one. The engine says what it knows of the kind's
@@ -270,33 +300,33 @@ def _check_gpus(engine: Any, machines: list[Machine]) -> list[Machine]:
     Returns the machines it stopped."""
     stopped = []
     for machine in [] if engine.cpu_cells else machines:
-        evidence = engine.no_gpu(machine.kind)
+        evidence = engine.no_gpu(machine.fleet_kind)
         if evidence is not None:
             machine.status = "no node"
             machine.why = (
-                f"no node of kind {machine.kind} has a GPU ({evidence}); pass --device cpu "
+                f"no node of kind {machine.fleet_kind} has a GPU ({evidence}); pass --device cpu "
                 "to run its cells on their CPUs"
             )
             stopped.append(machine)
     return stopped
 
 
-def _check_versions(engine: Any, machines: list[Machine], warn: Warnings) -> None:
+def _check_versions(engine: FleetEngine, machines: list[FleetMachine], warn: Warnings) -> None:
     """Each kind's versions, asked of a node of it before the first cell; a warning where
     they differ (the numbers are still each machine's own)."""
     seen: dict[str, dict] = {}
-    answers = engine.facts([m.kind for m in machines])
+    answers = engine.facts([m.fleet_kind for m in machines])
     for machine in machines:
-        facts = answers[machine.kind]
+        facts = answers[machine.fleet_kind]
         if facts is None:
             machine.status = "no node"
             machine.why = (
-                f"no node of kind {machine.kind} answered within --fleet-timeout "
+                f"no node of kind {machine.fleet_kind} answered within --fleet-timeout "
                 f"({engine.options.timeout_s:g} s)"
             )
             continue
         machine.facts = facts
-        seen[machine.kind] = facts
+        seen[machine.fleet_kind] = facts
     for name in COMPARED_VERSIONS:
         versions = {kind: facts.get(name) for kind, facts in seen.items()}
         if len(set(versions.values())) > 1:
@@ -304,42 +334,40 @@ def _check_versions(engine: Any, machines: list[Machine], warn: Warnings) -> Non
             warn(f"the machines run different {name} versions ({said}): each is recorded")
 
 
-def _store(machine: Machine, store: Path | None, console: Console) -> None:
+def _store(machine: FleetMachine, store: Path | None, console: Console) -> None:
     """Add a finished machine's run to the store (again after a resume: replaced, never
     doubled: the store keys a run by its id)."""
     if store is None or machine.status != "done":
         return
-    from mpbench.history.store_cli import add_runs
+    from mpbench.results.store_ops import add_runs
 
+    kind = machine.fleet_kind
     try:
         for _, result in add_runs([machine.run_dir], store):
-            console.print(
-                f"  {machine.kind}: {result.outcome} in {store} ({result.records} records)"
-            )
+            console.print(f"  {kind}: {result.outcome} in {store} ({result.records} records)")
     except InvalidInput as exc:  # the run is on disk: say why the store did not take it
         machine.why = f"not added to {store}: {exc}"
-        console.print(f"  [yellow]{machine.kind}[/yellow]: {machine.why}")
+        console.print(f"  [yellow]{kind}[/yellow]: {machine.why}")
 
 
-def _outcome(machine: Machine) -> str:
+def _outcome(machine: FleetMachine) -> str:
     if machine.status == "done":
         failed = " (a cell failed: its record says why)" if machine.exit_code == 1 else ""
         return f"done, {machine.records} cells{failed}"
     return f"{machine.status}: {machine.why}" if machine.why else machine.status
 
 
-def _closing(machines: list[Machine], fleet_dir: Path, console: Console) -> None:
+def _closing(
+    machines: list[FleetMachine], fleet_dir: Path, console: Console, summary: FleetSummary
+) -> None:
     finished = [m for m in machines if m.status == "done"]
     for machine in machines:
         if machine.status != "done":
-            console.print(f"[yellow]{machine.kind}[/yellow]: {_outcome(machine)}")
+            console.print(f"[yellow]{machine.fleet_kind}[/yellow]: {_outcome(machine)}")
     if not finished:
         return
-    from mpbench.history.options import HistoryOptions
-    from mpbench.history.run import run_history
-
     try:
-        run_history(HistoryOptions(paths=[m.run_dir for m in finished], by="device"))
+        summary([m.run_dir for m in finished])
     except InvalidInput as exc:  # no finished cell to compare: the runs are on disk
         console.print(f"No fleet table: {exc}")
     for note in _one_machine_notes(finished):
@@ -348,15 +376,15 @@ def _closing(machines: list[Machine], fleet_dir: Path, console: Console) -> None
     console.print(f"Results: {fleet_dir} (mpbench history --by device {fleet_dir}/*/)")
 
 
-def _one_machine_notes(machines: list[Machine]) -> list[str]:
-    """Kinds whose runs are one machine to mpbench (their nodes gave them one MPBENCH_MACHINE
-    name, on the same hardware): the fleet table shows one column, the newest run, so say
-    which kinds it stands for rather than drop one silently."""
+def _one_machine_notes(machines: list[FleetMachine]) -> list[str]:
+    """Fleet kinds whose runs are one machine to mpbench (their nodes gave them one
+    MPBENCH_MACHINE name, on the same hardware): the fleet table shows one column, the newest
+    run, so say which kinds it stands for rather than drop one silently."""
     kinds: dict[str, list[str]] = {}
     for machine in machines:
         fingerprint = _fingerprint(machine.run_dir)
         if fingerprint is not None:
-            kinds.setdefault(fingerprint, []).append(machine.kind)
+            kinds.setdefault(fingerprint, []).append(machine.fleet_kind)
     return [
         f"kinds {', '.join(same)} are one machine (the same hardware and MPBENCH_MACHINE "
         "name): the table shows its newest run; give their nodes different names to see each"

@@ -1,6 +1,8 @@
-"""The driver's side of each machine kind: its run directory under the fleet's, what its
-node has sent so far, and what happened to it. The files here are what a resumed node is
-seeded with, so a record the driver has is never measured again nor written twice."""
+"""The driver's side of each machine of the fleet (one fleet kind's run: engine.py says what
+a fleet kind is): its run directory under the fleet's, what its node has sent so far, and
+what happened to it. The files here are what a resumed node is seeded with, so a record the
+driver has is never measured again; the records a node sends enter through the one writer
+(results/writer.py: validated, fsynced, never written twice)."""
 
 from __future__ import annotations
 
@@ -11,16 +13,16 @@ from pathlib import Path
 from mpbench.errors import InvalidInput
 from mpbench.fleet.node import Event, read_files
 from mpbench.results.io import RESULTS_FILE
-from mpbench.results.writer import write_atomically
+from mpbench.results.writer import append_lines, write_atomically
 
 FLEET_FILE = "fleet.json"  # the fleet's own record: its kinds, nodes and outcomes
 
 
 @dataclass
-class Machine:
-    """One machine kind of the fleet and its run."""
+class FleetMachine:
+    """One machine of the fleet: a fleet kind and its run."""
 
-    kind: str
+    fleet_kind: str  # a Ray accelerator type, a Slurm partition (never a device.kind)
     run_dir: Path
     run_id: str
     status: str = "waiting"  # waiting, running, done, failed, lost, no node, interrupted
@@ -50,11 +52,13 @@ class Machine:
             self.nodes.append(event.facts.get("node") or "?")
             self.status = "running"
         elif event.kind == "records":
-            with (self.run_dir / RESULTS_FILE).open("a", encoding="utf-8") as file:
-                file.write("".join(line + "\n" for line in event.lines))
-            self.records += len(event.lines)
+            self.records += append_lines(self.run_dir, event.lines)
         elif event.kind in ("file", "done"):
             for name, data in event.files.items():  # results.jsonl: at "done" only
+                if name == RESULTS_FILE:  # the node's whole file: the records not held yet
+                    complete = data[: data.rfind(b"\n") + 1]  # as new_lines sends them
+                    self.records += append_lines(self.run_dir, complete.decode().splitlines())
+                    continue
                 path = self.run_dir / name
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_bytes(data)
@@ -68,7 +72,7 @@ class Machine:
 
     def to_dict(self) -> dict:
         return {
-            "kind": self.kind,
+            "kind": self.fleet_kind,
             "run_dir": self.run_dir.name,
             "run_id": self.run_id,
             "status": self.status,
@@ -112,11 +116,11 @@ def read_fleet(fleet_dir: Path) -> FleetRecord:
     )
 
 
-def write_fleet(fleet_dir: Path, record: FleetRecord, machines: list[Machine]) -> None:
-    """fleet.json: what ran where, rewritten as the machines go on. A machine kind this
+def write_fleet(fleet_dir: Path, record: FleetRecord, machines: list[FleetMachine]) -> None:
+    """fleet.json: what ran where, rewritten as the machines go on. A fleet kind this
     command does not run (`--resume --fleet` naming fewer) keeps its entry as it was."""
     path = fleet_dir / FLEET_FILE
-    entries = {m.kind: m.to_dict() for m in machines}
+    entries = {m.fleet_kind: m.to_dict() for m in machines}
     try:
         before = json.loads(path.read_text())["machines"]
     except (OSError, ValueError, KeyError, TypeError):

@@ -27,8 +27,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mpbench.errors import InvalidInput
-from mpbench.fleet.machines import Machine
+from mpbench.errors import InvalidInput, first_line
+from mpbench.fleet.engine import NodeFacts
+from mpbench.fleet.machines import FleetMachine
 from mpbench.fleet.node import Event, node_facts, serve_machine
 from mpbench.fleet.options import CPU_KIND, FleetOptions, import_engine
 
@@ -43,7 +44,8 @@ END = None  # the last of a machine's events: its run has ended on the node
 
 
 class RayFleet:
-    """Connects to the cluster, says which kinds it has, runs machines on them."""
+    """Connects to the cluster, says which fleet kinds it has, runs machines on them (the
+    driver's FleetEngine, engine.py)."""
 
     engine = "ray"
 
@@ -52,7 +54,7 @@ class RayFleet:
         self.cpu_cells = device == "cpu"
         self.ray = import_engine("ray", "Ray", "--on ray", "ray")
         self._actor = self.ray.remote(MachineOnNode)
-        self._running: dict[str, Any] = {}  # kind -> its actor
+        self._running: dict[str, Any] = {}  # fleet kind -> its actor
         self._lock = threading.Lock()
         self._stopping = False
         self._lost: set[str] = set()  # nodes a machine was lost on: never chosen again
@@ -70,45 +72,45 @@ class RayFleet:
                 configure_logging=False,
             )
         except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise _no_cluster(address, _first_line(exc)) from None
+            raise _no_cluster(address, _first_sentence(exc)) from None
 
     def close(self) -> None:
         self.ray.shutdown()
 
-    def kinds(self) -> dict[str, int]:
-        """Each machine kind of the cluster's live nodes and how many nodes have it."""
+    def fleet_kinds(self) -> dict[str, int]:
+        """Each fleet kind of the cluster's live nodes and how many nodes have it."""
         counts: dict[str, int] = {}
         for node in self._alive():
             for kind in _node_kinds(node):
                 counts[kind] = counts.get(kind, 0) + 1
         return counts
 
-    def default_kinds(self, available: dict[str, int]) -> list[str]:
+    def default_fleet_kinds(self, available: dict[str, int]) -> list[str]:
         """Every accelerator type; the CPU-only nodes only when the cells run on a CPU."""
         kinds = sorted(k for k in available if k != CPU_KIND)
         if self.cpu_cells and CPU_KIND in available:
             kinds.append(CPU_KIND)
         return kinds
 
-    def no_gpu(self, kind: str) -> str | None:
-        """Why no node of `kind` can take a machine that asks a GPU (Ray's own list of each
-        node's resources), or None where one has a GPU."""
-        nodes = [n for n in self._alive() if kind in _node_kinds(n)]
+    def no_gpu(self, fleet_kind: str) -> str | None:
+        """Why no node of `fleet_kind` can take a machine that asks a GPU (Ray's own list of
+        each node's resources), or None where one has a GPU."""
+        nodes = [n for n in self._alive() if fleet_kind in _node_kinds(n)]
         if not nodes or any(node.get("Resources", {}).get("GPU", 0) > 0 for node in nodes):
             return None  # no node alive: --fleet-timeout tells
         return f"Ray lists no GPU on its {len(nodes)} node{'s' * (len(nodes) != 1)}"
 
-    def facts(self, kinds: list[str]) -> dict[str, dict[str, str | None] | None]:
-        """The versions on a node of each kind, asked of all at once (None: no node of the
-        kind answered within --fleet-timeout)."""
+    def facts(self, fleet_kinds: list[str]) -> dict[str, NodeFacts | None]:
+        """The versions on a node of each fleet kind, asked of all at once (None: no node of
+        the kind answered within --fleet-timeout)."""
         refs = {
             kind: self.ray.remote(node_facts)
             .options(**self._placement(kind), num_cpus=0, num_gpus=0, max_retries=0)
             .remote()
-            for kind in kinds
+            for kind in fleet_kinds
         }
         self.ray.wait(list(refs.values()), num_returns=len(refs), timeout=self.options.timeout_s)
-        answers: dict[str, dict[str, str | None] | None] = {}
+        answers: dict[str, NodeFacts | None] = {}
         for kind, ref in refs.items():
             ready, _ = self.ray.wait([ref], timeout=0)
             if ready:
@@ -118,13 +120,15 @@ class RayFleet:
                 answers[kind] = None
         return answers
 
-    def run(self, machine: Machine, seed: dict[str, bytes], receive: Callable[[Event], None]):
+    def run(
+        self, machine: FleetMachine, seed: dict[str, bytes], receive: Callable[[Event], None]
+    ) -> bool:
         """Run `machine` on one node until its run ends; True when it ended there, False when
         the node was lost (the caller decides whether another node takes it over). Raises
         TimeoutError when no node took it in --fleet-timeout, KeyboardInterrupt once stopped."""
         ray = self.ray
         actor_class = self._actor.options(
-            **self._placement(kind=machine.kind),
+            **self._placement(kind=machine.fleet_kind),
             num_cpus=1,
             num_gpus=0 if self.cpu_cells else 1,
             max_restarts=0,
@@ -133,21 +137,21 @@ class RayFleet:
         with self._lock:
             if self._stopping:
                 raise KeyboardInterrupt
-            actor = actor_class.remote(seed, machine.kind)
-            self._running[machine.kind] = actor
+            actor = actor_class.remote(seed, machine.fleet_kind)
+            self._running[machine.fleet_kind] = actor
         follow = _Follow()
         try:
             return self._follow(actor, follow, receive)
         except ray.exceptions.RayTaskError:
             raise  # a bug on the node's side: the driver reports it
         except ray.exceptions.RayError as exc:  # the node died, its worker was killed, ...
-            machine.why = _first_line(exc)
+            machine.why = _first_sentence(exc)
             if follow.node_id is not None:  # Ray may list it as alive a while longer
                 self._lost.add(follow.node_id)
             return False
         finally:
             with self._lock:
-                self._running.pop(machine.kind, None)
+                self._running.pop(machine.fleet_kind, None)
             with contextlib.suppress(Exception):  # it may be gone with its node
                 ray.kill(actor, no_restart=True)
 
@@ -202,8 +206,8 @@ class RayFleet:
     def _node_alive(self, node_id: str) -> bool:
         return any(node.get("NodeID") == node_id for node in self._alive())
 
-    def has_node(self, kind: str) -> bool:
-        return any(kind in _node_kinds(node) for node in self._alive())
+    def has_node(self, fleet_kind: str) -> bool:
+        return any(fleet_kind in _node_kinds(node) for node in self._alive())
 
     def _alive(self) -> list[dict]:
         return [
@@ -333,7 +337,7 @@ def _dialled(address: str) -> str:
     try:
         dialled = canonicalize_bootstrap_address(address)
     except (ConnectionError, ValueError) as exc:
-        raise _no_cluster(address, _first_line(exc)) from None
+        raise _no_cluster(address, _first_sentence(exc)) from None
     if dialled is None:
         raise _no_cluster(address, "Ray found no cluster running here")
     return dialled
@@ -370,8 +374,6 @@ def _node_kinds(node: dict) -> list[str]:
     return kinds
 
 
-def _first_line(exc: BaseException) -> str:
+def _first_sentence(exc: BaseException) -> str:
     """What Ray said, to its first sentence (its messages go on with advice on its tools)."""
-    text = str(exc).strip()
-    line = text.splitlines()[0] if text else type(exc).__name__
-    return line.split(". ")[0].rstrip(".")
+    return first_line(exc).split(". ")[0].rstrip(".")

@@ -19,8 +19,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from mpbench.errors import InvalidInput
-from mpbench.fleet.machines import Machine
+from mpbench.errors import InvalidInput, first_line
+from mpbench.fleet.engine import NodeFacts
+from mpbench.fleet.machines import FleetMachine
 from mpbench.fleet.node import Event, node_facts, run_in_place
 from mpbench.fleet.options import FleetOptions, import_engine
 from mpbench.results.io import RESULTS_FILE
@@ -31,6 +32,8 @@ PENDING = {"PENDING", "UNKNOWN", "REQUEUED", "CONFIGURING"}
 
 
 class SlurmFleet:
+    """Submits each machine's job to its partition (the driver's FleetEngine, engine.py)."""
+
     engine = "slurm"
 
     def __init__(self, options: FleetOptions, device: str, say: Callable[[str], None]) -> None:
@@ -53,7 +56,7 @@ class SlurmFleet:
     def close(self) -> None:
         pass
 
-    def kinds(self) -> dict[str, int]:
+    def fleet_kinds(self) -> dict[str, int]:
         """Each partition with nodes up, and how many (locally: the kinds asked, one each).
         Keeps each partition's generic resources (gres), which say whether it has GPUs."""
         if self.local:
@@ -65,31 +68,33 @@ class SlurmFleet:
                 self._gres.setdefault(partition, set()).update(gres.split(","))
         return counts
 
-    def no_gpu(self, kind: str) -> str | None:
-        """Why no node of partition `kind` can take a job that asks a GPU (sinfo lists no
+    def no_gpu(self, fleet_kind: str) -> str | None:
+        """Why no node of partition `fleet_kind` can take a job that asks a GPU (sinfo lists no
         `gpu` among its nodes' generic resources), or None where one can, or where sinfo
         lists none of its nodes up (that is --fleet-timeout's to tell). Locally no GPU is
         asked: the run decides on its own."""
         if self.local:
             return None
-        if kind not in self._gres:  # a resumed fleet has not asked sinfo yet
-            self.kinds()
-        gres = self._gres.get(kind)
+        if fleet_kind not in self._gres:  # a resumed fleet has not asked sinfo yet
+            self.fleet_kinds()
+        gres = self._gres.get(fleet_kind)
         if gres is None or any(g.startswith("gpu") for g in gres):
             return None
         return "sinfo lists no gpu among its nodes' generic resources"
 
-    def default_kinds(self, available: dict[str, int]) -> list[str]:
+    def default_fleet_kinds(self, available: dict[str, int]) -> list[str]:
         return sorted(available)
 
-    def facts(self, kinds: list[str]) -> dict[str, dict[str, str | None] | None]:
+    def facts(self, fleet_kinds: list[str]) -> dict[str, NodeFacts | None]:
         # A job would have to queue to say; each machine's environment.json records them.
-        return {kind: node_facts() if self.local else {} for kind in kinds}
+        return {kind: node_facts() if self.local else {} for kind in fleet_kinds}
 
-    def has_node(self, kind: str) -> bool:
-        return kind in self.kinds()
+    def has_node(self, fleet_kind: str) -> bool:
+        return fleet_kind in self.fleet_kinds()
 
-    def run(self, machine: Machine, seed: dict[str, bytes], receive: Callable[[Event], None]):
+    def run(
+        self, machine: FleetMachine, seed: dict[str, bytes], receive: Callable[[Event], None]
+    ) -> bool:
         if machine.attempts > MAX_ATTEMPTS:
             machine.why = f"{machine.why}; ended unfinished {MAX_ATTEMPTS} times"
             raise RuntimeError(machine.why)
@@ -99,20 +104,20 @@ class SlurmFleet:
         )
         parameters: dict[str, Any] = {"timeout_min": 24 * 60, "nodes": 1, "tasks_per_node": 1}
         if not self.local:
-            parameters.update(slurm_partition=machine.kind)
+            parameters.update(slurm_partition=machine.fleet_kind)
             if not self.cpu_cells:
                 parameters.update(gpus_per_node=1)
         executor.update_parameters(**parameters)
         if self._stopping:
             raise KeyboardInterrupt
-        job = executor.submit(run_in_place, str(machine.run_dir), machine.kind)
-        self._jobs[machine.kind] = job
+        job = executor.submit(run_in_place, str(machine.run_dir), machine.fleet_kind)
+        self._jobs[machine.fleet_kind] = job
         try:
             return self._watch(machine, job, receive)
         finally:
-            self._jobs.pop(machine.kind, None)
+            self._jobs.pop(machine.fleet_kind, None)
 
-    def _watch(self, machine: Machine, job: Any, receive: Callable[[Event], None]) -> bool:
+    def _watch(self, machine: FleetMachine, job: Any, receive: Callable[[Event], None]) -> bool:
         submitted = time.monotonic()
         started = False
         while not job.done():
@@ -138,10 +143,10 @@ class SlurmFleet:
         try:
             exit_code = job.result()
         except self.submitit.core.utils.UncompletedJobError as exc:  # node failure, preemption
-            machine.why = str(exc).strip().splitlines()[0]
+            machine.why = first_line(exc)
             return False
         except self.submitit.core.utils.FailedJobError as exc:
-            machine.why = str(exc).strip().splitlines()[0]
+            machine.why = first_line(exc)
             return False
         path = machine.run_dir / RESULTS_FILE
         machine.records = sum(1 for line in path.open() if line.strip()) if path.exists() else 0

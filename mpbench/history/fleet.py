@@ -8,9 +8,11 @@ holds the hardware fingerprint, so records of two machines are never pooled into
 only put next to each other. Absolute step times appear only in float32's row, under each
 machine's name: side by side, never divided by each other.
 
-A column is a device class, as a person names the machine: the GPU and its compute capability
-(`NVIDIA H200 (CC 9.0)`), or the CPU and the 16-bit arithmetic it has (`AMD EPYC 9R14
-(avx512_bf16)`); two machines of one class are told apart by their fingerprints.
+A column is a machine, headed by the name every report gives it (results/machine.py's
+`Machine.label()`: `cuda: NVIDIA H200 [6579a41894f8]`, as compare's tables name it); its
+`arithmetic` row says what low-precision arithmetic the device has, which is why a policy pays
+there or not: the GPU's compute capability (`CC 9.0`), or the CPU's 16-bit flags
+(`avx512_bf16`).
 """
 
 from __future__ import annotations
@@ -22,27 +24,25 @@ from mpbench.compare.summary.build import build_sections
 from mpbench.compare.summary.cells import PolicyGroup, policy_rank, summarize_all
 from mpbench.compare.summary.comparison import Comparison, short
 from mpbench.compare.summary.estimate import Estimate
-from mpbench.compare.summary.labels import (
-    Labeler,
-    short_fingerprint,
-    short_framework,
-    varying_entries,
-)
+from mpbench.compare.summary.labels import Labeler, short_framework, varying_entries
 from mpbench.policies import BASELINE
 from mpbench.results import CellRecord
 from mpbench.results.identity import GroupKey, Row
+from mpbench.results.machine import Machine
 from mpbench.results.store import StoredRun
 from mpbench.results.variant import entry, group_marks, join
 
 
 @dataclass(frozen=True)
-class Machine:
-    """One column: a machine (hardware fingerprint) and the run its numbers come from."""
+class FleetColumn:
+    """One column: a machine and the run its numbers come from."""
 
-    fingerprint: str
-    device: str  # "cuda: NVIDIA H200"
-    label: str  # "NVIDIA H200 (CC 9.0)"
+    machine: Machine
     run: StoredRun
+
+    @property
+    def fingerprint(self) -> str:
+        return self.machine.fingerprint
 
 
 @dataclass(frozen=True)
@@ -72,25 +72,11 @@ class FleetRow:
 @dataclass
 class FleetTable:
     workload: str
-    machines: list[Machine]
+    machines: list[FleetColumn]
     rows: list[FleetRow]
     # machine fingerprint -> the config entries that differ between the machines' groups
     # (`batch_size=8192, units=4096`): each machine runs the workload at its own size
     configs: dict[str, str] = field(default_factory=dict)
-
-
-def device_class(record: CellRecord) -> str:
-    """What a person calls the machine: GPU and compute capability, or CPU and its 16-bit
-    arithmetic (the runner records a CPU's precision flags as its capability)."""
-    device = record.device
-    machine = record.config.get("machine")  # MPBENCH_MACHINE: as the site names it
-    named = f" [{machine}]" if machine else ""
-    if device.kind == "cpu":
-        flags = [f for f in (device.capability or "").split(",") if f]
-        return f"{device.name} ({', '.join(flags) if flags else 'no bf16/fp16 arithmetic'}){named}"
-    if device.kind == "cuda" and device.capability:
-        return f"{device.name} (CC {device.capability}){named}"
-    return f"{device.name} ({device.kind}){named}"
 
 
 def fleet_tables(
@@ -105,15 +91,15 @@ def fleet_tables(
     run_of = {run.run_id: run for run in runs}
     margin = {} if accuracy_margin_pp is None else {"accuracy_margin_pp": accuracy_margin_pp}
     sections = build_sections(summarize_all(chosen), **margin)
-    machines = _machines(chosen, run_of)
+    machines = _columns(chosen, run_of)
     labeler = Labeler(group.key for s in sections for group in s.groups)
     tables: dict[str, FleetTable] = {}
     rows: dict[tuple[str, str, Row], FleetRow] = {}
     for section in sections:
         table = tables.setdefault(section.workload, FleetTable(section.workload, [], []))
-        machine = machines[section.fingerprint]
-        if machine not in table.machines:
-            table.machines.append(machine)
+        column = machines[section.fingerprint]
+        if column not in table.machines:
+            table.machines.append(column)
         names = [_row_name(g.key) for g in section.groups]
         for group, name in zip(section.groups, names, strict=True):
             if names.count(name) > 1:  # two sizes on one machine: compare's names tell them apart
@@ -125,7 +111,7 @@ def fleet_tables(
                     table.rows.append(rows[key])
                 rows[key].cells[section.fingerprint] = _cell(group, row)
     for table in tables.values():
-        table.machines.sort(key=lambda m: (m.device.startswith("cpu"), m.label, m.fingerprint))
+        table.machines.sort(key=_column_order)
         table.rows.sort(
             key=lambda r: (
                 _FRAMEWORKS.get(r.framework_label.split()[0], 9),
@@ -160,22 +146,27 @@ def _configs(sections: list) -> dict[str, str]:
     return {fingerprint: "; ".join(texts) for fingerprint, texts in out.items()}
 
 
-def _machines(records: list[CellRecord], run_of: dict[str, StoredRun]) -> dict[str, Machine]:
-    classes: dict[str, tuple[str, str, str]] = {}
+def _columns(records: list[CellRecord], run_of: dict[str, StoredRun]) -> dict[str, FleetColumn]:
+    """Machine (hardware fingerprint) -> its column: the machine of its first record, and the
+    run of that record (each machine's records are one run's here)."""
+    out: dict[str, FleetColumn] = {}
     for record in records:
-        device = f"{record.device.kind}: {record.device.name}"
-        classes.setdefault(
-            record.hardware_fingerprint, (device, device_class(record), record.run_id)
-        )
-    named: dict[str, list[str]] = defaultdict(list)
-    for fingerprint, (_, label, _) in classes.items():
-        named[label].append(fingerprint)
-    out = {}
-    for fingerprint, (device, label, run_id) in classes.items():
-        if len(named[label]) > 1:  # two machines of one class: say which is which
-            label = f"{label} #{short_fingerprint(fingerprint)}"
-        out[fingerprint] = Machine(fingerprint, device, label, run_of[run_id])
+        if record.hardware_fingerprint not in out:
+            out[record.hardware_fingerprint] = FleetColumn(
+                Machine.of(record), run_of[record.run_id]
+            )
     return out
+
+
+def _column_order(column: FleetColumn) -> tuple[bool, str, str, str]:
+    """Accelerators before CPUs, then by device class and name, as the fleet always ordered."""
+    machine = column.machine
+    return (
+        machine.device.startswith("cpu"),
+        machine.device_class,
+        machine.site or "",
+        machine.fingerprint,
+    )
 
 
 def _cell(group: PolicyGroup, row: Row) -> FleetCell:

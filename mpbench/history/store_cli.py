@@ -1,21 +1,21 @@
 """The `mpbench store` commands (registered in mpbench/cli.py): add, list, remove.
 
-Parses, validates, delegates: the store itself is results/store.py, which also says every
-fault of the store (damaged, read-only, locked, a full disk) in one line, exit 2.
+Parses, validates, delegates: what each command does to the store is results/store_ops.py
+(which the fleet's driver calls too), the store itself results/store.py, which also says
+every fault of the store (damaged, read-only, locked, a full disk) in one line, exit 2.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
-from mpbench.history import DEFAULT_STORE
+from mpbench.options import STORE, Option, takes
 
 if TYPE_CHECKING:
-    from mpbench.results.store import AddResult, RunSource, StoredRun
+    from mpbench.results.store import StoredRun
 
 store_app = typer.Typer(
     name="store",
@@ -25,38 +25,60 @@ store_app = typer.Typer(
 )
 
 
-@store_app.command("add")
-def store_add(
-    run_dirs: list[Path] = typer.Argument(..., help="Run directories (or results.jsonl files)."),
-    store: Path = typer.Option(
-        DEFAULT_STORE, "--store", help="The store's file (made if missing)."
-    ),
-    commit: str | None = typer.Option(
-        None,
-        "--commit",
-        help="The commit the runs measured: a commit id, or 'auto' for git rev-parse HEAD in "
+# Each command's options (mpbench/options.py's model; --store is declared there, once).
+ADD_OPTIONS: tuple[Option, ...] = (
+    Option("run_dirs", (), "Run directories (or results.jsonl files).", list[Path], ...),
+    STORE.but(help="The store's file (made if missing)."),
+    Option(
+        "commit",
+        ("--commit",),
+        "The commit the runs measured: a commit id, or 'auto' for git rev-parse HEAD in "
         "--repo. Default: what each run's environment.json recorded.",
     ),
-    commit_time: str | None = typer.Option(
-        None,
-        "--commit-time",
-        help="That commit's time, ISO 8601 (default: asked of git in --repo).",
+    Option(
+        "commit_time",
+        ("--commit-time",),
+        "That commit's time, ISO 8601 (default: asked of git in --repo).",
     ),
-    repo: Path | None = typer.Option(
-        None, "--repo", help="The git repository commits are looked up in (default: here)."
+    Option(
+        "repo",
+        ("--repo",),
+        "The git repository commits are looked up in (default: here).",
+        kind=Path,
     ),
-    replace: bool = typer.Option(
-        False,
-        "--replace",
-        help="Replace a stored run even with a copy that lacks or changes some of what the "
-        "store holds of it: a record, its environment.json or run.json (refused without).",
+    Option(
+        "replace",
+        ("--replace",),
+        "Replace a stored run even with a copy that lacks or changes some of what the store "
+        "holds of it: a record, its environment.json or run.json (refused without).",
+        kind=bool,
+        default=False,
     ),
+)
+LIST_OPTIONS: tuple[Option, ...] = (STORE,)
+REMOVE_OPTIONS: tuple[Option, ...] = (
+    Option("run_ids", (), "Run ids, as 'mpbench store list' shows.", list[str], ...),
+    STORE,
+)
+
+
+@store_app.command("add")
+@takes(ADD_OPTIONS)
+def store_add(
+    run_dirs: list[Path],
+    store: Path,
+    commit: str | None,
+    commit_time: str | None,
+    repo: Path | None,
+    replace: bool,
 ) -> None:
     """Add runs to the store, each in one transaction.
 
     Adding a run again changes nothing, a fuller copy of it (resumed: every stored record
     unchanged, and more) replaces the stored one, and a copy that lacks or changes what the
     store holds (a record lost or edited, run.json moved aside) is refused unless --replace."""
+    from mpbench.results.store_ops import add_runs
+
     counts: dict[str, int] = {}
     for run, result in add_runs(run_dirs, store, commit, commit_time, repo, replace):
         counts[result.outcome] = counts.get(result.outcome, 0) + 1
@@ -70,44 +92,16 @@ def store_add(
     typer.echo(f"{store}: {summary}")
 
 
-def add_runs(
-    run_dirs: list[Path],
-    store: Path,
-    commit: str | None = None,
-    commit_time: str | None = None,
-    repo: Path | None = None,
-    replace: bool = False,
-) -> Iterator[tuple[RunSource, AddResult]]:
-    """`store add`'s work, for it and the fleet's driver: every run read and checked first,
-    its commit attached, then each added in its own transaction (none where a copy would
-    lose what the store holds: Store.add's rule), yielded as it is added, so a fault later
-    leaves what was said true. InvalidInput, one line, for a bad run or store."""
-    from mpbench.results.commits import attach_commits, check_commit
-    from mpbench.results.store import Store, read_run_dir
-
-    if commit is not None:
-        check_commit(commit)
-    runs = [run for path in run_dirs for run in read_run_dir(path)]  # all checked first
-    attach_commits(runs, commit, commit_time, repo)
-    with Store.create(store) as db:
-        db.check_replacements(runs, replace=replace)  # a poorer copy: nothing is added
-        for run in runs:
-            yield run, db.add(run, replace=replace)
-
-
 @store_app.command("list")
-def store_list(
-    store: Path = typer.Option(DEFAULT_STORE, "--store", help="The store's file."),
-) -> None:
+@takes(LIST_OPTIONS)
+def store_list(store: Path) -> None:
     """The store's runs, in history's order, and SQLite's check of the file.
 
     History's order: commit time, else the run's start. The file is checked first (PRAGMA
     quick_check): a damaged store is one line and exit 2."""
-    from mpbench.results.store import Store
+    from mpbench.results.store_ops import list_runs
 
-    with Store.read(store) as db:
-        db.check_integrity()
-        runs = db.runs()
+    runs = list_runs(store)
     for run in runs:
         typer.echo(_run_line(run))
     count = f"{len(runs)} run" + ("" if len(runs) == 1 else "s")
@@ -115,17 +109,14 @@ def store_list(
 
 
 @store_app.command("remove")
-def store_remove(
-    run_ids: list[str] = typer.Argument(..., help="Run ids, as 'mpbench store list' shows."),
-    store: Path = typer.Option(DEFAULT_STORE, "--store", help="The store's file."),
-) -> None:
+@takes(REMOVE_OPTIONS)
+def store_remove(run_ids: list[str], store: Path) -> None:
     """Remove runs from the store, in one transaction.
 
     A run id the store does not hold removes nothing."""
-    from mpbench.results.store import Store
+    from mpbench.results.store_ops import remove_runs
 
-    with Store.read(store) as db:
-        removed = db.remove(run_ids)
+    removed = remove_runs(store, run_ids)
     for run in removed:
         typer.echo(f"removed {_run_line(run)}")
     typer.echo(f"{store}: {len(removed)} removed")

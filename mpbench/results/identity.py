@@ -7,6 +7,10 @@ A cell is identified by machine (hardware fingerprint + device), framework, work
 and effective config. The seed is not part of the identity (repeats may reseed), and the
 requested data mode is replaced by the kind of data actually used (`auto` that found MNIST
 equals `real`; synthetic data never equals real data).
+
+A record is identified by its run, cell and repeat (`record_key`), and one rule says what a
+record found twice is (`same_record_or_reason`): the readers (results/io.py, results/sources.py),
+compare's summary and the writer all keep it.
 """
 
 from __future__ import annotations
@@ -17,6 +21,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+# A machine's name and its fingerprint's short form are results/machine.py's; imported from
+# here too by the tables that name a group's machine.
+from mpbench.results.machine import SHORT_FINGERPRINT as SHORT_FINGERPRINT
+from mpbench.results.machine import SITE_KEY, Machine, device_name, site_name
+from mpbench.results.machine import short_fingerprint as short_fingerprint
 from mpbench.results.schema import CellRecord
 from mpbench.results.variant import FALLBACK, Layout, row_marks
 
@@ -36,14 +45,40 @@ _NOT_IDENTITY = ("seed", "data", "data_dir", "device", CHOSEN, *COUNTED)
 # world-size-1 cell has none of them. Each world size is a group of its own (ratios to float32
 # are taken at one world size); the scaling table relates the groups across world sizes.
 PARALLEL_KEYS = ("world_size", "nproc_per_node", "nnodes", "grad_comm")
-# How much of a hardware fingerprint every table shows (`[9f3c2a7b41d0]`): enough to tell a
-# fleet's machines apart, and the shortest prefix --device takes for a fingerprint
-# (results/store.py's StoreFilter).
-SHORT_FINGERPRINT = 12
 
 
-def short_fingerprint(fingerprint: str) -> str:
-    return fingerprint[:SHORT_FINGERPRINT] if fingerprint else "unknown"
+RecordKey = tuple[str, str, int]  # (run id, cell id, repeat)
+
+
+def record_key(record: CellRecord) -> RecordKey:
+    """A record's identity: (run id, cell id, repeat). A results file, a store and a
+    comparison hold at most one record per key; the repeats of one cell differ in `repeat`."""
+    return (record.run_id, record.cell_id, record.repeat)
+
+
+def same_record_or_reason(
+    first: CellRecord, second: CellRecord, places: tuple[object, object] | None = None
+) -> str | None:
+    """The duplicate rule for two records of one `record_key`: None where they are the same
+    record (an identical copy: the same run passed twice, as its directory and from a store,
+    is read once), else the one line that refuses them. Keeping either of two different
+    copies would drop a measurement without a word, and keeping both would count one repeat
+    twice.
+
+    `places`: where each copy was found (a file and line, a store), named in the line with
+    the advice to pass each run once; without them the line names the record only."""
+    if first == second:
+        return None
+    a, b = first.to_dict(), second.to_dict()
+    differ = ", ".join(name for name in a if a[name] != b.get(name))
+    run_id, cell_id, repeat = record_key(first)
+    reason = (
+        f"two different records of run {run_id}, cell {cell_id}, repeat {repeat} "
+        f"(they differ in {differ})"
+    )
+    if places is None:
+        return reason
+    return f"{places[0]} and {places[1]}: {reason}; pass each run once"
 
 
 @dataclass(frozen=True, order=True)
@@ -58,6 +93,10 @@ class GroupKey:
 
     def config_dict(self) -> dict[str, Any]:
         return {name: json.loads(value) for name, value in self.config}
+
+    def machine(self) -> Machine:
+        """The group's machine, as every report names it (its config holds the site's name)."""
+        return Machine(self.fingerprint, self.device, site_name(self.config_dict().get(SITE_KEY)))
 
     def machine_free(self) -> GroupKey:
         """The same key with the machine blanked, to match across hardware when allowed."""
@@ -119,7 +158,7 @@ def cell_key(record: CellRecord) -> CellKey:
     # --on-diverge fallback: a row of its own, never the policy's own cell
     row = Row(record.policy, _row_marks(record.policy, config, fallback=bool(record.fallback_of)))
     pairs = tuple(sorted((k, json.dumps(v, sort_keys=True)) for k, v in config.items()))
-    device = f"{record.device.kind}: {record.device.name}"
+    device = device_name(record)
     group = GroupKey(record.hardware_fingerprint, device, record.workload, record.framework, pairs)
     return CellKey(group, row)
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mpbench.results.identity import RecordKey, record_key, same_record_or_reason
 from mpbench.results.schema import CellRecord, SchemaError
 from mpbench.results.versions import load_record
 
@@ -46,11 +47,11 @@ class _Origin:
 def read_runs(paths: Iterable[Path]) -> list[CellRecord]:
     """The records of several run directories or results files, merged and validated.
 
-    A record is identified by (run_id, cell_id, repeat). Two records with one identity and
-    different contents are an error naming both places: keeping either would silently drop a
-    measurement, and merging them would count one repeat twice. Identical copies are read once:
-    the same run passed twice (a directory and its results.jsonl, an overlapping shell glob) is
-    a harmless slip, and refusing it would only make the user edit a command line.
+    A record is identified by results/identity.py's record_key, and a record found twice is
+    held to its one rule (same_record_or_reason): two different copies are an error naming both
+    places; identical copies are read once: the same run passed twice (a directory and its
+    results.jsonl, an overlapping shell glob) is a harmless slip, and refusing it would only
+    make the user edit a command line.
     """
     return [record for _, record in read_run_files(paths)]
 
@@ -58,17 +59,17 @@ def read_runs(paths: Iterable[Path]) -> list[CellRecord]:
 def read_run_files(paths: Iterable[Path]) -> list[tuple[Path, CellRecord]]:
     """As read_runs, each record with the results file it was first read from (where its
     run's environment.json and run.json are)."""
-    seen: dict[tuple[str, str, int], tuple[_Origin, CellRecord]] = {}
+    seen: dict[RecordKey, tuple[_Origin, CellRecord]] = {}
     records: list[tuple[Path, CellRecord]] = []
     for path in paths:
         for origin, record in _read_file(results_file(Path(path))):
-            identity = (record.run_id, record.cell_id, record.repeat)
-            first = seen.get(identity)
+            key = record_key(record)
+            first = seen.get(key)
             if first is None:
-                seen[identity] = (origin, record)
+                seen[key] = (origin, record)
                 records.append((origin.file, record))
-            elif first[1] != record:
-                raise _conflict(identity, first, (origin, record))
+            elif reason := same_record_or_reason(first[1], record, (first[0], origin)):
+                raise SchemaError(reason)
     _check_fallbacks(seen.values())
     return records
 
@@ -103,20 +104,6 @@ def _check_fallbacks(found: Iterable[tuple[_Origin, CellRecord]]) -> None:
                 f"{origin}: fallback_of names {diverged}, which is no cell of run "
                 f"{record.run_id} in what was read"
             )
-
-
-def _conflict(
-    identity: tuple[str, str, int],
-    first: tuple[_Origin, CellRecord],
-    second: tuple[_Origin, CellRecord],
-) -> SchemaError:
-    a, b = first[1].to_dict(), second[1].to_dict()
-    differ = [name for name in a if a[name] != b[name]]
-    run_id, cell_id, repeat = identity
-    return SchemaError(
-        f"{first[0]} and {second[0]}: two different records of run {run_id}, cell {cell_id}, "
-        f"repeat {repeat} (they differ in {', '.join(differ)}); pass each run once"
-    )
 
 
 def _read_file(file: Path) -> list[tuple[_Origin, CellRecord]]:

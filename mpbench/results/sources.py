@@ -3,9 +3,9 @@ in any mix, under one rule.
 
 - A run directory (or a results.jsonl) is read by the validated reader (results.io), a store
   (`mpbench store add`) by results/store.py: a store holds only what that reader accepted.
-- A record is its (run id, cell id, repeat). Found in two sources, it must be the same record:
-  a different copy is refused in one line (keeping either would drop a measurement without a
-  word); identical copies are read once (a run passed as its directory and from a store).
+- A record is its record_key (run id, cell id, repeat). Found in two sources, it must be the
+  same record (results/identity.py's one duplicate rule): a different copy is refused in one
+  line; identical copies are read once (a run passed as its directory and from a store).
 - A run's row (StoredRun: its commit, its start, its environment.json and run.json) comes
   from the first source that holds it. A run directory's commit is what its environment.json
   recorded; git is asked for the commit's time only where the caller says so (history orders
@@ -28,7 +28,9 @@ from pathlib import Path
 
 from mpbench.errors import InvalidInput
 from mpbench.results.commits import attach_commits
+from mpbench.results.identity import RecordKey, record_key, same_record_or_reason
 from mpbench.results.io import read_environment, read_run_files
+from mpbench.results.machine import Machine, device_name
 from mpbench.results.run_json import read_run_json
 from mpbench.results.schema import CellRecord
 from mpbench.results.store import (
@@ -37,11 +39,8 @@ from mpbench.results.store import (
     StoredRun,
     StoreFilter,
     damaged_store,
-    device_label,
     is_store,
 )
-
-Identity = tuple[str, str, int]  # (run id, cell id, repeat)
 
 
 @dataclass
@@ -96,7 +95,7 @@ class Sources:
         (several commits, or a store's), its newest run only. `newest`: each machine's newest
         run whatever its runs are (the fleet)."""
         filters = filters or StoreFilter()
-        filters.check_devices({r.hardware_fingerprint: device_label(r) for r in self.records})
+        filters.check_devices({r.hardware_fingerprint: device_name(r) for r in self.records})
         chosen = filters.runs(self.runs)
         ids = {run.run_id for run in chosen}
         records = [r for r in self.records if r.run_id in ids and filters.keeps(r)]
@@ -111,9 +110,8 @@ class Sources:
         records = [r for r in records if (r.hardware_fingerprint, r.run_id) not in dropped]
         used = {r.run_id for r in records}
         machines = {
-            fingerprint: Machine(
-                fingerprint,
-                next(device_label(r) for r in records if r.hardware_fingerprint == fingerprint),
+            fingerprint: MachineRuns(
+                Machine.of(next(r for r in records if r.hardware_fingerprint == fingerprint)),
                 [run for run in runs if (fingerprint, run.run_id) not in dropped],
                 left_out.get(fingerprint, []),
             )
@@ -153,9 +151,10 @@ class Sources:
 
 
 @dataclass
-class Machine:
-    fingerprint: str
-    device: str  # "cpu: AMD EPYC 9R14"
+class MachineRuns:
+    """A machine's runs in a selection: those read and the older ones left out."""
+
+    machine: Machine
     runs: list[StoredRun]  # the runs read, in history's order
     left_out: list[StoredRun]  # older runs not read (a history), in history's order
 
@@ -167,7 +166,7 @@ class Selection:
 
     runs: list[StoredRun]
     records: list[CellRecord]
-    machines: dict[str, Machine]
+    machines: dict[str, MachineRuns]  # by hardware fingerprint
     directories: dict[str, list[Path]] = field(default_factory=dict)  # as Sources'
 
     @property
@@ -179,8 +178,8 @@ class Selection:
     def pooled_commits(self) -> dict[str, list[str]]:
         """Machines whose runs of several commits are pooled: fingerprint -> their commits."""
         out = {}
-        for fingerprint, machine in self.machines.items():
-            commits = list(dict.fromkeys(r.short_commit for r in machine.runs if r.short_commit))
+        for fingerprint, held in self.machines.items():
+            commits = list(dict.fromkeys(r.short_commit for r in held.runs if r.short_commit))
             if len(commits) > 1:
                 out[fingerprint] = commits
         return out
@@ -238,23 +237,20 @@ def read_sources(paths: list[Path], repo: Path | None = None, ask_git: bool = Fa
     # where the results-file reader would quote its line 1 as not JSON.
     stores = [p for p in paths if is_store(p) or damaged_store(p)]
     files = [p for p in paths if p not in stores]
-    found: dict[Identity, CellRecord] = {}
-    where: dict[Identity, str] = {}
+    found: dict[RecordKey, CellRecord] = {}
+    where: dict[RecordKey, str] = {}
     runs: dict[str, StoredRun] = {}
     order: list[tuple[int, CellRecord]] = []
     directories: dict[str, list[Path]] = defaultdict(list)
 
     def take(position: int, record: CellRecord, source: str) -> None:
-        identity = (record.run_id, record.cell_id, record.repeat)
-        first = found.get(identity)
+        key = record_key(record)
+        first = found.get(key)
         if first is None:
-            found[identity], where[identity] = record, source
+            found[key], where[key] = record, source
             order.append((position, record))
-        elif first != record:
-            raise InvalidInput(
-                f"record {record.cell_id} (repeat {record.repeat}) of run {record.run_id} "
-                f"differs between {where[identity]} and {source}: pass one of them"
-            )
+        elif reason := same_record_or_reason(first, record, (where[key], source)):
+            raise InvalidInput(reason)
 
     if files:
         read = read_run_files(files)
@@ -322,7 +318,7 @@ def _row(run: RunSource) -> StoredRun:
         commit_source=run.commit_source,
         started_at=run.started_at,
         mpbench_version=version if isinstance(version, str) else None,
-        devices="; ".join(dict.fromkeys(device_label(r) for r in records)),
+        devices="; ".join(dict.fromkeys(device_name(r) for r in records)),
         fingerprints="; ".join(dict.fromkeys(r.hardware_fingerprint for r in records)),
         record_count=len(records),
         environment=run.environment,

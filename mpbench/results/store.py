@@ -26,7 +26,7 @@ Rules:
   `--repeat auto` ran more rounds) replaces its rows, in one transaction, where the new copy
   is fuller: it holds every stored record unchanged, and the stored environment.json and
   run.json (`lost_by`, the one place this rule is written; `store add` and the fleet's driver
-  both add through `Store.add`). Any other copy (a record lost or changed, a file moved
+  both add through store_ops.py's `add_runs`, which calls `Store.add`). Any other copy (a record lost or changed, a file moved
   aside) is refused in one line naming what differs unless `replace=True`: what the store
   holds is never silently thinned nor overwritten.
 - A reader refuses a store of a schema version it does not know, in one line (exit 2).
@@ -58,8 +58,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 from mpbench.errors import InvalidInput
-from mpbench.results.identity import SHORT_FINGERPRINT, short_fingerprint
+from mpbench.results.identity import record_key
 from mpbench.results.io import read_environment, read_runs, results_file
+from mpbench.results.machine import SHORT_FINGERPRINT, device_name, short_fingerprint
 from mpbench.results.run_json import read_run_json
 from mpbench.results.schema import CellRecord, SchemaError
 from mpbench.results.variant import record_variant
@@ -183,7 +184,7 @@ def read_run_dir(path: str | Path) -> list[RunSource]:
     file = results_file(path)
     directory = file.parent
     records = read_runs([file])  # SchemaError (InvalidInput) names the file and line
-    by_identity = {(r.run_id, r.cell_id, r.repeat): r for r in records}
+    by_identity = {record_key(r): r for r in records}
     environment = read_environment(directory)
     run_json = read_run_json(directory)
     runs: dict[str, RunSource] = {}
@@ -436,7 +437,7 @@ class StoreFilter:
 
 def _names_device(value: str, record: CellRecord) -> bool:
     """--device VALUE keeps the record: part of its device's name, or its fingerprint."""
-    named = value.lower() in device_label(record).lower()
+    named = value.lower() in device_name(record).lower()
     return named or _names_fingerprint(value, record.hardware_fingerprint)
 
 
@@ -482,11 +483,6 @@ def _position(runs: list[StoredRun], prefix: str, spec: str, last: bool) -> int:
             f"({', '.join(sorted(c[:12] for c in commits if c))}); give more of it"
         )
     return found[-1] if last else found[0]
-
-
-def device_label(record: CellRecord) -> str:
-    """`cpu: AMD EPYC 9R14`, as compare names a machine (results.identity's GroupKey)."""
-    return f"{record.device.kind}: {record.device.name}"
 
 
 # --- the store itself -----------------------------------------------------------------------
@@ -773,7 +769,7 @@ class Store:
                 run.commit_source,
                 run.started_at,
                 version if isinstance(version, str) else None,
-                "; ".join(dict.fromkeys(device_label(r) for r in records)),
+                "; ".join(dict.fromkeys(device_name(r) for r in records)),
                 "; ".join(dict.fromkeys(r.hardware_fingerprint for r in records)),
                 len(records),
                 None if run.environment is None else json.dumps(run.environment),
@@ -1101,7 +1097,7 @@ def _record_row(line: int, record: CellRecord, text: str) -> tuple:
         record.policy,
         record_variant(record),
         record.status.value,
-        device_label(record),
+        device_name(record),
         record.device.capability,
         record.hardware_fingerprint,
         step.median_s if step is not None else None,

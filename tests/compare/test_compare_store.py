@@ -177,8 +177,8 @@ def test_device_takes_the_fingerprint_as_the_tables_show_it(three_machines):
     assert _fingerprints(store, "--device", TWINS[1][:13]) == {TWINS[1]}
     history = run_mpbench("history", store, "--device", OTHER[:12], "-w", "mnist_dense")
     assert history.returncode == 0, history.stderr
-    assert f"({OTHER[:12]})" in history.stdout
-    assert not any(f"({twin[:12]})" in history.stdout for twin in TWINS)
+    assert f"mnist_dense on cpu: AMD EPYC {shown}" in history.stdout  # as compare names it
+    assert not any(f"[{twin[:12]}]" in history.stdout for twin in TWINS)
 
 
 @pytest.mark.parametrize("command", ["compare", "history"])

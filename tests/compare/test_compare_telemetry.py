@@ -15,7 +15,6 @@ from compare_helpers import run_inprocess
 
 from mpbench.compare import CompareOptions, build_report
 from mpbench.compare.run import render
-from mpbench.compare.summary.side_files import run_dirs
 from mpbench.results import (
     CellRecord,
     DivergenceInfo,
@@ -26,6 +25,7 @@ from mpbench.results import (
 )
 from mpbench.results.sidefile import NUMERICS_TOTALS as TOTALS
 from mpbench.results.sidefile import write_side_file
+from mpbench.results.sources import read_sources
 
 RUN_ID = "20260301-101500-cpu"
 NO_COUNTER = "no energy counter on this machine"
@@ -95,8 +95,9 @@ def _telemetry_run(run_dir: Path, energy: bool = True, diverge: bool = False) ->
 
 
 def _plot_report(run_dir: Path):
-    records = read_records(run_dir)
-    return build_report(records, CompareOptions(), run_dirs=run_dirs([run_dir]))
+    """The report compare draws, its records and run directories read as compare reads them."""
+    sources = read_sources([run_dir])
+    return build_report(sources.records, CompareOptions(), run_dirs=sources.directories)
 
 
 # --- columns ---------------------------------------------------------------------------------

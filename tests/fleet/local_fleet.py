@@ -22,6 +22,8 @@ from mpbench.fleet.node import node_facts, serve_machine
 
 
 class LocalFleet:
+    """The driver's FleetEngine (mpbench/fleet/engine.py), each fleet kind a node here."""
+
     engine = "local"
     cpu_cells = False  # as --device auto asks; no_gpu below: this machine cannot tell
 
@@ -35,23 +37,23 @@ class LocalFleet:
     def close(self) -> None:
         pass
 
-    def kinds(self) -> dict[str, int]:
+    def fleet_kinds(self) -> dict[str, int]:
         return dict.fromkeys(self.options.kinds, 1)
 
-    def default_kinds(self, available: dict[str, int]) -> list[str]:
+    def default_fleet_kinds(self, available: dict[str, int]) -> list[str]:
         return sorted(available)
 
-    def no_gpu(self, kind: str) -> str | None:
+    def no_gpu(self, fleet_kind: str) -> str | None:
         return None
 
-    def facts(self, kinds: list[str]) -> dict[str, dict]:
-        return {kind: node_facts() for kind in kinds}
+    def facts(self, fleet_kinds: list[str]) -> dict[str, dict]:
+        return {kind: node_facts() for kind in fleet_kinds}
 
-    def has_node(self, kind: str) -> bool:
+    def has_node(self, fleet_kind: str) -> bool:
         return True
 
     def run(self, machine, seed, receive) -> bool:
-        events = serve_machine(seed, machine.kind, poll_s=0.1)
+        events = serve_machine(seed, machine.fleet_kind, poll_s=0.1)
         try:
             for event in events:
                 if self._stopping.is_set():

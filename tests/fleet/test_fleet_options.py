@@ -5,6 +5,7 @@ modules may import Ray or submitit; the versions warning."""
 from __future__ import annotations
 
 import ast
+import inspect
 import os
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from cli import run_mpbench
 
 from mpbench.errors import InvalidInput
 from mpbench.fleet import driver
-from mpbench.fleet.machines import Machine
+from mpbench.fleet.machines import FleetMachine
 from mpbench.fleet.node import run_environment
 from mpbench.fleet.options import DEFAULT_TIMEOUT_S, fleet_options
 from mpbench.runner.loop import Warnings
@@ -121,6 +122,39 @@ def test_only_the_fleet_engines_import_ray_or_submitit():
     assert not any("mpbench.fleet" in (PACKAGE / p).read_text() for p in ("runner/loop.py",))
 
 
+def test_each_engine_keeps_the_driver_s_protocol():
+    # No type checker runs in CI: the driver types its engine as FleetEngine, and each engine
+    # (the test stand-in too) has each of its methods, by the same parameter names, and sets
+    # each of its attributes.
+    from local_fleet import LocalFleet
+
+    from mpbench.fleet.engine import FleetEngine
+    from mpbench.fleet.ray_engine import RayFleet
+    from mpbench.fleet.slurm_engine import SlurmFleet
+
+    methods = {
+        name: list(inspect.signature(member).parameters)
+        for name, member in vars(FleetEngine).items()
+        if inspect.isfunction(member) and not name.startswith("_")
+    }
+    assert {"run", "fleet_kinds", "stop"} <= set(methods)
+    for engine in (RayFleet, SlurmFleet, LocalFleet):
+        kept = {
+            name: list(inspect.signature(getattr(engine, name)).parameters)
+            for name in methods
+            if callable(getattr(engine, name, None))
+        }
+        assert kept == methods, engine.__name__
+        source = ast.parse(inspect.getsource(engine))
+        assigned = {
+            target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", None)
+            for node in ast.walk(source)
+            if isinstance(node, (ast.Assign, ast.AnnAssign))
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        }
+        assert set(FleetEngine.__annotations__) <= assigned, engine.__name__
+
+
 class _Engine:
     """Answers the driver's questions as a cluster whose kinds run other versions."""
 
@@ -130,12 +164,12 @@ class _Engine:
         self._facts = facts
         self.options = fleet_options("ray", None, "5", None)
 
-    def facts(self, kinds):
-        return {kind: self._facts.get(kind) for kind in kinds}
+    def facts(self, fleet_kinds):
+        return {kind: self._facts.get(kind) for kind in fleet_kinds}
 
 
 def test_machines_on_other_versions_are_warned_about_and_a_silent_kind_is_no_node(tmp_path, capsys):
-    machines = [Machine(k, tmp_path / k, f"r-{k}") for k in ("H100", "A100", "L4")]
+    machines = [FleetMachine(k, tmp_path / k, f"r-{k}") for k in ("H100", "A100", "L4")]
     engine = _Engine(
         {
             "H100": {"mpbench": "0.1.0", "torch": "2.6.0+cu124", "python": "3.11.7"},
@@ -165,16 +199,16 @@ class _Failing(_Engine):
         machine.why = "Task failed because the node it was running on is dead"
         return False
 
-    def has_node(self, kind):
+    def has_node(self, fleet_kind):
         return False
 
 
 def test_a_machine_whose_node_side_fails_or_is_lost_is_said_and_the_others_go_on(tmp_path):
     said = []
-    failing = Machine("H100", tmp_path / "H100", "r-H100")
+    failing = FleetMachine("H100", tmp_path / "H100", "r-H100")
     driver._serve(_Failing(ValueError("while reading\nno such file")), failing, None, said.append)
     assert failing.status == "failed" and failing.why == "ValueError: no such file"
-    lost = Machine("A100", tmp_path / "A100", "r-A100")
+    lost = FleetMachine("A100", tmp_path / "A100", "r-A100")
     driver._serve(_Failing(), lost, None, lambda m, text: said.append(text))
     assert lost.status == "lost"
     assert lost.why == (

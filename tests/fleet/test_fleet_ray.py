@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -140,27 +141,22 @@ def test_the_fleet_runs_each_kind_on_its_nodes_as_a_run_by_hand_there(cluster, t
     assert "mpbench fleet · 2 machines" in done.stdout
     machines = fleet_json(out)
     assert {k: m["status"] for k, m in machines.items()} == {"A": "done", "B": "done"}
-    # By hand: the same run on each machine, named as the fleet names it.
-    by_hand = {}
+    # By hand: what the same run on each machine, named as the fleet names it, records.
     for kind in ("A", "B"):
-        by_hand[kind] = tmp_path / "hand" / kind
-        ran = run_mpbench("run", *run_options(), *TWO_POLICIES, "--out", by_hand[kind],
-                          env={"MPBENCH_MACHINE": kind}, cwd=tmp_path)  # fmt: skip
-        assert ran.returncode == 0, ran.stderr[-2000:]
-    for kind in ("A", "B"):
-        ours, theirs = records(out / kind), records(by_hand[kind])
-        assert [r["cell_id"] for r in ours] == [r["cell_id"] for r in theirs]
-        assert {r["hardware_fingerprint"] for r in ours} == {
-            r["hardware_fingerprint"] for r in theirs
-        }
+        ours, theirs = records(out / kind), by_hand(kind, *run_options(), *TWO_POLICIES)
+        assert [r["cell_id"] for r in ours] == theirs.cell_ids
+        assert {r["hardware_fingerprint"] for r in ours} == {theirs.fingerprint}
         assert {r["config"]["machine"] for r in ours} == {kind}
         assert {r["status"] for r in ours} == {"ok"} and len(ours) >= 2
         # The threads a hand run there uses (the cores; Ray gives its workers 1), recorded.
-        assert [r["threads"] for r in ours] == [r["threads"] for r in theirs]
-    # One machine per kind, never pooled: each column's float32 is that machine's own.
-    fleet_view, hand_view = history(out / "A", out / "B"), history(*by_hand.values())
+        assert [r["threads"] for r in ours] == theirs.threads
+    # One machine per kind, never pooled: a column each, the machine a hand run there is,
+    # and each column's float32 is that machine's own.
+    fleet_view = history(out / "A", out / "B")
+    (table,) = fleet_view["workloads"]
+    fingerprints = {m["fingerprint"]: m["label"] for m in table["machines"]}
+    assert {fp[:12] for fp in fingerprints} == {by_hand(k).fingerprint[:12] for k in ("A", "B")}
     columns = _columns(fleet_view)
-    assert columns == _columns(hand_view)
     assert len(columns) == 2 and all(c.endswith(("[A]", "[B]")) for c in columns)
     for kind in ("A", "B"):
         (float32,) = [r for r in records(out / kind) if r["policy"] == "float32"]
@@ -171,6 +167,49 @@ def test_the_fleet_runs_each_kind_on_its_nodes_as_a_run_by_hand_there(cluster, t
     again = run_mpbench("store", "add", out / "A", out / "B", "--store", store)
     assert again.returncode == 0 and again.stdout.endswith(": 2 unchanged\n"), again.stdout
     assert _columns(history(store)) == columns
+
+
+@dataclass
+class HandRun:
+    """What `mpbench run` by hand on a node records of each record's identity."""
+
+    cell_ids: list[str]
+    fingerprint: str
+    threads: list[dict]
+
+
+def by_hand(kind: str, *args: str) -> HandRun:
+    """`mpbench run ARGS` by hand on a node of `kind` here (its nodes are this machine,
+    unnamed, so the kind names it: MPBENCH_MACHINE=KIND), planned in this process as the run
+    plans itself before its first cell (the CLI as it parses a run, runner/loop.py's plan),
+    not run: its cells in order, the machine's fingerprint, and the threads each cell's
+    process is given (its thread pools, and OMP_NUM_THREADS as the cell's environment sets
+    it)."""
+    from mpbench.cli import main
+    from mpbench.runner import loop
+    from mpbench.runner.config import build_config
+    from mpbench.runner.launchers.process import cell_environment
+
+    planned = []
+
+    def plan_only(options, summary) -> int:
+        planned.append(loop._plan(build_config(options), "by-hand", lambda warning: None))
+        return 0
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MPBENCH_MACHINE", kind)
+        patch.setattr(loop, "run_matrix", plan_only)
+        assert main(["run", *args]) == 0
+    specs = [cell.spec for cell in planned[0].cells]
+    threads = [
+        {
+            "intra_op": spec.intra_op_threads,
+            "inter_op": spec.inter_op_threads,
+            "omp_num_threads": cell_environment(spec)["OMP_NUM_THREADS"],
+        }
+        for spec in specs
+    ]
+    return HandRun([spec.cell_id for spec in specs], planned[0].fingerprint, threads)
 
 
 def _columns(view) -> list[str]:

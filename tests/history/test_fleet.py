@@ -3,14 +3,18 @@ side by side, each machine's numbers its own, never pooled into one interval."""
 
 from __future__ import annotations
 
+import io
 import json
 
 from builders import CPU_FINGERPRINT, cpu_run, record, write_run
 from cli import run_mpbench
 
+from mpbench.compare import CompareOptions
+from mpbench.compare.run import compare
 from mpbench.compare.summary.build import build_sections
 from mpbench.compare.summary.cells import summarize_all
 from mpbench.history.fleet import fleet_tables
+from mpbench.history.render import fleet_text_tables
 from mpbench.results import DeviceInfo, write_environment
 from mpbench.results.store import Store, read_run_dir
 
@@ -60,7 +64,13 @@ def test_two_machines_side_by_side_each_with_its_own_numbers(tmp_path):
     runs, records = read([cpu, gpu])
     tables = {t.workload: t for t in fleet_tables(records, runs)}
     mnist = tables["mnist_dense"]
-    assert [m.label for m in mnist.machines] == [
+    # Each column is named as compare names the machine (results/machine.py's label), over
+    # its device's arithmetic.
+    assert [m.machine.label() for m in mnist.machines] == [
+        "cuda: NVIDIA H200 [6579a41894f8]",
+        "cpu: AMD EPYC [cpu-3f9a1c07]",
+    ]
+    assert [m.machine.device_class for m in mnist.machines] == [
         "NVIDIA H200 (CC 9.0)",
         "AMD EPYC (no bf16/fp16 arithmetic)",
     ]
@@ -88,7 +98,8 @@ def test_the_command_shows_the_fleet(tmp_path):
     assert run_mpbench("store", "add", cpu, gpu, "--store", store).returncode == 0
     done = run_mpbench("history", store, "--by", "device", "--workload", "mnist_dense")
     assert done.returncode == 0, done.stderr
-    assert "NVIDIA H200 (CC 9.0)" in done.stdout and "AMD EPYC" in done.stdout
+    assert "cuda: NVIDIA H200 [6579a41894f8]" in done.stdout and "CC 9.0" in done.stdout
+    assert "cpu: AMD EPYC [cpu-3f9a1c07]" in done.stdout
     assert "never pooled" in done.stdout
     as_json = json.loads(
         run_mpbench("history", store, "--by", "device", "--format", "json", "-p", "bf16").stdout
@@ -103,3 +114,24 @@ def test_the_command_shows_the_fleet(tmp_path):
     cells = workload["rows"][1]["cells"]
     assert set(cells) == {H200_FINGERPRINT, CPU_FINGERPRINT}
     assert cells[H200_FINGERPRINT]["speedup"]["interval"]["kind"] == "repeats"
+
+
+def test_compare_and_the_fleet_name_each_machine_alike(tmp_path):
+    """One machine, one name (results/machine.py's Machine.label()): compare's section title
+    and the fleet's column say the same, a site's name (MPBENCH_MACHINE) included."""
+    named = [r for r in h200_run() if r.workload == "mnist_dense"]
+    for r in named:
+        r.config["machine"] = "ib-cluster"
+    cpu = write_run(tmp_path / "cpu", cpu_run())
+    gpu = write_run(tmp_path / "h200", named)
+    out = io.StringIO()
+    assert compare(CompareOptions(paths=[cpu, gpu], format="markdown"), stdout=out) == 0
+    compared = out.getvalue()
+    runs, records = read([cpu, gpu])
+    (mnist,) = [t for t in fleet_tables(records, runs) if t.workload == "mnist_dense"]
+    (table,) = fleet_text_tables([mnist])
+    names = ["cuda: NVIDIA H200 [6579a41894f8] [ib-cluster]", "cpu: AMD EPYC [cpu-3f9a1c07]"]
+    assert table.headers[1:] == names
+    for name in names:
+        assert f"### mnist_dense on {name}\n" in compared
+    assert table.rows[-3] == ["arithmetic", "CC 9.0", "no bf16/fp16 arithmetic"]

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 from test_schema import DRIFT, make_record
 
+from mpbench.compare.summary.cells import summarize_all
+from mpbench.errors import InvalidInput
 from mpbench.results import (
     EndToEndStats,
     MemoryStats,
@@ -20,6 +22,8 @@ from mpbench.results import (
     read_records,
 )
 from mpbench.results.io import read_runs
+from mpbench.results.sources import read_sources
+from mpbench.results.store import Store, read_run_dir
 
 Edit = Callable[[dict[str, Any]], None]
 
@@ -190,10 +194,13 @@ def test_two_different_records_of_one_repeat_name_both_places(tmp_path) -> None:
 
 
 def test_a_conflict_inside_one_file_is_refused_too(tmp_path) -> None:
+    # The writer never writes a second copy of a record (results/writer.py); a file edited by
+    # hand or by another tool can still hold one, and the reader refuses it.
     path = _run(tmp_path)
-    changed = make_record()
-    changed.step_time.median_s = 0.5
-    append_record(tmp_path, changed)
+    changed = json.loads(path.read_text().splitlines()[0])
+    changed["step_time"]["median_s"] = 0.5
+    with path.open("a") as file:
+        file.write(json.dumps(changed) + "\n")
     with pytest.raises(SchemaError, match=r"line 1 and .*line 2: .*differ in step_time"):
         read_records(path)
 
@@ -207,3 +214,28 @@ def test_an_unreadable_path_is_one_line(tmp_path) -> None:
     (tmp_path / "results.jsonl").mkdir()  # the run directory's results file is a folder
     with pytest.raises(SchemaError, match=r"results\.jsonl: cannot read"):
         read_records(tmp_path)
+
+
+def test_a_record_found_twice_is_held_to_one_rule_in_one_wording(tmp_path) -> None:
+    """One duplicate rule (results/identity.py's same_record_or_reason) for the reader of
+    files, the reader of stores beside directories and compare's summary of records handed
+    over: an identical copy is read once, a different one refused in the same words."""
+    first, second = _run(tmp_path / "a"), _run(tmp_path / "b", "fp-b")
+    store = tmp_path / "store.sqlite"
+    with Store.create(store) as db:
+        db.add(read_run_dir(first)[0])
+    assert len(read_sources([store, first.parent]).records) == 1
+    (record,) = read_records(first)
+    reason = (
+        f"two different records of run {record.run_id}, cell {record.cell_id}, repeat 0 "
+        "(they differ in hardware_fingerprint)"
+    )
+    with pytest.raises(SchemaError) as files:
+        read_runs([first, second])
+    with pytest.raises(InvalidInput) as mixed:
+        read_sources([second.parent, store])
+    with pytest.raises(InvalidInput) as handed:
+        summarize_all([record, *read_records(second)])
+    assert str(files.value) == f"{first} line 1 and {second} line 1: {reason}; pass each run once"
+    assert str(mixed.value) == f"{second.parent} and {store}: {reason}; pass each run once"
+    assert str(handed.value) == reason

@@ -36,7 +36,7 @@ from mpbench.compare.summary.cells import (
     Section,
 )
 from mpbench.results import CellRecord, Status
-from mpbench.results.identity import Row
+from mpbench.results.identity import Row, record_key
 from mpbench.results.sidefile import SideFile
 
 # Medians of the policies spanning more than this (slowest / fastest): a log axis.
@@ -319,7 +319,7 @@ def _side_curves(cell: CellSummary, side_files: dict) -> list[tuple[CellRecord, 
     repeat's curve ends where it stopped."""
     out = []
     for record in cell.records:
-        side = side_files.get((record.run_id, record.cell_id, record.repeat))
+        side = side_files.get(record_key(record))
         if side is not None and record.status in (Status.OK, Status.DIVERGED):
             out.append((record, side))
     return out

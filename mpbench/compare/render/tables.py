@@ -25,7 +25,7 @@ from mpbench.compare.summary.estimate import (
     WITHIN_RUN,
     Estimate,
 )
-from mpbench.compare.summary.labels import Labeler, short_fingerprint, short_framework
+from mpbench.compare.summary.labels import Labeler, short_framework
 from mpbench.compare.summary.scaling import NOT_SCALING, ScalingRow
 from mpbench.policies import BASELINE
 from mpbench.results.schema import BottleneckStats
@@ -308,7 +308,7 @@ def section_table(section: Section, labeler: Labeler) -> TextTable:
     columns += [n for n, value in _TELEMETRY.items() if any(value(c) is not None for c in cells)]
     columns += [BOUND] if any(c.bottleneck is not None for c in cells) else []
     columns += [STATUS]
-    title = f"{section.workload} on {section.device} [{short_fingerprint(section.fingerprint)}]"
+    title = f"{section.workload} on {section.machine.label()}"
     table = TextTable(title, list(columns), priorities=[_PRIORITY[c] for c in columns])
     notes = Footnotes()
     names = group_names(section, labeler)
@@ -408,10 +408,7 @@ def scaling_table(section: Section, labeler: Labeler | None = None) -> TextTable
     if not rows:
         return None
     columns = list(_SCALING_COLUMNS)
-    title = (
-        f"Scaling: {section.workload} on {section.device} "
-        f"[{short_fingerprint(section.fingerprint)}]"
-    )
+    title = f"Scaling: {section.workload} on {section.machine.label()}"
     table = TextTable(title, columns, priorities=list(_SCALING_COLUMNS.values()))
     notes = Footnotes()
     labeler = labeler or Labeler(g.key for g in section.groups)

@@ -22,7 +22,17 @@ from mpbench.errors import InvalidInput
 from mpbench.policies import BASELINE, POLICIES
 from mpbench.results import CellRecord, Status, StepTimeStats
 from mpbench.results.contention import taken_share
-from mpbench.results.identity import CellKey, GroupKey, Row, cell_key, timed_step_samples
+from mpbench.results.identity import (
+    CellKey,
+    GroupKey,
+    RecordKey,
+    Row,
+    cell_key,
+    record_key,
+    same_record_or_reason,
+    timed_step_samples,
+)
+from mpbench.results.machine import Machine
 from mpbench.results.schema import BottleneckStats, Fp8Prediction
 from mpbench.results.step_stats import StepStats, median_of_present
 from mpbench.results.variant import GROUP_RECIPE
@@ -612,6 +622,13 @@ class Section:
     # here because scaling.py builds on this module.
     scaling: list = field(default_factory=list)
 
+    @property
+    def machine(self) -> Machine:
+        """The section's machine, as every report names it (its groups share it)."""
+        if self.groups:
+            return self.groups[0].key.machine()
+        return Machine(self.fingerprint, self.device)
+
 
 def policy_rank(row: Row) -> tuple[int, str, list]:
     """The contract's policy order, then the rows of one policy by their numbers (@256 before
@@ -662,20 +679,17 @@ def summarize_all(records: list[CellRecord]) -> dict[CellKey, CellSummary]:
 
     The reader (results.io.read_runs) already refuses two different records of one repeat,
     naming both places; records handed over directly (the run summary) are held to the same
-    rule: an identical copy counts once, a different one is an error, never dropped."""
-    seen: dict[tuple[str, str, int], CellRecord] = {}
+    rule (results/identity.py's same_record_or_reason): an identical copy counts once, a
+    different one is an error, never dropped."""
+    seen: dict[RecordKey, CellRecord] = {}
     by_key: dict[CellKey, list[CellRecord]] = defaultdict(list)
     for record in records:
-        identity = (record.run_id, record.cell_id, record.repeat)
-        first = seen.get(identity)
+        first = seen.get(record_key(record))
         if first is None:
-            seen[identity] = record
+            seen[record_key(record)] = record
             by_key[cell_key(record)].append(record)
-        elif first != record:
-            raise InvalidInput(
-                f"two different records of run {identity[0]}, cell {identity[1]}, "
-                f"repeat {identity[2]}"
-            )
+        elif reason := same_record_or_reason(first, record):
+            raise InvalidInput(reason)
     _adopt_orphans(by_key)
     return {key: summarize(key, recs) for key, recs in by_key.items()}
 

@@ -27,7 +27,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from mpbench.compare.summary.cells import CellKey, GroupKey
-from mpbench.results.identity import PARALLEL_KEYS, short_fingerprint
+from mpbench.results.identity import PARALLEL_KEYS
+from mpbench.results.machine import short_fingerprint as short_fingerprint  # for the renderers
 from mpbench.results.variant import (
     DEFAULTS,
     GROUP_RECIPE,
@@ -82,7 +83,7 @@ class Labeler:
         label = f"{group.framework}/{group.workload}/{key.row.policy}"
         label = join(label, self.marks(group), key.row.variant) or label
         if self._many_machines:
-            label += f" on {group.device} ({short_fingerprint(group.fingerprint)})"
+            label += f" on {group.machine().label()}"
         return label
 
     def variant(self, key: CellKey) -> str | None:
