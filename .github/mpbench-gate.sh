@@ -14,7 +14,7 @@
 #   MPBENCH_SAVE_BASELINE  1/true: same as --save-baseline        (off)
 #   MPBENCH_SAVE_CONTENDED 1/true: same as --save-contended       (off)
 #   MPBENCH_BASELINE_FROM  where the baseline came from, for the messages (the cache key)
-#   MPBENCH_PLOT           0/false: no compare.png (a few seconds less; no matplotlib needed)  (on)
+#   MPBENCH_PLOT           0/false: no compare.png, no figure in the page (a few seconds less; no matplotlib needed)  (on)
 # Limits, each as `mpbench compare` takes it; an empty value turns that gate off:
 #   MPBENCH_MAX_SLOWDOWN         step time vs the baseline        5%
 #   MPBENCH_MAX_MEMORY_INCREASE  training memory vs the baseline  25%
@@ -32,8 +32,8 @@
 # beside other work, marked `contended` in the report): every later run would be gated against
 # a busy machine's times. Such a run is not saved (exit 1, MPBENCH_BASELINE unchanged) unless
 # --save-contended (or MPBENCH_SAVE_CONTENDED=1) says to save it anyway. The report goes to
-# MPBENCH_OUT/compare.md and compare.png, and, when GITHUB_STEP_SUMMARY is set, to the job
-# summary.
+# MPBENCH_OUT/compare.html (one page, the plot inline: the artifact to open), compare.md and
+# compare.png, and, when GITHUB_STEP_SUMMARY is set, to the job summary.
 #
 # Exit code: `mpbench compare`'s: 0 every gate passed, 1 a gate failed, 2 invalid input; also 1
 # when a cell failed to run (`mpbench run` exit 1) or a baseline to save had contended cells,
@@ -145,10 +145,7 @@ print("\n".join(sorted(p for p in seen if p)))
 ' "$out/results.jsonl"
 }
 
-args=("$out" --format markdown --output "$out/compare.md")
-if [[ -n "$plot" ]]; then
-    args+=(--plot "$plot")
-fi
+args=("$out") # the runs and the gates; each compare below adds where it writes
 if [[ -n "$max_accuracy_delta" ]]; then
     ran="$(finished_policies 2>/dev/null || true)"
     if [[ "$ran" == float32 ]]; then
@@ -185,9 +182,19 @@ else
     say "No baseline yet in $baseline: only the within-run gates apply. A passing run with --save-baseline (in the workflow: a push to main) creates it."
 fi
 
+# The verdict and the job summary (compare appends its markdown there itself) come from the
+# page's compare: one self-contained compare.html, the figure inline (docs/compare.md, "One page:
+# --format html"). The same report as compare.md beside it, for readers of text; it already said
+# its failures above, so its stderr is not repeated.
+page_args=(--format html --output "$out/compare.html")
+if [[ -n "$plot" ]]; then
+    page_args+=(--plot "$plot")
+fi
 compare_rc=0
-mpbench compare "${args[@]}" || compare_rc=$?
-echo "mpbench-gate: report $out/compare.md, plot ${plot:-none (MPBENCH_PLOT=${MPBENCH_PLOT:-})}"
+mpbench compare "${args[@]}" "${page_args[@]}" || compare_rc=$?
+GITHUB_STEP_SUMMARY='' mpbench compare "${args[@]}" --format markdown --output "$out/compare.md" \
+    2>/dev/null || true
+echo "mpbench-gate: report $out/compare.html and $out/compare.md, plot ${plot:-none (MPBENCH_PLOT=${MPBENCH_PLOT:-})}"
 
 rc="$compare_rc"
 if ((rc == 0 && run_rc != 0)); then

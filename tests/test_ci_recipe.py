@@ -156,6 +156,8 @@ def test_first_run_creates_the_baseline_second_run_gates_against_it(tmp_path: Pa
     assert "Gating against the baseline in results/ci-baseline" in second.stdout
     report = (out / "compare.md").read_text(encoding="utf-8")
     assert "Against the baseline" in report
+    page = (out / "compare.html").read_text(encoding="utf-8")  # the artifact to open
+    assert "<h2>Against the baseline" in page and '<figure class="plot">' in page
     assert "max-slowdown" in report and "max-accuracy-delta" in report
     if second.returncode == 1:
         assert "FAIL " in second.stderr, log

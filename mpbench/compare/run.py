@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
@@ -21,14 +20,12 @@ from mpbench.compare.destinations import (
 from mpbench.compare.options import CompareOptions
 from mpbench.compare.render.encoding import safe_stream
 from mpbench.compare.report import Report, build_report
-from mpbench.compare.summary.labels import short_fingerprint
 from mpbench.errors import InvalidInput
 from mpbench.formats import BY_NAME, parse_format
 from mpbench.results import CellRecord
 from mpbench.results.io import RESULTS_FILE
 from mpbench.results.run_json import AdaptiveBlock
 from mpbench.results.sources import (
-    Machine,
     Selection,
     read_baseline,
     read_sources,
@@ -74,29 +71,25 @@ def selection_notes(selection: Selection) -> list[str]:
     """What the report says about the runs it read: each machine whose older runs were left
     out, and each whose runs of several commits were pooled."""
     notes = []
-    for machine in selection.machines.values():
-        if machine.left_out:
-            older = machine.left_out
+    for held in selection.machines.values():
+        if held.left_out:
+            older = held.left_out
             commits = list(dict.fromkeys(r.short_commit for r in older if r.short_commit))
             span = f" ({commits[0]} … {commits[-1]})" if len(commits) > 1 else ""
             span = f" ({commits[0]})" if len(commits) == 1 else span
             notes.append(
-                f"{_machine(machine)}: read its newest run only, {_run_name(machine.runs[-1])}; "
+                f"{held.machine.label()}: read its newest run only, {_run_name(held.runs[-1])}; "
                 f"{len(older)} older run{'s' if len(older) != 1 else ''}{span} left out, as a "
                 "history is not repeats of one experiment: choose runs with --commits, --since "
                 "or --until, or pool them with --pool"
             )
     for fingerprint, commits in selection.pooled_commits.items():
-        machine = selection.machines[fingerprint]
+        held = selection.machines[fingerprint]
         notes.append(
-            f"{_machine(machine)}: {len(machine.runs)} runs of {len(commits)} commits "
+            f"{held.machine.label()}: {len(held.runs)} runs of {len(commits)} commits "
             f"({', '.join(commits)}) pooled as repeats of one experiment"
         )
     return notes
-
-
-def _machine(machine: Machine) -> str:
-    return f"{machine.device} [{short_fingerprint(machine.fingerprint)}]"
 
 
 def _run_name(run: StoredRun) -> str:
@@ -182,16 +175,22 @@ def write_outputs(
     report: Report, options: CompareOptions, stdout: TextIO, inputs: list[Path] | None = None
 ) -> None:
     """The chosen format to --output or stdout; markdown to the step summary; the plot."""
+    extra: dict[str, object] = {}
     if options.plot is not None:
-        from mpbench.compare.plot.figure import write_plot
+        from mpbench.compare.plot.figure import build_figure, write_plot
 
-        write_plot(report, options.plot)
+        figure = build_figure(report)
+        write_plot(report, options.plot, figure)
+        if options.format == "html":  # the page carries the same figure, inline
+            from mpbench.compare.plot.inline import figure_svg
+
+            extra["figure"] = figure_svg(figure)
     if options.output is not None:
-        write_text("--output", options.output, render(report, options.format, terminal=False))
+        write_text("--output", options.output, render(report, options.format, **extra))
     elif options.format == "table":
         _print_table(report, stdout)
     else:
-        stdout.write(render(report, options.format, terminal=False))
+        stdout.write(render(report, options.format, **extra))
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
         from mpbench.compare.render.markdown import render_markdown
@@ -203,33 +202,20 @@ def write_outputs(
         _print_failures(report)
 
 
-def render(report: Report, format: str, terminal: bool = False) -> str:
+def render(report: Report, format: str, terminal: bool = False, **extra: object) -> str:
     """The report as text in `format` (mpbench/formats.py's table), as --output writes it;
-    `terminal`: the table with a terminal's styles."""
+    `terminal`: the table with a terminal's styles; `extra`: what only some formats take
+    (compare/render/dispatch.py, the one dispatch)."""
     if format == "table" and terminal:
         import io
 
         buffer = io.StringIO()
         _print_table(report, buffer, terminal=True)
         return buffer.getvalue()
-    return _renderer(format)(report)
+    from mpbench.compare.render.dispatch import COMPARE_RENDERERS
+    from mpbench.compare.render.dispatch import render as render_as
 
-
-def _renderer(format: str) -> Callable[[Report], str]:
-    """The renderer of a format (mpbench/formats.py's names), imported only when used."""
-    if format == "table":
-        from mpbench.compare.render.terminal import render_table as chosen
-    elif format == "markdown":
-        from mpbench.compare.render.markdown import render_markdown as chosen
-    elif format == "json":
-        from mpbench.compare.render.json_report import render_json as chosen
-    elif format == "csv":
-        from mpbench.compare.render.csv_report import render_csv as chosen
-    elif format == "benchmark-action":
-        from mpbench.compare.render.benchmark_action import render_benchmark_action as chosen
-    else:
-        raise ValueError(f"no renderer for --format {format!r}")
-    return chosen
+    return render_as(COMPARE_RENDERERS, format, report, **extra)
 
 
 def _print_table(report: Report, out: TextIO, terminal: bool | None = None) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from dataclasses import dataclass, field
 from typing import Any
 
 from mpbench.compare.render.json_report import estimate_json
@@ -20,7 +21,6 @@ from mpbench.history.ci import FAIL, INCONCLUSIVE, NewestVerdict
 from mpbench.history.findings import BY_DATE, HistoryReport
 from mpbench.history.fleet import FleetCell, FleetTable
 from mpbench.history.series import STEP_TIME, Point, Series
-from mpbench.results.identity import short_fingerprint
 from mpbench.results.store import StoredRun
 
 JSON_VERSION = 1
@@ -30,6 +30,71 @@ _HISTORY_TEXT = frozenset(
     {"series", "points", "first", "newest (95 %)", "change points (95 %)", "newest run", "commit",
      "started", "run", "value (95 %)", "note"}
 )  # fmt: skip
+
+
+# --- what every format writes from ---------------------------------------------------------
+
+
+@dataclass
+class Page:
+    """A history's or a fleet's report as each format writes it (HISTORY_RENDERERS): the
+    heading, tables and notes the terminal, markdown and html show, and the data behind them
+    (a HistoryReport, or the fleet's tables), which JSON and CSV write whole. A history's page
+    carries the fleet of its machines too (html shows both)."""
+
+    heading: str
+    tables: list[TextTable]
+    notes: list[str]
+    history: HistoryReport | None = None
+    fleet: list[FleetTable] = field(default_factory=list)
+
+
+def page_text(page: Page) -> str:
+    """The tables as plain text, 200 columns wide (--output, a pipe)."""
+    from mpbench.compare.render.terminal import document_text
+
+    return document_text(page.heading, page.tables, page.notes)
+
+
+def page_markdown(page: Page) -> str:
+    from mpbench.compare.render.markdown import markdown_document
+
+    return markdown_document(page.heading, page.tables, page.notes)
+
+
+def history_page_json(page: Page) -> str:
+    assert page.history is not None
+    return history_json(page.history)
+
+
+def history_page_csv(page: Page) -> str:
+    assert page.history is not None
+    return history_csv(page.history)
+
+
+def fleet_page_json(page: Page) -> str:
+    return fleet_json(page.fleet)
+
+
+def fleet_page_csv(page: Page) -> str:
+    return fleet_csv(page.fleet)
+
+
+# Which function writes a history's and a fleet's page in each format (compare's dispatch,
+# compare/render/dispatch.py: imported only when that page is written).
+HISTORY_RENDERERS = {
+    "table": f"{__name__}:page_text",
+    "markdown": f"{__name__}:page_markdown",
+    "json": f"{__name__}:history_page_json",
+    "csv": f"{__name__}:history_page_csv",
+    "html": "mpbench.history.html:history_html",
+}
+FLEET_RENDERERS = {
+    **HISTORY_RENDERERS,
+    "json": f"{__name__}:fleet_page_json",
+    "csv": f"{__name__}:fleet_page_csv",
+    "html": "mpbench.history.html:fleet_html",
+}
 
 
 # --- words and numbers ----------------------------------------------------------------------
@@ -92,12 +157,13 @@ def history_tables(report: HistoryReport, points: bool = False) -> list[TextTabl
         where = section_title(series)
         if where != current:
             current = where
-            device, fingerprint, workload = where
+            workload = where[2]
+            machine = series.group.machine()
             runs = {
                 p.run.run_id for s in report.series if section_title(s) == where for p in s.points
             }
             table = TextTable(
-                f"{workload} on {device} ({short_fingerprint(fingerprint)}), {len(runs)} runs",
+                f"{workload} on {machine.label()}, {len(runs)} runs",
                 [
                     "series",
                     "points",
@@ -169,7 +235,7 @@ def points_table(series: Series, by: str) -> TextTable:
 def fleet_text_tables(tables: list[FleetTable]) -> list[TextTable]:
     out = []
     for fleet in tables:
-        headers = ["policy", *(m.label for m in fleet.machines)]
+        headers = ["policy", *(m.machine.label() for m in fleet.machines)]
         table = TextTable(
             f"{fleet.workload}: each machine's newest run",
             headers,
@@ -179,11 +245,13 @@ def fleet_text_tables(tables: list[FleetTable]) -> list[TextTable]:
             cells = [_fleet_cell(row.cells.get(m.fingerprint)) for m in fleet.machines]
             table.rows.append([row.name, *cells])
             table.styles.append(None)
+        # The device's arithmetic (`CC 9.0`, `avx512_bf16`): why a policy pays on it or not.
+        table.rows.append(["arithmetic", *(m.machine.arithmetic or "" for m in fleet.machines)])
         table.rows.append(
             ["config", *(fleet.configs.get(m.fingerprint, "") for m in fleet.machines)]
         )
         table.rows.append(["run", *(_run_label(m.run) for m in fleet.machines)])
-        table.styles += ["dim", "dim"]
+        table.styles += ["dim", "dim", "dim"]
         out.append(table)
     return out
 
@@ -288,8 +356,9 @@ def fleet_json(tables: list[FleetTable]) -> str:
                 "workload": t.workload,
                 "machines": [
                     {
-                        "label": m.label,
-                        "device": m.device,
+                        "label": m.machine.label(),
+                        "class": m.machine.device_class,
+                        "device": m.machine.device,
                         "fingerprint": m.fingerprint,
                         **_run(m.run),
                     }
@@ -378,15 +447,16 @@ def fleet_csv(tables: list[FleetTable]) -> str:
     writer.writerow(_FLEET_COLUMNS)
     for table in tables:
         for row in table.rows:
-            for machine in table.machines:
-                cell = row.cells.get(machine.fingerprint)
+            for column in table.machines:
+                cell = row.cells.get(column.fingerprint)
                 if cell is None:
                     continue
+                machine = column.machine
                 writer.writerow(
                     [
                         table.workload, row.name, row.row.policy, row.row.variant or "",
-                        machine.label, machine.device, machine.fingerprint, machine.run.run_id,
-                        machine.run.git_commit or "", *_triple(cell.speedup),
+                        machine.label(), machine.device, machine.fingerprint, column.run.run_id,
+                        column.run.git_commit or "", *_triple(cell.speedup),
                         _number(cell.memory_ratio.value if cell.memory_ratio else None),
                         *_triple(cell.accuracy_delta_pp),
                         _number(cell.step_time_s.value if cell.step_time_s else None),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from mpbench.compare.destinations import check_destinations, input_files, write_text
 from mpbench.compare.render.encoding import safe_stream
@@ -21,6 +21,10 @@ from mpbench.history.options import HistoryOptions
 from mpbench.result_options import DEFAULT_STORE, METRICS
 from mpbench.results.sources import Sources, read_sources, runs_margin
 from mpbench.results.store import StoreFilter
+
+if TYPE_CHECKING:
+    from mpbench.history.fleet import FleetTable
+    from mpbench.history.render import Page
 
 
 def run_history(options: HistoryOptions, stdout: TextIO | None = None) -> int:
@@ -55,7 +59,16 @@ def _default_store() -> Path:
 def _fleet(
     sources: Sources, filters: StoreFilter | None, options: HistoryOptions, out: TextIO
 ) -> None:
-    from mpbench.history import render
+    tables = _fleet_tables(sources, filters, options)
+    if not tables:
+        raise InvalidInput("--by device: no finished cells in the runs the filters kept")
+    _show(_fleet_page(tables), options, out)
+
+
+def _fleet_tables(
+    sources: Sources, filters: StoreFilter | None, options: HistoryOptions
+) -> list[FleetTable]:
+    """Each workload's machines side by side, from each machine's newest run."""
     from mpbench.history.fleet import fleet_tables
     from mpbench.policies import BASELINE
 
@@ -67,21 +80,19 @@ def _fleet(
         for table in tables:
             shown = (*options.policies, BASELINE)
             table.rows = [r for r in table.rows if r.row.policy in shown]
-    if not tables:
-        raise InvalidInput("--by device: no finished cells in the runs the filters kept")
-    if options.format == "json":
-        _write(render.fleet_json(tables), options, out)
-        return
-    if options.format == "csv":
-        _write(render.fleet_csv(tables), options, out)
-        return
+    return tables
+
+
+def _fleet_page(tables: list[FleetTable]) -> Page:
+    from mpbench.history import render
+
     machines = len({m.fingerprint for t in tables for m in t.machines})
     notes = [
         "Each machine's numbers are its own run's, against its own float32: machines are never "
         "pooled into one interval. † within-run interval only (one repeat)."
     ]
     heading = f"mpbench fleet · {machines} machines"
-    _show(heading, render.fleet_text_tables(tables), notes, options, out)
+    return render.Page(heading, render.fleet_text_tables(tables), notes, fleet=tables)
 
 
 def _history(
@@ -102,13 +113,15 @@ def _history(
         from mpbench.history.plot import write_plot
 
         write_plot(report, options.plot)
-    if options.format == "json":
-        _write(render.history_json(report), options, out)
-    elif options.format == "csv":
-        _write(render.history_csv(report), options, out)
-    else:
-        _show(_heading(report, render), render.history_tables(report, options.points),
-              _notes(report), options, out)  # fmt: skip
+    page = render.Page(
+        _heading(report, render),
+        render.history_tables(report, options.points),
+        _notes(report),
+        history=report,
+    )
+    if options.format == "html":  # the page shows the machines side by side too
+        page.fleet = _fleet_tables(sources, filters, options)
+    _show(page, options, out)
     if not options.ci:
         return 0
     for series, verdict in zip(report.series, report.verdicts, strict=True):
@@ -140,23 +153,21 @@ def _notes(report: HistoryReport) -> list[str]:
     return notes
 
 
-def _show(heading: str, tables: list, notes: list[str], options: HistoryOptions, out) -> None:
-    """Tables drawn by compare's renderers: markdown, or on a terminal at its width, else 200
-    columns wide."""
-    if options.format == "markdown":
-        from mpbench.compare.render.markdown import markdown_document
+def _show(page: Page, options: HistoryOptions, out: TextIO) -> None:
+    """The page in the chosen format (compare's dispatch over history's tables of renderers);
+    the table on a terminal at its width, with its styles."""
+    from mpbench.compare.render.dispatch import render
+    from mpbench.history.render import FLEET_RENDERERS, HISTORY_RENDERERS
 
-        _write(markdown_document(heading, tables, notes), options, out)
-    elif options.output is None and out.isatty():
+    if options.format == "table" and options.output is None and out.isatty():
         from rich.console import Console
 
         from mpbench.compare.render.terminal import print_document
 
-        print_document(heading, tables, notes, Console(file=out))
-    else:
-        from mpbench.compare.render.terminal import document_text
-
-        _write(document_text(heading, tables, notes), options, out)
+        print_document(page.heading, page.tables, page.notes, Console(file=out))
+        return
+    renderers = HISTORY_RENDERERS if page.history is not None else FLEET_RENDERERS
+    _write(render(renderers, options.format, page), options, out)
 
 
 def _write(text: str, options: HistoryOptions, out: TextIO) -> None:

@@ -3,7 +3,7 @@
     .venv/bin/python tests/compare/make_fixtures.py
 
 Run it only when the result schema or the report layout changes on purpose, then read the
-diff of fixtures/expected/*.md before committing: those files are what the tests hold the
+diff of fixtures/expected/*.md and *.html before committing: those files are what the tests hold the
 renderer to.
 """
 
@@ -53,8 +53,8 @@ def _write(run_dir: Path, records) -> None:
     )
 
 
-def _markdown(*args: str) -> str:
-    command = [sys.executable, "-m", "mpbench", "compare", *args, "--format", "markdown"]
+def _markdown(*args: str, format: str = "markdown") -> str:
+    command = [sys.executable, "-m", "mpbench", "compare", *args, "--format", format]
     done = subprocess.run(command, capture_output=True, text=True, cwd=HERE.parents[1])
     if done.returncode not in (0, 1):
         raise SystemExit(done.stderr)
@@ -76,6 +76,15 @@ def main() -> None:
     (EXPECTED / "cpu_run.md").write_text(_markdown(str(CANDIDATE)), encoding="utf-8")
     gated = _markdown(str(CANDIDATE), "--baseline", str(BASELINE), *GATE_ARGS)
     (EXPECTED / "cpu_run_vs_baseline.md").write_text(gated, encoding="utf-8")
+    write_html()
+
+
+def write_html() -> None:
+    """The html pages of the same two reports (tests/compare/test_html_compare.py)."""
+    page = _markdown(str(CANDIDATE), format="html")
+    (EXPECTED / "cpu_run.html").write_text(page, encoding="utf-8")
+    gated = _markdown(str(CANDIDATE), "--baseline", str(BASELINE), *GATE_ARGS, format="html")
+    (EXPECTED / "cpu_run_vs_baseline.html").write_text(gated, encoding="utf-8")
 
 
 if __name__ == "__main__":

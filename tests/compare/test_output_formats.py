@@ -20,11 +20,11 @@ FIXTURE = Path(__file__).parent / "fixtures" / "cpu_run"
 
 def test_the_option_and_its_help_name_every_row_and_nothing_else() -> None:
     assert tuple(row.name for row in OUTPUT_FORMATS) == FORMATS
-    assert help_text() == "table, markdown, json, csv or benchmark-action."
+    assert help_text() == "table, markdown, json, csv, benchmark-action or html."
     for name in FORMATS:
         assert parse_format(f" {name.upper()} ") == name
     with pytest.raises(InvalidInput, match="valid choices: table, markdown, json"):
-        parse_format("html")
+        parse_format("xml")
 
 
 def test_each_row_renders_the_fixture_run() -> None:
@@ -34,6 +34,7 @@ def test_each_row_renders_the_fixture_run() -> None:
     assert json.loads(texts["json"])["cells"]
     assert "policy" in texts["csv"].splitlines()[0].split(",")
     assert json.loads(texts["benchmark-action"])
+    assert texts["html"].startswith("<!DOCTYPE html>") and "<table>" in texts["html"]
     # Only the human formats leave the failures out of stderr when printed to a terminal.
     assert [row.name for row in OUTPUT_FORMATS if row.human] == ["table", "markdown"]
 

@@ -47,7 +47,6 @@ from mpbench.compare.plot.style import (
 from mpbench.compare.render.tables import WITHIN_RUN_NOTE, config_text, interval_kinds
 from mpbench.compare.report import Report
 from mpbench.compare.summary.estimate import TOO_FEW_STEPS, Estimate
-from mpbench.compare.summary.labels import short_fingerprint
 from mpbench.errors import InvalidInput
 
 __all__ = ["build_figure", "write_plot"]
@@ -115,7 +114,7 @@ def _section_title(section) -> str:
         own = config_text(group)[1:-1].split(", ")
         parts = own if parts is None else [p for p in parts if p in own]
     config = ", ".join(p for p in parts or [] if p)
-    where = f"{section.device} [{short_fingerprint(section.fingerprint)}]"
+    where = section.machine.label()
     return " · ".join(t for t in (section.workload, where, config) if t)
 
 
@@ -333,8 +332,9 @@ def _draw_section(
     return title
 
 
-def write_plot(report: Report, path: Path) -> Path:
-    fig = build_figure(report)
+def write_plot(report: Report, path: Path, fig=None) -> Path:
+    """Write the report's figure (`fig`: the one build_figure drew already, or None)."""
+    fig = build_figure(report) if fig is None else fig
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
