@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from compared import compared_cells  # benchmarks/compared.py: the script's folder is on sys.path
+
 
 def mixtral(hidden: int, experts: str) -> str:
     """The model; `experts` "default": mpbench's choice per policy (grouped_mm, cast to the
@@ -74,13 +76,7 @@ def main() -> int:
         for name in forms.values():
             command += ["-w", name]  # fmt: skip
         subprocess.run(command, check=True, capture_output=True, text=True)
-        report = subprocess.run(
-            [sys.executable, "-m", "mpbench", "compare", str(out), "--format", "json"],
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-        cells = json.loads(report.stdout)["cells"]
+        cells = compared_cells(out)
         records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     print(
         f"\nhf:mixtral hidden {args.hidden}, 2 layers, 4 experts top-2, seq 64, "

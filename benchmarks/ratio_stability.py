@@ -31,6 +31,8 @@ import time
 from itertools import permutations
 from pathlib import Path
 
+from compared import compared_cells  # benchmarks/compared.py: the script's folder is on sys.path
+
 POLICIES = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16", "tf32": "tf32"}
 
 
@@ -64,13 +66,7 @@ def one_run(framework: str, args: argparse.Namespace, out: Path) -> dict:
         str(out),
     ]
     subprocess.run(command, check=True, capture_output=True, text=True)
-    report = subprocess.run(
-        [sys.executable, "-m", "mpbench", "compare", str(out), "--format", "json"],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    cells = json.loads(report.stdout)["cells"]
+    cells = compared_cells(out)
     policy = POLICIES.get(args.policy, args.policy)
     cell = next(c for c in cells if c["framework"] == framework and c["policy"] == policy)
     speedup = cell["speedup_vs_float32"]

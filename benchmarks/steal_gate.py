@@ -37,6 +37,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from compared import compared_cells  # benchmarks/compared.py: the script's folder is on sys.path
+
 POLICIES = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 
 HOG = """
@@ -78,13 +80,7 @@ def one_run(args: argparse.Namespace, out: Path) -> dict:
                "--max-steps", str(args.max_steps), "--repeat", str(args.repeat),
                "--stop-slower-than", "off", "--out", str(out)]  # fmt: skip
     subprocess.run(command, check=True, capture_output=True, text=True)
-    report = subprocess.run(
-        [sys.executable, "-m", "mpbench", "compare", str(out), "--format", "json"],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    cells = json.loads(report.stdout)["cells"]
+    cells = compared_cells(out)
     cell = next(c for c in cells if c["policy"] == policy)
     float32 = next(c for c in cells if c["policy"] == "float32")
     speedup = cell["speedup_vs_float32"]
