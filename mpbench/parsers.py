@@ -152,6 +152,17 @@ def parse_points(option: str, text: str | float | None) -> float | None:
     return number
 
 
+def endpoint_parts(endpoint: str) -> tuple[str, int]:
+    """--rdzv-endpoint's HOST:PORT -> (host, port); InvalidInput unless the port is 1-65535
+    (the run's check of its config, and the torchrun launcher that splits it)."""
+    host, _, port = endpoint.strip().rpartition(":")
+    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise InvalidInput(
+            f"--rdzv-endpoint {endpoint!r}: must be HOST:PORT with a port from 1 to 65535"
+        )
+    return host, int(port)
+
+
 def single(option: str, values: list[str] | None) -> str | None:
     """The one value of an option that takes one: given twice, typer would keep the last and
     drop the other limit without a word, so a repeat is refused instead."""

@@ -20,6 +20,8 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from mpbench.errors import InvalidInput, unknown_choice
+from mpbench.parsers import endpoint_parts
+from mpbench.runner.launchers.helper import describe_workload
 from mpbench.settings import (
     ADAPTIVE,
     BY_NAME,
@@ -33,7 +35,7 @@ from mpbench.settings import (
     choice,
     kind_name,
 )
-from mpbench.workloads import WORKLOADS, describe_workload
+from mpbench.workloads import WORKLOADS
 from mpbench.workloads import user as user_workloads
 from mpbench.workloads.spec import SELECTORS, workload_choices
 from mpbench.workloads.zoo import is_zoo
@@ -482,16 +484,6 @@ def check_nodes(config: RunConfig) -> None:
         )
     if config.rdzv_endpoint is not None:
         endpoint_parts(config.rdzv_endpoint)
-
-
-def endpoint_parts(endpoint: str) -> tuple[str, int]:
-    """HOST:PORT -> (host, port); InvalidInput unless the port is 1-65535."""
-    host, _, port = endpoint.strip().rpartition(":")
-    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise InvalidInput(
-            f"--rdzv-endpoint {endpoint!r}: must be HOST:PORT with a port from 1 to 65535"
-        )
-    return host, int(port)
 
 
 # run.json's `config` (RunConfig.to_dict) field -> the Setting of the option or TOML key that

@@ -34,8 +34,9 @@ from mpbench.policies import (
     resolve,
 )
 from mpbench.runner.config import RunConfig
+from mpbench.runner.launchers.helper import describe_workload
 from mpbench.settings import SETTINGS, USER_DATA
-from mpbench.workloads import describe_workload, resolve_workloads
+from mpbench.workloads import resolve_workloads
 
 # The settings every cell takes as they are (Setting.cell): a run-wide one read from the
 # RunConfig, a per-workload one from that workload's WorkloadSettings, each into the CellSpec

@@ -22,9 +22,10 @@ from mpbench.errors import InvalidInput
 from mpbench.policies import resolve
 from mpbench.results.contention import busy_warning
 from mpbench.runner.config import RunConfig
+from mpbench.runner.launchers.helper import describe_workload
 from mpbench.runner.matrix import Cell, available_cores
 from mpbench.runner.user_check import check_user_workload
-from mpbench.workloads import describe_workload, shadowed_entry_point
+from mpbench.workloads import shadowed_entry_point
 from mpbench.workloads.user import FRAMEWORK_NAMES, UserWorkloadInfo
 
 
@@ -137,7 +138,12 @@ def _user_data(
         c.spec.workload == name and c.spec.framework == "torch" and c.skip_reason is None
         for c in cells
     )
-    found = check_user_workload(name, config.seed, torch_cells)
+    # Forked from the warm server of a framework its cells run in, where there is one.
+    framework = next(
+        (c.spec.framework for c in cells if c.spec.workload == name and c.skip_reason is None),
+        None,
+    )
+    found = check_user_workload(name, config.seed, torch_cells, framework)
     if found.unchecked:
         warn(f"{name}: {found.unchecked}; its cells will say what they meet")
         return None

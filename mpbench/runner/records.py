@@ -27,8 +27,8 @@ from mpbench.results import (
 from mpbench.results.bottleneck import Evidence, classify
 from mpbench.results.scaling import straggler_ratio
 from mpbench.results.validate import build
+from mpbench.runner.launchers.helper import describe_workload
 from mpbench.runner.launchers.process import Outcome
-from mpbench.workloads import describe_workload
 
 
 def now_iso() -> str:

@@ -6,7 +6,8 @@ torch's meta device (shapes only: no memory, no weights, whatever its size).
 Otherwise a workload whose data() returns a list of ints, or whose model returns one number
 for a batch, fails in every cell with the framework's traceback line (`cannot unpack
 non-iterable int object`, `Dimension out of range`). Like the probe (workloads/user.py), the
-check runs in a child process: the parent imports neither the user's module nor a framework.
+check runs in a process of its own (a fork of a warm server where the run has one:
+launchers/helper.py): the parent imports neither the user's module nor a framework.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mpbench.errors import InvalidInput
+from mpbench.runner.launchers.helper import run_main
 
 CHECK_TIMEOUT_S = 300.0  # data() may build a large set; each cell would pay the same
 META_BATCH = 2  # samples of x_train the model's output is read for
-# Not `-m mpbench.runner.user_check`: run as __main__, its UserWorkload would be another class.
-_CHECK = "import sys; from mpbench.runner.user_check import main; sys.exit(main(sys.argv[1:]))"
+CHECK_MAIN = "mpbench.runner.user_check:main"  # what the check's process runs
 
 
 @dataclass
@@ -37,14 +38,15 @@ class UserCheck:
     unchecked: str | None = None
 
 
-def check_user_workload(name: str, seed: int, torch_cells: bool) -> UserCheck:
+def check_user_workload(
+    name: str, seed: int, torch_cells: bool, framework: str | None = None
+) -> UserCheck:
     """`name`'s data for `seed` and, with `torch_cells`, its torch model's output, checked in
-    a child process; InvalidInput with the child's one line where a cell could not train."""
-    command = [sys.executable, "-c", _CHECK, name, str(seed), *(["torch"] if torch_cells else [])]
+    a process of its own (forked from `framework`'s warm server where there is one:
+    launchers/helper.py); InvalidInput with its one line where a cell could not train."""
+    argv = [name, str(seed), *(["torch"] if torch_cells else [])]
     try:
-        ran = subprocess.run(
-            command, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S, cwd=os.getcwd()
-        )
+        ran = run_main(CHECK_MAIN, argv, CHECK_TIMEOUT_S, framework)
     except subprocess.TimeoutExpired:
         return UserCheck(unchecked=f"its data was not checked within {CHECK_TIMEOUT_S:.0f} s")
     lines = ran.stdout.strip().splitlines()

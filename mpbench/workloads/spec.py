@@ -430,10 +430,12 @@ def get_workload(name: str) -> Workload | LanguageModel | UserWorkload:
     return _builtin_or(name, user.load)
 
 
-def describe_workload(name: str) -> Workload | LanguageModel | user.UserWorkloadInfo:
+def describe_workload(
+    name: str, run_job: user.RunJob | None = None
+) -> Workload | LanguageModel | user.UserWorkloadInfo:
     """What the CLI's process knows of a workload: a built-in's spec, or a user workload's
-    description from a child process that imported it (user.probe)."""
-    return _builtin_or(name, user.probe)
+    description from a child process that imported it (user.probe, run by `run_job`)."""
+    return _builtin_or(name, lambda user_name: user.probe(user_name, run_job))
 
 
 def _builtin_or(name: str, user_side):

@@ -181,10 +181,20 @@ class Resolved:
 # mpbench.workloads.zoo.registry, which mpbench.workloads imports: so it is full before
 # anything here is imported, and this module imports no zoo (the zoo imports it).
 ZOOS: dict[str, Callable[[str], Resolved]] = {}
+# prefix -> the framework its resolver imports (the probe is forked from that framework's
+# warm server where there is one: runner/launchers/helper.py)
+ZOO_FRAMEWORKS: dict[str, str] = {}
 
 
-def register_zoo(prefix: str, resolve: Callable[[str], Resolved]) -> None:
+def register_zoo(prefix: str, resolve: Callable[[str], Resolved], framework: str) -> None:
     ZOOS[prefix] = resolve
+    ZOO_FRAMEWORKS[prefix] = framework
+
+
+def zoo_framework(name: str) -> str | None:
+    """The framework a zoo name's model is built in; None for any other name (a user's
+    module may import either framework, or both)."""
+    return ZOO_FRAMEWORKS.get(name.strip().partition(":")[0]) if is_zoo(name) else None
 
 
 def is_zoo(name: str) -> bool:
@@ -621,22 +631,20 @@ def describe(name: str) -> dict[str, Any]:
 
 
 _PROBED: dict[str, UserWorkloadInfo] = {}
-# Not `-m mpbench.workloads.user`: run as __main__, its UserWorkload would be another class.
-_PROBE = "import sys; from mpbench.workloads.user import main; sys.exit(main(sys.argv[1:]))"
+PROBE_MAIN = "mpbench.workloads.user:main"  # what the probe's process runs, with the name
+# How the probe's process is run: (main, argv, timeout, framework) -> a CompletedProcess
+# (runner/launchers/helper.py's run_main: a fork of a warm server where there is one).
+RunJob = Callable[[str, list[str], float, "str | None"], "subprocess.CompletedProcess[str]"]
 
 
-def probe(name: str) -> UserWorkloadInfo:
-    """The workload `name` names, imported in a child process (the parent imports no
-    framework); InvalidInput with the child's one line where it is not a workload."""
+def probe(name: str, run_job: RunJob | None = None) -> UserWorkloadInfo:
+    """The workload `name` names, imported in a process of its own (the parent imports no
+    framework): `run_job`'s, else a new interpreter; InvalidInput with the process's one line
+    where it is not a workload."""
     if name in _PROBED:
         return _PROBED[name]
-    ran = subprocess.run(
-        [sys.executable, "-c", _PROBE, name],
-        capture_output=True,
-        text=True,
-        timeout=PROBE_TIMEOUT_S,
-        cwd=os.getcwd(),
-    )
+    run = run_job or run_in_new_interpreter
+    ran = run(PROBE_MAIN, [name], PROBE_TIMEOUT_S, zoo_framework(name))
     lines = ran.stdout.strip().splitlines()
     if ran.returncode != 0 or not lines:
         said = lines[-1] if lines else (ran.stderr.strip().splitlines() or ["no output"])[-1]
@@ -644,6 +652,24 @@ def probe(name: str) -> UserWorkloadInfo:
     info = UserWorkloadInfo(**json.loads(lines[-1]))
     _PROBED[name] = info
     return info
+
+
+def run_in_new_interpreter(
+    target: str, argv: list[str], timeout: float, framework: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`target`'s main ("module:function", called with `argv`; its return the exit status) in
+    a new interpreter in this working directory, its output captured (`framework` unused: a
+    RunJob's signature)."""
+    module, _, function = target.partition(":")
+    # Not `-m module`: run as __main__, its UserWorkload would be another class.
+    code = f"import sys; from {module} import {function}; sys.exit({function}(sys.argv[1:]))"
+    return subprocess.run(
+        [sys.executable, "-c", code, *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=os.getcwd(),
+    )
 
 
 def main(argv: list[str]) -> int:

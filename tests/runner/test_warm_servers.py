@@ -19,6 +19,7 @@ from builders import cell_spec
 from cli import run_mpbench
 from frameworks import needs_torch
 
+import mpbench
 from mpbench.backends.base import CellSpec
 from mpbench.runner.launchers.process import run_in_child
 from mpbench.runner.launchers.process_names import SERVER_NAME, WARM_SERVER_NAME
@@ -112,12 +113,23 @@ def test_only_runs_that_would_import_alike_share_a_warm_server(tmp_path, monkeyp
     assert socket_path(folder, "torch", {**ignoring, "MPBENCH_MARK": "b"}) == socket_path(
         folder, "torch", ignoring
     )
-    # Anything else an import could read: the framework, the environment, the working
-    # directory, the CPUs a cell sizes its pools by.
+    # Anything else an import could read: the framework, the environment, the CPUs a cell
+    # sizes its pools by.
     assert socket_path(folder, "tensorflow", env) != path
     assert socket_path(folder, "torch", {**env, "OMP_NUM_THREADS": "1"}) != path
-    monkeypatch.chdir(tmp_path)
-    assert socket_path(folder, "torch", env) != path
+    # The working directory where an import could read it: mpbench found under it (this
+    # checkout, the tests' folder), or a relative PYTHONPATH entry; otherwise not.
+    assert Path(mpbench.__file__).resolve().is_relative_to(Path.cwd().resolve())
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    absolute, relative = ({**env, "PYTHONPATH": p} for p in ("/opt/lib", "/opt/lib:src"))
+    keys = {}
+    for name in ("a", "b"):
+        monkeypatch.chdir(tmp_path / name)
+        keys[name] = [socket_path(folder, "torch", e) for e in (env, absolute, relative)]
+    assert keys["a"][0] != path  # this checkout's folder is the state's; a and b are not
+    assert keys["a"][:2] == keys["b"][:2]
+    assert keys["a"][2] != keys["b"][2]
     monkeypatch.undo()
     cpus = os.sched_getaffinity(0)
     if len(cpus) > 1:
@@ -174,3 +186,54 @@ def test_runs_from_the_cli_share_a_warm_server(folder, tmp_path):
     assert log.count("torch imported in") == 1 and log.count("serving run") == 2, log
     (server,) = warm_servers(folder)
     assert server.children() == []  # each run's server ended with its run
+
+
+SHADOW = """
+from mpbench.workloads.user import UserWorkload
+from user_models import _features
+
+
+def model(device):
+    import torch
+    from torch import nn
+
+    net = nn.Sequential(nn.Linear(8, {width}), nn.ReLU(), nn.Linear({width}, 2)).to(device)
+    return net, torch.optim.SGD(net.parameters(), lr=0.1), nn.functional.cross_entropy
+
+
+# Its batch size from a file in the working directory, as a relative path is read.
+BATCH = int(open("batch.txt").read())
+MODEL = UserWorkload(name="m", data=_features, torch=model, batch_size=BATCH, epochs=1)
+"""
+SHADOWS = {"a": {"width": 4, "batch": 8}, "b": {"width": 6, "batch": 16}}
+
+
+@needs_torch
+def test_runs_from_two_folders_share_one_warm_server_each_in_its_own_folder(folder, tmp_path):
+    """Where no import reads the working directory (mpbench is not under it), runs from two
+    folders share a warm server; each fork runs in its run's folder with that folder first
+    on sys.path: the same module name finds each folder's own model, and a relative path
+    its own file, in the probe and the cell alike."""
+    tests = Path(__file__).resolve().parents[1]
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "shadow_model.py").write_text(SHADOW.format(**SHADOWS[name]))
+        (tmp_path / name / "batch.txt").write_text(str(SHADOWS[name]["batch"]))
+    for name in ("a", "b"):
+        done = run_mpbench(
+            "run", "-f", "torch", "-w", "shadow_model:MODEL", "-p", "fp32", "--repeat", "1",
+            "--max-steps", "4", "--warmup-steps", "1", "--out", "out", cwd=tmp_path / name,
+            env={"PYTHONPATH": str(tests)}, timeout=240,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        (record,) = [json.loads(x) for x in (tmp_path / name / "out/results.jsonl").open()]
+        assert record["status"] == "ok" and record["startup"]["launcher"] == "fork server"
+        assert record["workload"] == "shadow_model:MODEL"
+        # Each folder's own model: its batch size read by the probe, its parameters counted
+        # in the cell (8*w + w + 2*w + 2).
+        width, batch = SHADOWS[name]["width"], SHADOWS[name]["batch"]
+        assert record["config"]["batch_size"] == batch and record["params"] == 11 * width + 2
+    (log,) = folder.glob("torch-*.log")
+    assert log.read_text().count("torch imported in") == 1, log.read_text()
+    (server,) = warm_servers(folder)
+    assert server.cwd() == "/" and "-P" in server.cmdline()

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from mpbench.backends.base import CellSpec, Progress, enter_phase
-from mpbench.runner.config import endpoint_parts
+from mpbench.parsers import endpoint_parts
 from mpbench.runner.launchers.cell_timeout import CELL_TIMEOUT_ENV
 from mpbench.runner.launchers.exits import how_it_ended
 from mpbench.runner.launchers.oom import memory_cgroup, oom_kill_count

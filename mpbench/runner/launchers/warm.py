@@ -11,12 +11,20 @@ a matching warm server the run starts one in DIR and connects to it.
 
 The import state is what a server's imports could have read, so a warm server serves only
 runs that would have imported alike: its framework, the interpreter, mpbench's version and
-source files (their modification times), the working directory, the CPU affinity (a cell
-sizes its thread pools by it), the resource limits, and the whole environment but for the
-variables no import reads (a cell's timeout, pytest's current test name, DIR itself, and
-those named in MPBENCH_WARM_IGNORE). Each distinct state gets its own warm server, named by
-a digest of it; it is started without the variables left out, and each cell gets the run's
-whole environment, as always.
+source files (their modification times), the CPU affinity (a cell sizes its thread pools by
+it), the resource limits, the whole environment but for the variables no import reads (a
+cell's timeout, pytest's current test name, DIR itself, and those named in
+MPBENCH_WARM_IGNORE), and the working directory where an import could read it. Each distinct
+state gets its own warm server, named by a digest of it; it is started without the
+variables left out, and each cell gets the run's whole environment, as always.
+
+The working directory: a new interpreter puts it first on sys.path, so anything there could
+shadow what the server imports. Where nothing the server imports is found there (mpbench is
+not under it, PYTHONPATH has no relative entry, Python is 3.11 or later), the warm server is
+started with `-P` (no working directory on sys.path) in `/`, and runs from any folder share
+it: each fork (a cell, a helper job) moves into its run's folder and puts it first on
+sys.path, as `python -m` in that folder would have (zygote.py). Otherwise the folder is part
+of the state, as before.
 
 A warm server exits after IDLE_S seconds without a new run (MPBENCH_WARM_IDLE_S sets
 another; `pkill mpbench-warmsrv` ends it sooner). A run that cannot use one (a path too
@@ -88,11 +96,23 @@ def import_state(framework: str, env: Mapping[str, str]) -> dict[str, object]:
         "python": sys.executable,
         "mpbench": mpbench.__version__,
         "sources": sources.hexdigest(),
-        "cwd": os.getcwd(),
+        "cwd": os.getcwd() if imports_read_cwd(env) else None,
         "cpus": affinity,
         "limits": [resource.getrlimit(getattr(resource, name)) for name in _LIMITS],
         "env": _read_by_imports(env),
     }
+
+
+def imports_read_cwd(env: Mapping[str, str]) -> bool:
+    """Whether a server's imports could read the working directory (the module docstring):
+    mpbench itself lives under it (a checkout run as `python -m mpbench` from its root), a
+    PYTHONPATH entry is relative to it, or Python has no -P (before 3.11)."""
+    if sys.version_info < (3, 11):
+        return True
+    if Path(mpbench.__file__).resolve().is_relative_to(Path.cwd().resolve()):
+        return True
+    entries = env.get("PYTHONPATH", "")
+    return bool(entries) and not all(os.path.isabs(e) for e in entries.split(os.pathsep))
 
 
 def socket_path(folder: Path, framework: str, env: Mapping[str, str]) -> Path:
@@ -147,15 +167,20 @@ def connect(
         else:
             return _with_log(channel, log_path)
         if started is None:
+            # Where no import reads the folder, none is on the server's sys.path and it
+            # runs in / (its first run's folder may be gone long before it is).
+            anywhere = not imports_read_cwd(server_env)
             with open(path.with_suffix(".log"), "ab") as log:
                 started = subprocess.Popen(
-                    [sys.executable, "-m", SERVER_MODULE, framework, str(path)],
+                    [sys.executable, *(["-P"] if anywhere else []), "-m", SERVER_MODULE,
+                     framework, str(path.absolute())],
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,  # it outlives this run, and its Ctrl-C
                     env=_read_by_imports(server_env),
-                )
+                    cwd="/" if anywhere else None,
+                )  # fmt: skip
         elif started.poll() not in (None, 0):
             return None  # it failed before it could bind: its log says why
         time.sleep(0.02)

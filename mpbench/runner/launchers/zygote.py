@@ -20,6 +20,8 @@ MPBENCH_FORK_SERVER=0 turns the servers off.
 Protocol, over a SOCK_SEQPACKET socket pair (one JSON message per packet):
     server -> run    {"ready": true, "import_s": s} | {"ready": false, "error": "..."}
     run -> server    {"env": {...}} with 4 descriptors: stdin, events, stdout, stderr
+                     and "cwd": the run's folder (a helper: also "main": "module:function"
+                     and "argv": [...], its events descriptor unused: launchers/helper.py)
     server -> run    {"started": pid}, then {"exited": pid, "returncode": code}
                      | {"refused": "why"}: CUDA is in use in the server, or the fork found
                        itself a bad fork; the fork (if any) has exited, no cell ran
@@ -94,7 +96,7 @@ class ForkedCell:
     """A cell forked by a server, with the part of subprocess.Popen the runner uses. The
     cell is the server's child, so its exit status comes from the server."""
 
-    def __init__(self, server: ForkServer, pid: int, stdin: IO[bytes]) -> None:
+    def __init__(self, server: ForkServer, pid: int, stdin: IO[bytes] | None) -> None:
         self._server = server
         self.pid = pid
         self.stdin = stdin
@@ -175,10 +177,19 @@ class ForkServer:
         return ours, process
 
     def fork(
-        self, env: Mapping[str, str], stdin: int, events: int, stdout: int, stderr: int
+        self,
+        env: Mapping[str, str],
+        stdin: int,
+        events: int,
+        stdout: int,
+        stderr: int,
+        helper: Mapping[str, Any] | None = None,
     ) -> int:
-        """Fork a cell with these descriptors as its 0, events, 1 and 2; its pid."""
-        payload = json.dumps({"env": dict(env)}).encode()
+        """Fork a cell with these descriptors as its 0, events, 1 and 2; its pid. `helper`
+        ({"main": "module:function", "argv": [...]}) forks that instead. Either runs in this
+        process's working directory."""
+        request = {"env": dict(env), "cwd": os.getcwd(), **(helper or {})}
+        payload = json.dumps(request).encode()
         try:
             socket.send_fds(self._socket, [payload], [stdin, events, stdout, stderr])
         except OSError as exc:
@@ -428,7 +439,7 @@ def serve_cells(framework: str, channel: socket.socket) -> int:
             os.close(verdict_write)
             if why:
                 os._exit(BAD_FORK_EXIT)
-            _become_cell(channel, fds, request["env"], parent=os.getppid())
+            _become_cell(channel, fds, request, parent=os.getppid())
         os.close(verdict_write)
         verdict = _read_all(verdict_read)
         for descriptor in fds:
@@ -452,10 +463,12 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def _become_cell(channel: socket.socket, fds: list[int], env: dict[str, str], parent: int) -> None:
+def _become_cell(channel: socket.socket, fds: list[int], request: dict, parent: int) -> None:
     """In the fork: the descriptors and environment a new cell process would have had, then
-    the cell's own main (launchers/cell.py); never returns."""
+    the cell's own main (launchers/cell.py), or the helper's `main(argv)` where the request
+    names one (in its `cwd`); never returns."""
     code = 1
+    env = request["env"]
     try:
         from mpbench.runner.launchers.cell import exit_now, main
 
@@ -474,7 +487,17 @@ def _become_cell(channel: socket.socket, fds: list[int], env: dict[str, str], pa
         # As a new process buffers: by line on a terminal (--verbose), else by block.
         sys.stdout.reconfigure(line_buffering=os.isatty(1))
         sys.stderr.reconfigure(line_buffering=True)
-        code = main(["cell", str(events), str(parent)])
+        # The run's folder, first on sys.path as `python -m` there would put it (a warm
+        # server may serve runs of any folder: warm.py).
+        os.chdir(request["cwd"])
+        if request["cwd"] not in sys.path and "" not in sys.path:
+            sys.path.insert(0, request["cwd"])
+        if "main" in request:
+            os.close(events)
+            module, _, function = request["main"].partition(":")
+            code = getattr(importlib.import_module(module), function)(request["argv"])
+        else:
+            code = main(["cell", str(events), str(parent)])
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:

@@ -19,6 +19,8 @@ RESOLVERS = {
     "torchvision": "mpbench.workloads.zoo.vision:resolve",
     "timm": "mpbench.workloads.zoo.vision:resolve",
 }
+# prefix -> the framework its models are built in
+FRAMEWORKS = {"hf": "torch", "keras": "tensorflow", "torchvision": "torch", "timm": "torch"}
 
 
 @functools.lru_cache(maxsize=32)
@@ -31,4 +33,4 @@ def resolve(name: str) -> Resolved:
 
 
 for prefix in RESOLVERS:
-    register_zoo(prefix, resolve)
+    register_zoo(prefix, resolve, FRAMEWORKS[prefix])
