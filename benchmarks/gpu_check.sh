@@ -93,6 +93,11 @@ if [ "$DRY" = 1 ]; then
     device=cpu
     # Tiny sizes: each step's machinery, not its figures.
     export MPBENCH_MEASURE_SIZES=32,64 MPBENCH_MEASURE_BUDGET=0.2
+    # detect --measure's training steps in torch alone, at a small batch: a GPU machine has
+    # torch alone (docs/gpu-check.md), and TensorFlow's step child is tests/detect's. The
+    # step took 28.7 s of this check's 108 s on a 2-core AMX Xeon with TensorFlow's import
+    # and its fp16 step at batch 8192, 10.0 s so.
+    export MPBENCH_MEASURE_STEP_FRAMEWORKS=torch MPBENCH_MEASURE_STEP_BATCH=512
     tiny=(--data synthetic --device cpu --repeat 1 --max-steps 6 --warmup-steps 2 --units 32
         --batch-size 64 --threads 1)
     default_run=(-f torch -w mnist_dense -p fp32 -p bf16 "${tiny[@]}")
