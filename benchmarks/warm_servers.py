@@ -12,6 +12,13 @@ min / median / max per arm, the ratio of the medians, and the 1-minute load aver
 and after.
 
     python benchmarks/warm_servers.py [--rounds 5] [--framework torch|tensorflow] [--seed 0]
+        [--workload mnist_dense|hf]
+
+`--workload hf` runs a one-layer Llama by name (`-w hf:llama?...`, transformers needed), two
+cells, fp32 and bf16: a run of a user's model, whose probe (what the model is) is forked from
+the warm server too where there is one (mpbench/runner/launchers/helper.py). Run from another
+checkout's root (`cd OLD && python NEW/benchmarks/warm_servers.py`), the runs are that
+checkout's mpbench: the same figures of an older version, to compare.
 
 Run it on a quiet machine: no test suite, no other benchmark beside it.
 """
@@ -35,12 +42,35 @@ import psutil
 from mpbench.runner.launchers.process_names import WARM_SERVER_NAME
 from mpbench.runner.launchers.warm import WARM_ENV, stop_warm_servers
 
+HF_LLAMA = (
+    "hf:llama?hidden_size=64&intermediate_size=256&num_hidden_layers=1"
+    "&num_attention_heads=2&num_key_value_heads=2&vocab_size=256&seq_len=32&samples=64"
+)
 
-def tiny_run(framework: str, out: Path) -> list[str]:
-    return [sys.executable, "-m", "mpbench", "run", "-f", framework, "-w", "mnist_dense",
-            "-p", "fp32", "--data", "synthetic", "--repeat", "1", "--max-steps", "6",
-            "--warmup-steps", "2", "--units", "32", "--batch-size", "64", "--threads", "1",
-            "--out", str(out)]  # fmt: skip
+
+def tiny_run(framework: str, out: Path, workload: str = "mnist_dense") -> list[str]:
+    run = [
+        sys.executable,
+        "-m",
+        "mpbench",
+        "run",
+        "-f",
+        framework,
+        "--repeat",
+        "1",
+        "--max-steps",
+        "6",
+        "--warmup-steps",
+        "2",
+        "--threads",
+        "1",
+        "--out",
+        str(out),
+    ]
+    if workload == "hf":  # its own data and sizes
+        return [*run, "-w", HF_LLAMA, "-p", "fp32", "-p", "bf16", "--batch-size", "8"]
+    return [*run, "-w", "mnist_dense", "-p", "fp32", "--data", "synthetic", "--units", "32",
+            "--batch-size", "64"]  # fmt: skip
 
 
 def warm_cpu_s(folder: Path) -> float:
@@ -56,7 +86,7 @@ def warm_cpu_s(folder: Path) -> float:
     return total
 
 
-def one(arm: str, framework: str, folder: Path, out: Path) -> tuple[float, float]:
+def one(arm: str, framework: str, folder: Path, out: Path, workload: str) -> tuple[float, float]:
     """(wall s, CPU s) of one run of this arm."""
     env = dict(os.environ)
     env.pop(WARM_ENV, None)
@@ -65,7 +95,9 @@ def one(arm: str, framework: str, folder: Path, out: Path) -> tuple[float, float
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     warm_before = warm_cpu_s(folder)
     started = time.perf_counter()
-    done = subprocess.run(tiny_run(framework, out), env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        tiny_run(framework, out, workload), env=env, capture_output=True, text=True
+    )
     wall = time.perf_counter() - started
     if done.returncode != 0:
         sys.exit(f"{arm} run failed ({done.returncode}):\n{done.stderr[-2000:]}")
@@ -79,24 +111,31 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--framework", default="torch", choices=("torch", "tensorflow"))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workload", default="mnist_dense", choices=("mnist_dense", "hf"))
     args = parser.parse_args()
+    if args.workload == "hf" and args.framework != "torch":
+        parser.error("--workload hf runs in torch")
     folder = Path(tempfile.mkdtemp(prefix="mpw-"))
     scratch = Path(tempfile.mkdtemp(prefix="mpbench-warm-bench-"))
     load_before = os.getloadavg()[0]
     try:
-        one("warm", args.framework, folder, scratch / "warm-up")  # starts the warm server
+        # starts the warm server
+        one("warm", args.framework, folder, scratch / "warm-up", args.workload)
         figures: dict[str, list[tuple[float, float]]] = {"own server": [], "warm": []}
         rng = random.Random(args.seed)
         for index in range(args.rounds):
             arms = list(figures)
             rng.shuffle(arms)
             for arm in arms:
-                figures[arm].append(one(arm, args.framework, folder, scratch / f"{arm}-{index}"))
+                out = scratch / f"{arm}-{index}"
+                figures[arm].append(one(arm, args.framework, folder, out, args.workload))
     finally:
         stop_warm_servers(folder)
         shutil.rmtree(folder, ignore_errors=True)
         shutil.rmtree(scratch, ignore_errors=True)
-    print(f"a tiny `mpbench run -f {args.framework}` (1 cell), {args.rounds} rounds, interleaved")
+    what = "-w hf:llama?... (2 cells)" if args.workload == "hf" else "(1 cell)"
+    print(f"a tiny `mpbench run -f {args.framework}` {what}, {args.rounds} rounds, interleaved")
+    print(f"mpbench from {Path.cwd()}")
     for arm, values in figures.items():
         for name, column in (("wall", 0), ("CPU", 1)):
             xs = sorted(v[column] for v in values)
