@@ -175,7 +175,8 @@ _IMPORTS_A_FRAMEWORK = re.compile(
 # imports the framework again (4.6-5.5 s of CPU each for torch here). Set in the controller
 # before xdist starts its workers, so that they and every run they start share one folder;
 # a run whose import state differs (another environment, CPU affinity; the working directory
-# only where mpbench is found under it, as this checkout's is) gets a warm server of its own. Tests about servers themselves turn it off.
+# only where mpbench is found under it, as this checkout's is) gets a warm server of its own.
+# Tests about servers themselves turn it off.
 # MPBENCH_TEST_WARM=0: no warm servers.
 _WARM_DIR = pytest.StashKey[Path]()
 

@@ -27,7 +27,7 @@ from mpbench.workloads.user import PROBE_MAIN, run_in_new_interpreter
 
 pytestmark = needs_torch
 
-MODULE = '''
+MODULE = """
 import json, os, sys, time
 from pathlib import Path
 
@@ -63,7 +63,7 @@ def model(device):
 
 
 TINY = UserWorkload(name="tiny", data=data, torch=model, batch_size=8, epochs=1)
-'''
+"""
 NAME = "helper_jobs_model:TINY"
 
 
