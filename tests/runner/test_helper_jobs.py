@@ -124,6 +124,16 @@ def test_without_warm_servers_the_job_is_a_new_interpreter(here, monkeypatch):
     assert line["parent"] != SERVER_NAME and not line["torch_before"], line
 
 
+def test_where_no_warm_server_can_answer_the_job_is_a_new_interpreter(here, monkeypatch):
+    """A folder too deep for a socket: no warm server, and no server of the job's own
+    either (it would import torch only to fork one job)."""
+    monkeypatch.setenv(WARM_ENV, str(here / ("d" * 60) / ("e" * 60)))
+    done = run_main(PROBE_MAIN, [NAME], 120, "torch")
+    assert done.returncode == 0, done.stderr
+    (line,) = imports(here)
+    assert line["parent"] != SERVER_NAME and not line["torch_before"], line  # no server's
+
+
 def test_a_forked_job_past_its_timeout_is_killed_and_raises_as_subprocess_run_does(here):
     (here / "hang").touch()
     with pytest.raises(subprocess.TimeoutExpired):

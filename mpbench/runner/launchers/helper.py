@@ -86,7 +86,7 @@ def _forked(
         return None
     env = job_environment()
     try:
-        server = ForkServer(framework, env, Path(os.devnull), warm_dir=Path(folder))
+        server = ForkServer(framework, env, Path(os.devnull), Path(folder), warm_only=True)
     except (ServerGone, OSError):
         return None  # the job goes on as a new interpreter; the run's cells will say more
     try:

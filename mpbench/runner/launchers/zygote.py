@@ -128,7 +128,10 @@ class ForkServer:
         env: Mapping[str, str],
         log_path: Path,
         warm_dir: Path | None = None,
+        warm_only: bool = False,
     ) -> None:
+        """`warm_only`: ServerGone where no warm server in `warm_dir` answers, instead of
+        starting a server of this run's own (a helper job is then a new interpreter)."""
         self.framework = framework
         self.env = dict(env)
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -142,6 +145,8 @@ class ForkServer:
         self.warm = channel is not None
         if channel is not None:
             self._socket = channel
+        elif warm_only:
+            raise ServerGone(f"no warm {framework} server answered in {warm_dir}")
         else:
             self._socket, self.process = self._start(framework, server_env, log_path)
         reply = self._receive(READY_TIMEOUT_S)
