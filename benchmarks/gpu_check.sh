@@ -96,7 +96,7 @@ if [ "$DRY" = 1 ]; then
     # detect --measure's training steps in torch alone, at a small batch: a GPU machine has
     # torch alone (docs/gpu-check.md), and TensorFlow's step child is tests/detect's. The
     # step took 28.7 s of this check's 108 s on a 2-core AMX Xeon with TensorFlow's import
-    # and its fp16 step at batch 8192, 10.0 s so.
+    # and its fp16 step at batch 8192 (load 0.67 before), 10.0 s so (load 1.21 before).
     export MPBENCH_MEASURE_STEP_FRAMEWORKS=torch MPBENCH_MEASURE_STEP_BATCH=512
     tiny=(--data synthetic --device cpu --repeat 1 --max-steps 6 --warmup-steps 2 --units 32
         --batch-size 64 --threads 1)

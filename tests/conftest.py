@@ -46,7 +46,7 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 def _one_core_per_worker() -> None:
     """Under pytest-xdist, each worker (and every process it starts: the cells, their fork
     servers, torchrun's ranks) runs on a core of its own. A cell sizes its thread pools by
-    the cores it may use (runner/matrix.py's available_cores, the CPU affinity), so two
+    the cores it may use (runner/launchers/process.py's available_cores, the CPU affinity), so two
     workers no longer run 2 x 2 threads on 2 cores and wait on each other; a test about
     threads states its own. MPBENCH_TEST_PIN=0 leaves the workers unpinned."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")

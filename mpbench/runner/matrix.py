@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import itertools
-import os
 import platform
 import sys
 from collections.abc import Sequence
@@ -35,6 +34,7 @@ from mpbench.policies import (
 )
 from mpbench.runner.config import RunConfig
 from mpbench.runner.launchers.helper import describe_workload
+from mpbench.runner.launchers.process import available_cores
 from mpbench.settings import SETTINGS, USER_DATA
 from mpbench.workloads import resolve_workloads
 
@@ -574,12 +574,3 @@ def _unsupported_by(workload, framework: str) -> str | None:
     framework's): the other's cells say so, in the user's words ("hf:gpt2 has no TensorFlow
     version: it trains in torch only"). Where no cell can train, preflight refuses the run."""
     return workload.no_version(framework) if workload.kind == "user" else None
-
-
-def available_cores() -> int:
-    """The cores this process may run on (its CPU affinity, which containers and taskset
-    narrow), the default size of every cell's thread pools."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS has no sched_getaffinity
-        return os.cpu_count() or 1

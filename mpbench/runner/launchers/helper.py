@@ -28,17 +28,12 @@ import sys
 import time
 from pathlib import Path
 
-from mpbench.detect.cuda_order import in_pci_order
 from mpbench.runner.launchers import warm
+from mpbench.runner.launchers.process import available_cores, thread_environment
 from mpbench.runner.launchers.zygote import ForkedCell, ForkServer, ServerGone
 from mpbench.workloads import spec
 from mpbench.workloads.spec import LanguageModel, Workload
 from mpbench.workloads.user import UserWorkloadInfo, run_in_new_interpreter
-
-# The thread count a cell runs with unless --threads says otherwise (matrix.py): the
-# environment a job asks a warm server for is a default cell's, so that it finds the server
-# the run's cells use (one import of the framework for the job and the cells alike).
-_THREADS_ENV = "OMP_NUM_THREADS"
 
 
 def run_main(
@@ -60,21 +55,6 @@ def _default_framework() -> str | None:
     return None
 
 
-def job_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment a job runs in and asks a warm server for: the run's, as a cell with
-    the default thread count gets it (launchers/process.py's cell_environment)."""
-    env = in_pci_order(os.environ if environ is None else environ)
-    env.setdefault(_THREADS_ENV, str(_cores()))
-    return env
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS
-        return os.cpu_count() or 1
-
-
 def _forked(
     target: str, argv: list[str], timeout: float, framework: str
 ) -> subprocess.CompletedProcess[str] | None:
@@ -84,7 +64,9 @@ def _forked(
     linux = sys.platform.startswith("linux")
     if not folder or not linux or importlib.util.find_spec(framework) is None:
         return None
-    env = job_environment()
+    # A default cell's environment (the thread count a cell has unless --threads says
+    # otherwise), so that the job finds the server the run's cells will use.
+    env = thread_environment(available_cores())
     try:
         server = ForkServer(framework, env, Path(os.devnull), Path(folder), warm_only=True)
     except (ServerGone, OSError):

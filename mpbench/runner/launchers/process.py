@@ -95,10 +95,25 @@ def cell_environment(spec: CellSpec, base: dict[str, str] | None = None) -> dict
       does, so cuda:N is the GPU `detect` rated and fingerprinted (CUDA's default order is
       fastest first; NVML's is PCI bus order; desk review defect 4).
     """
+    return thread_environment(spec.intra_op_threads, base)
+
+
+def thread_environment(threads: int | None, base: dict[str, str] | None = None) -> dict[str, str]:
+    """cell_environment's rule for `threads` intra-op threads (None: OMP_NUM_THREADS left as
+    the user has it); also what a run's helper job asks a warm server for (helper.py)."""
     env = in_pci_order(os.environ if base is None else base)
-    if spec.intra_op_threads:
-        env.setdefault("OMP_NUM_THREADS", str(spec.intra_op_threads))
+    if threads:
+        env.setdefault("OMP_NUM_THREADS", str(threads))
     return env
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity, which containers and taskset
+    narrow), the default size of every cell's thread pools."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS has no sched_getaffinity
+        return os.cpu_count() or 1
 
 
 def run_in_child(

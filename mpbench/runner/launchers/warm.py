@@ -169,7 +169,7 @@ def connect(
         if started is None:
             # Where no import reads the folder, none is on the server's sys.path and it
             # runs in / (its first run's folder may be gone long before it is).
-            anywhere = not imports_read_cwd(server_env)
+            anywhere = not imports_read_cwd(env)  # as socket_path's state has it
             with open(path.with_suffix(".log"), "ab") as log:
                 started = subprocess.Popen(
                     [sys.executable, *(["-P"] if anywhere else []), "-m", SERVER_MODULE,
