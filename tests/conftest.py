@@ -197,11 +197,14 @@ def pytest_configure(config: pytest.Config) -> None:
     # server of its own, 2.9-4.7 s of torch import): runs differing only in them share a warm
     # server. A fork of a warm server shows the warm server's environment in
     # /proc/PID/environ, not the run's, so a test whose run is served by one finds the run's
-    # processes by the files they hold open (processes.py's `holding`), not by the mark. A
-    # warm server used by one test alone is waste (memory), so they leave after a minute
-    # idle, not two.
+    # processes by the files they hold open (processes.py's `holding`), not by the mark.
+    # They stay ten minutes idle: a whole suite on two workers (2,688 tests, 960 s, 2-core
+    # AMX Xeon) started 45 warm servers for 27 import states when they left after one
+    # minute, 18 of them a state whose server had just left (torch or TensorFlow imported
+    # again, ~4-5 CPU-s each), its next run coming 2-324 s later. Ten minutes keep all of
+    # those, at most ~22 alive at once (~230 MB each, private).
     os.environ[IGNORE_ENV] = "MPBENCH_FAULT,MPBENCH_MARK,MPBENCH_CACHE,TMPDIR,COLUMNS,LINES,TERM"
-    os.environ[IDLE_ENV] = "60"
+    os.environ[IDLE_ENV] = "600"
     config.stash[_WARM_DIR] = folder
 
 

@@ -41,7 +41,10 @@ TWO_POLICIES = ["-f", "torch", "-p", "float32", "-p", "mixed_bfloat16"]
 # Cells long enough that a node is lost while its run goes on: with 300 steps (1.8-1.9 ms a
 # float32 step, 3.3 ms at bf16 emulated on a CPU without avx512_bf16), the three cells after
 # the first record took 1.7-2.9 s each, 7.4 s together. 1,000 steps made the test 74 s.
-LONGER = ["--epochs", "80", "--max-steps", "300"]
+# One thread, as each node has one CPU: with two (the cores the module runs on), a cell
+# beside the other xdist worker's tests spins in OpenMP's barrier for a thread that has no
+# core: the test took 89 s beside one busy core, 24 s alone (a 2-core AMX Xeon).
+LONGER = ["--epochs", "80", "--max-steps", "300", "--threads", "1"]
 
 
 @pytest.fixture(scope="module")

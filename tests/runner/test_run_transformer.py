@@ -52,9 +52,14 @@ def run_lm(folder: Path, config_text: str, *args: str) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], dict]:
-    """Four cells, once for the module: both frameworks, float32 and mixed_bfloat16."""
+    """Four cells, once for the module: both frameworks, float32 and mixed_bfloat16. One
+    thread each: only the replicas' test needs the module's two cores. With two threads,
+    beside the other xdist worker's tests (a busy core), the four took 90 s on a 2-core AMX
+    Xeon, their threads waiting on each other for the one free core."""
     folder = tmp_path_factory.mktemp("transformer")
-    found = run_lm(folder, TINY, "-f", "all", "-p", "fp32", "-p", "bf16", "--repeat", "1")
+    found = run_lm(
+        folder, TINY, "-f", "all", "-p", "fp32", "-p", "bf16", "--repeat", "1", "--threads", "1"
+    )
     return {(r["framework"], r["policy"]): r for r in found}
 
 

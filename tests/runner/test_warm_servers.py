@@ -105,9 +105,15 @@ def test_only_runs_that_would_import_alike_share_a_warm_server(tmp_path, monkeyp
     env = {"PATH": "/usr/bin", "MPBENCH_MARK": "a", "PYTEST_CURRENT_TEST": "t1"}
     path = socket_path(folder, "torch", env)
     assert len(str(path)) < 100 and path.parent == folder and path.name.startswith("torch-")
-    # What no import reads does not count: pytest's test name, a cell's timeout, and what
+    # What no import reads does not count: pytest's test name, a cell's timeout, the
+    # machine's name, what Ray sets per job and per node (a fleet's node runs), and what
     # MPBENCH_WARM_IGNORE names.
     assert socket_path(folder, "torch", {**env, "PYTEST_CURRENT_TEST": "t2"}) == path
+    node = {"MPBENCH_MACHINE": "A", "RAY_JOB_ID": "01000000", "RAY_RAYLET_PID": "27046"}
+    other_node = {"MPBENCH_MACHINE": "B", "RAY_JOB_ID": "02000000", "RAY_RAYLET_PID": "27179",
+                  "SLURM_JOB_ID": "3", "SLURM_JOB_PARTITION": "gpu-b"}  # fmt: skip
+    assert socket_path(folder, "torch", {**env, **node}) == path
+    assert socket_path(folder, "torch", {**env, **other_node}) == path
     assert socket_path(folder, "torch", {**env, "MPBENCH_MARK": "b"}) != path
     ignoring = {**env, IGNORE_ENV: "MPBENCH_MARK, MPBENCH_FAULT"}
     assert socket_path(folder, "torch", {**ignoring, "MPBENCH_MARK": "b"}) == socket_path(

@@ -13,10 +13,11 @@ The import state is what a server's imports could have read, so a warm server se
 runs that would have imported alike: its framework, the interpreter, mpbench's version and
 source files (their modification times), the CPU affinity (a cell sizes its thread pools by
 it), the resource limits, the whole environment but for the variables no import reads (a
-cell's timeout, pytest's current test name, DIR itself, and those named in
-MPBENCH_WARM_IGNORE), and the working directory where an import could read it. Each distinct
-state gets its own warm server, named by a digest of it; it is started without the
-variables left out, and each cell gets the run's whole environment, as always.
+cell's timeout, pytest's current test name, DIR itself, the machine's name, what Ray and
+Slurm set per job on a fleet's node, and those named in MPBENCH_WARM_IGNORE), and the
+working directory where an import could read it. Each distinct state gets its own warm
+server, named by a digest of it; it is started without the variables left out, and each
+cell gets the run's whole environment, as always.
 
 The working directory: a new interpreter puts it first on sys.path, so anything there could
 shadow what the server imports. Where nothing the server imports is found there (mpbench is
@@ -56,6 +57,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import mpbench
+from mpbench.machine import MACHINE_ENV
 from mpbench.runner.launchers.process_names import WARM_SERVER_NAME
 
 WARM_ENV = "MPBENCH_WARM_SERVERS"
@@ -69,13 +71,25 @@ IDLE_ENV = "MPBENCH_WARM_IDLE_S"  # another idle time, in seconds
 # from a warm server started under other values, and a warm server is started without them
 # (each cell gets the run's own, as always).
 # (A cell's timeout is not in the environment given here: zygote.py's _import_environment
-# leaves it out of every server's.)
-NOT_READ_BY_IMPORTS = frozenset({"PYTEST_CURRENT_TEST", WARM_ENV, IGNORE_ENV})
+# leaves it out of every server's.) The machine's name is read when a run writes its records.
+# A fleet's node runs: Ray gives each job's worker processes the job's id and their node's
+# raylet pid, and Slurm gives each job its SLURM_* variables (its id, partition, ports, task
+# pid); with them a node would import its framework again for every job (seven warm servers
+# for tests/fleet/test_fleet_ray.py's runs, three for test_fleet_slurm.py's, which differ in
+# nothing else).
+NOT_READ_BY_IMPORTS = frozenset(
+    {"PYTEST_CURRENT_TEST", WARM_ENV, IGNORE_ENV, MACHINE_ENV, "RAY_JOB_ID", "RAY_RAYLET_PID"}
+)
+NOT_READ_BY_IMPORTS_PREFIXES = ("SLURM_",)
 
 
 def _read_by_imports(env: Mapping[str, str]) -> dict[str, str]:
     ignored = NOT_READ_BY_IMPORTS | {n.strip() for n in env.get(IGNORE_ENV, "").split(",")}
-    return {key: value for key, value in sorted(env.items()) if key not in ignored}
+    return {
+        key: value
+        for key, value in sorted(env.items())
+        if key not in ignored and not key.startswith(NOT_READ_BY_IMPORTS_PREFIXES)
+    }
 
 
 # A Unix socket's path is at most 107 bytes (sun_path); longer: no warm server.
