@@ -43,6 +43,18 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def _hangup_ignored(_signum, _frame) -> None:
+    """SIGHUP, ignored by this session only (see below)."""
+
+
+# Under nohup SIGHUP is ignored, and stays so across exec: the runs that the signal tests
+# send SIGHUP would ignore it and never end (a whole suite started with nohup failed so).
+# A handler that does nothing keeps this session deaf to a closed terminal, as nohup meant,
+# and is reset to the default in every program the tests start.
+if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, _hangup_ignored)
+
+
 def _one_core_per_worker() -> None:
     """Under pytest-xdist, each worker (and every process it starts: the cells, their fork
     servers, torchrun's ranks) runs on a core of its own. A cell sizes its thread pools by
