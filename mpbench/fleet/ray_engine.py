@@ -38,6 +38,12 @@ CLIENT = "ray://"  # a Ray client address
 WAIT_S = 0.5  # how often a waiting machine is looked at (timeout, Ctrl-C)
 NODE_LOOK_S = 5.0  # how often a running machine's node is looked up in Ray's list of nodes
 CONNECT_S = 5.0  # how long the cluster's address may take to answer a connection
+# A Ray client's server on the head starts a process for each client it serves, and that
+# process can die as it starts (a gRPC race in Ray's proxier, ray-project/ray#63202, "about
+# 7 % of connections"): the client then hears "Initialization failure from server". Each
+# new connection starts a new process, so a refused one is tried again, this many times.
+CLIENT_TRIES = 3
+CLIENT_INIT_FAILED = "Initialization failure from server"
 STOP_S = 45.0  # how long a node may take to stop its run on Ctrl-C (node.py waits 30 s)
 NODE_ID = "ray_node_id"
 END = None  # the last of a machine's events: its run has ended on the node
@@ -64,15 +70,20 @@ class RayFleet:
         address = self.options.address
         _quiet(ray)
         _check_answers(address, _dialled(address))
-        try:
-            ray.init(
-                address=address,
-                log_to_driver=False,
-                logging_level="ERROR",
-                configure_logging=False,
-            )
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise _no_cluster(address, _first_sentence(exc)) from None
+        tries = CLIENT_TRIES if address.startswith(CLIENT) else 1
+        for attempt in range(1, tries + 1):
+            try:
+                ray.init(
+                    address=address,
+                    log_to_driver=False,
+                    logging_level="ERROR",
+                    configure_logging=False,
+                )
+                return
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                if attempt == tries or CLIENT_INIT_FAILED not in str(exc):
+                    raise _no_cluster(address, _first_sentence(exc)) from None
+                ray.shutdown()  # the failed client's state, before the next connection
 
     def close(self) -> None:
         self.ray.shutdown()

@@ -229,3 +229,57 @@ def test_a_machine_whose_node_side_fails_or_is_lost_is_said_and_the_others_go_on
 def test_a_kind_names_its_machine_unless_the_node_is_named(node_env, name):
     env = run_environment("A100", {"PATH": "/usr/bin", **node_env})
     assert env == {"PATH": "/usr/bin", "MPBENCH_MACHINE": name}
+
+
+class _RayStandIn:
+    """ray.init and ray.shutdown as a client sees them when the head's client server loses
+    the process it started for this client: ConnectionAbortedError with Ray's own words
+    (ray/util/client/worker.py, `_server_init`), then a connection that works."""
+
+    def __init__(self, *failures: Exception) -> None:
+        self.failures = list(failures)
+        self.calls: list[str] = []
+
+    def init(self, **_: object) -> None:
+        self.calls.append("init")
+        if self.failures:
+            raise self.failures.pop(0)
+
+    def shutdown(self) -> None:
+        self.calls.append("shutdown")
+
+
+def _connect(monkeypatch, address: str, ray: _RayStandIn) -> None:
+    from types import SimpleNamespace
+
+    from mpbench.fleet import ray_engine
+
+    monkeypatch.setattr(ray_engine, "_check_answers", lambda *_: None)  # no socket dialled
+    monkeypatch.setattr(ray_engine, "_quiet", lambda _: None)
+    fleet = ray_engine.RayFleet.__new__(ray_engine.RayFleet)  # no Ray imported here
+    fleet.options, fleet.ray = SimpleNamespace(address=address), ray
+    fleet.connect()
+
+
+_INIT_FAILED = "Initialization failure from server:\nTraceback (most recent call last): ..."
+
+
+def test_a_ray_client_whose_server_process_died_at_its_start_connects_again(monkeypatch):
+    # ray-project/ray#63202: each connection gets a new server process on the head.
+    ray = _RayStandIn(ConnectionAbortedError(_INIT_FAILED), ConnectionAbortedError(_INIT_FAILED))
+    _connect(monkeypatch, "ray://127.0.0.1:10001", ray)
+    assert ray.calls == ["init", "shutdown", "init", "shutdown", "init"]
+    # Three refusals in a row are the cluster's answer, said in one line.
+    ray = _RayStandIn(*[ConnectionAbortedError(_INIT_FAILED)] * 3)
+    with pytest.raises(InvalidInput, match=r"no Ray cluster at ray://.*Initialization failure"):
+        _connect(monkeypatch, "ray://127.0.0.1:10001", ray)
+    assert ray.calls.count("init") == 3
+    # Anything else, or an address that is not a Ray client's, is said at once.
+    for address, failure in [
+        ("ray://127.0.0.1:10001", ConnectionError("ray client connection timeout")),
+        ("127.0.0.1:6379", ConnectionAbortedError(_INIT_FAILED)),
+    ]:
+        ray = _RayStandIn(failure)
+        with pytest.raises(InvalidInput):
+            _connect(monkeypatch, address, ray)
+        assert ray.calls == ["init"], address

@@ -34,8 +34,16 @@ pytestmark = [
 
 HERE = Path(__file__).resolve().parent
 # Everything on the loopback: Ray binds the address it finds for this host unless told this
-# is a one-machine cluster; and no usage report is ever sent.
-RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+# is a one-machine cluster; and no usage report is ever sent. gRPC's fork handlers off: the
+# head's client server forks a process per client while its gRPC threads run, and with
+# them that process died as it started ("epoll_wait error: Bad file descriptor",
+# ray-project/ray#63202) in two clean-clone CI runs in a row (mpbench's connection then
+# tries again: test_fleet_options.py).
+RAY_ENV = {
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "GRPC_ENABLE_FORK_SUPPORT": "false",
+}
 NODES = ["--head-kind", "NOCPU", "A", "A", "B", "H:MPBENCH_FAULT=hang@bfloat16"]
 TWO_POLICIES = ["-f", "torch", "-p", "float32", "-p", "mixed_bfloat16"]
 # Cells long enough that a node is lost while its run goes on: with 300 steps (1.8-1.9 ms a
