@@ -213,8 +213,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # They stay ten minutes idle: a whole suite on two workers (2,688 tests, 960 s, 2-core
     # AMX Xeon) started 45 warm servers for 27 import states when they left after one
     # minute, 18 of them a state whose server had just left (torch or TensorFlow imported
-    # again, ~4-5 CPU-s each), its next run coming 2-324 s later. Ten minutes keep all of
-    # those, at most ~22 alive at once (~230 MB each, private).
+    # again, ~4-5 CPU-s each), its next run coming 2-324 s later. Replayed on that run's
+    # starts and exits, ten minutes keep all of those, with at most ~22 alive at once
+    # (226 MB private for a torch one, 246 MB for TensorFlow: /proc/PID/smaps_rollup).
     os.environ[IGNORE_ENV] = "MPBENCH_FAULT,MPBENCH_MARK,MPBENCH_CACHE,TMPDIR,COLUMNS,LINES,TERM"
     os.environ[IDLE_ENV] = "600"
     config.stash[_WARM_DIR] = folder
